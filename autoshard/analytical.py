@@ -1,0 +1,67 @@
+"""Analytical cost model: bytes moved per tier over that tier's bandwidth, plus fixed overhead."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoshard.cost import Pricing
+from autoshard.task import ShardingTask
+
+_MS_PER_S = 1e3
+_BYTES_PER_GB = 1e9
+
+
+class AnalyticalCostModel:
+    """Prices embedding lookups from bytes moved, in the spirit of TorchRec's planner estimates.
+
+    Per step and table, with L lookups (batch x pooling factor x coverage), a share h of them
+    served by the hot rows in HBM and row size r bytes:
+
+    - forward reads L*r bytes (h from HBM, 1-h from host memory) and writes the pooled output
+      (batch x r) to HBM;
+    - in train mode, backward and the row-wise optimizer read and write each looked-up row and its
+      optimizer state (2r + 2s bytes per lookup, in the tier that holds the row) and read the
+      output gradient (batch x r) from HBM: backward about 2x forward, TorchRec's ratio;
+    - every pass pays the profile's fixed kernel overhead;
+    - all-to-all sends the pooled output (and, in train, receives its gradient), batch x r bytes a
+      pass, of which (D-1)/D leave the device, split over intra- and inter-node links by the
+      share of peers in each.
+
+    Args:
+        hbm_efficiency: Fraction of the HBM tier's spec-sheet bandwidth achieved (1.0 = spec).
+        host_efficiency: Fraction of the host link's spec-sheet bandwidth achieved.
+    """
+
+    name = "analytical"
+
+    def __init__(self, hbm_efficiency: float = 1.0, host_efficiency: float = 1.0) -> None:
+        self.hbm_efficiency = hbm_efficiency
+        self.host_efficiency = host_efficiency
+
+    def price(self, task: ShardingTask, table_idx: np.ndarray, device_idx: np.ndarray,
+              hbm_rows: np.ndarray) -> Pricing:
+        a = task.table_arrays
+        dev = task.device_arrays
+        t = np.asarray(table_idx)
+        d = np.asarray(device_idx)
+        train = task.workload.train
+        batch = task.workload.batch_size
+        h = task.hbm_share(t, hbm_rows)
+        r = a.row_bytes[t]
+        per_lookup = r + (2.0 * r + 2.0 * a.optimizer_bytes[t] if train else 0.0)
+        passes = 2.0 if train else 1.0
+        lookups = a.lookups[t]
+        hbm_bytes = lookups * h * per_lookup + passes * batch * r
+        uvm_bytes = lookups * (1.0 - h) * per_lookup
+        overhead_ms = passes * task.hardware.kernel_overhead_us * 1e-3
+        hbm_bw = dev.hbm_gbps[d] * self.hbm_efficiency * _BYTES_PER_GB
+        host_bw = dev.host_gbps[d] * self.host_efficiency * _BYTES_PER_GB
+        hw = task.hardware
+        leaving = (task.num_devices - 1) / task.num_devices
+        sec_per_byte = leaving * (dev.intra_share[d] / (hw.intra_node_gbps * _BYTES_PER_GB)
+                        + dev.inter_share[d] / (hw.inter_node_gbps * _BYTES_PER_GB))
+        return Pricing(
+            hbm_ms=hbm_bytes / hbm_bw * _MS_PER_S + overhead_ms,
+            uvm_ms=uvm_bytes / host_bw * _MS_PER_S,
+            comm_ms=passes * batch * r * sec_per_byte * _MS_PER_S,
+        )

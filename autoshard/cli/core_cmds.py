@@ -1,0 +1,139 @@
+"""Core commands: plan, evaluate, hardware, sharders."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table as RichTable
+
+from autoshard.cli import app
+from autoshard.cli.common import (
+    BatchOpt,
+    CostModelOpt,
+    DevicesOpt,
+    HardwareOpt,
+    HbmOpt,
+    JsonOpt,
+    ModeOpt,
+    NodesOpt,
+    TablesOpt,
+    build_task,
+    check_output_path,
+    console,
+    print_json,
+)
+from autoshard.cli.report import show_report
+from autoshard.cost import load_cost_model
+from autoshard.evaluator import evaluate
+from autoshard.hardware import BUNDLED, load_hardware
+from autoshard.plan import Plan
+from autoshard.sharders import get_sharder, list_sharders
+
+
+@app.command()
+def plan(
+    tables: TablesOpt,
+    hardware: HardwareOpt = "8xH100-80GB",
+    sharder: Annotated[str, typer.Option("--sharder", "-s", help="Sharder name.")] = "size_greedy",
+    output: Annotated[Path, typer.Option("--output", "-o", help="Plan file to write.")] = Path(
+        "plan.json"),
+    devices: DevicesOpt = None,
+    nodes: NodesOpt = None,
+    hbm_gb: HbmOpt = None,
+    batch_size: BatchOpt = None,
+    mode: ModeOpt = None,
+    cost_model: CostModelOpt = "analytical",
+    seed: Annotated[int, typer.Option(help="Seed for randomised sharders.")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Plan a task with a sharder and write the plan (JSON/YAML)."""
+    check_output_path(output)
+    task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode)
+    model = load_cost_model(cost_model)
+    chosen = get_sharder(sharder, seed=seed)
+    start = time.perf_counter()
+    result = chosen.shard(task, model)
+    seconds = time.perf_counter() - start
+    report = evaluate(result, task, model)
+    result.save(output)
+    if json_out:
+        print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output)))
+        return
+    show_report(report)
+    console.print(f"planned {task.num_tables} tables on {task.num_devices} devices in "
+                  f"{seconds:.3f} s; wrote {output}")
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    plan_file: Annotated[Path, typer.Argument(help="Plan file from `autoshard plan`.")],
+    tables: TablesOpt,
+    hardware: HardwareOpt = "8xH100-80GB",
+    devices: DevicesOpt = None,
+    nodes: NodesOpt = None,
+    hbm_gb: HbmOpt = None,
+    batch_size: BatchOpt = None,
+    mode: ModeOpt = None,
+    cost_model: CostModelOpt = "analytical",
+    json_out: JsonOpt = False,
+) -> None:
+    """Price a plan: per-device cost, step cost, lower bound, balance and UVM share."""
+    loaded = Plan.load(plan_file)
+    task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
+                      default=loaded.workload)
+    report = evaluate(loaded, task, load_cost_model(cost_model))
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        show_report(report)
+
+
+hardware_app = typer.Typer(help="Bundled and custom hardware profiles.", no_args_is_help=True)
+app.add_typer(hardware_app, name="hardware")
+
+
+@hardware_app.command("list")
+def hardware_list() -> None:
+    """List the bundled hardware profiles."""
+    table = RichTable(title="bundled hardware profiles (spec-sheet figures)")
+    for col in ("name", "devices", "HBM GB", "HBM GB/s", "host GB", "host link GB/s",
+                "intra-node GB/s", "inter-node GB/s"):
+        table.add_column(col)
+    for p in BUNDLED.values():
+        d = p.devices[0]
+        table.add_row(p.name, str(p.num_devices), f"{d.hbm.capacity_bytes / 1e9:g}",
+                      f"{d.hbm.bandwidth_gbps:g}", f"{d.host.capacity_bytes / 1e9:g}",
+                      f"{d.host.bandwidth_gbps:g}", f"{p.intra_node_gbps:g}",
+                      f"{p.inter_node_gbps:g}")
+    console.print(table)
+
+
+@hardware_app.command("show")
+def hardware_show(
+    name: Annotated[str, typer.Argument(help="Bundled profile name or YAML/JSON file.")],
+    devices: DevicesOpt = None,
+    nodes: NodesOpt = None,
+    hbm_gb: HbmOpt = None,
+) -> None:
+    """Print a profile (with overrides applied) as YAML, ready to edit and reuse."""
+    import yaml
+
+    profile = load_hardware(name, devices=devices, nodes=nodes, hbm_gb=hbm_gb)
+    typer.echo(yaml.safe_dump(profile.to_dict(), sort_keys=False).rstrip())
+
+
+@app.command()
+def sharders() -> None:
+    """List the registered sharders and whether each can run here."""
+    table = RichTable(title="sharders")
+    table.add_column("name")
+    table.add_column("status")
+    table.add_column("summary")
+    for info in list_sharders():
+        status = "[green]available[/]" if info.unavailable is None else (
+            f"[yellow]unavailable[/]: {info.unavailable}")
+        table.add_row(info.name, status, info.summary)
+    console.print(table)

@@ -1,0 +1,128 @@
+"""The evaluator: what a plan costs, per device and in all, and how far from the lower bound."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from autoshard.bounds import lower_bound_ms
+from autoshard.cost import CostModel, Pricing
+from autoshard.plan import Plan, check_plan, memory_use
+from autoshard.task import ShardingTask
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    """One device's share of a step: compute by tier, communication and memory by tier."""
+
+    device: int
+    tables: int
+    hbm_ms: float
+    uvm_ms: float
+    comm_ms: float
+    total_ms: float
+    hbm_bytes: int
+    host_bytes: int
+    hbm_capacity_bytes: int
+    host_capacity_bytes: int
+    lookups: float
+    uvm_lookups: float
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """A plan's cost under one cost model.
+
+    ``step_cost_ms`` is the max over devices; ``load_balance`` is max / mean of device totals;
+    ``uvm_lookup_share`` is the share of all lookups served from host memory; ``cost_ratio`` is
+    step cost / lower bound (1.0 = provably optimal).
+    """
+
+    sharder: str
+    cost_model: str
+    mode: str
+    batch_size: int
+    step_cost_ms: float
+    lower_bound_ms: float
+    cost_ratio: float
+    load_balance: float
+    uvm_lookup_share: float
+    per_device: tuple[DeviceReport, ...]
+    access_assumptions: dict[str, int]
+    measured: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["per_device"] = [asdict(d) for d in self.per_device]
+        return doc
+
+
+def price_plan(task: ShardingTask, cost_model: CostModel, device: np.ndarray,
+               hbm_rows: np.ndarray) -> Pricing:
+    """Per-table prices of a placement given as arrays in task order."""
+    return cost_model.price(task, np.arange(task.num_tables), device, hbm_rows)
+
+
+def device_totals(task: ShardingTask, pricing: Pricing, device: np.ndarray) -> np.ndarray:
+    """Sum of table prices per device, ms ([D])."""
+    return np.bincount(device, weights=pricing.total_ms, minlength=task.num_devices)
+
+
+def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
+             bound_ms: float | None = None) -> CostReport:
+    """Validates and prices a plan.
+
+    Args:
+        plan: The plan to price.
+        task: The task it places.
+        cost_model: Prices the tables.
+        bound_ms: A known lower bound (e.g. from a MILP relaxation); the report uses the larger of
+            it and :func:`autoshard.bounds.lower_bound_ms`.
+
+    Raises:
+        PlannerError: The plan is invalid or over a capacity.
+    """
+    device, hbm = check_plan(plan, task)
+    pricing = price_plan(task, cost_model, device, hbm)
+    a = task.table_arrays
+    n = task.num_devices
+    share = task.hbm_share(np.arange(task.num_tables), hbm)
+
+    def per_dev(values: np.ndarray) -> np.ndarray:
+        return np.bincount(device, weights=values, minlength=n)
+
+    hbm_ms, uvm_ms, comm_ms = per_dev(pricing.hbm_ms), per_dev(pricing.uvm_ms), per_dev(
+        pricing.comm_ms)
+    total = hbm_ms + uvm_ms + comm_ms
+    lookups, uvm_lookups = per_dev(a.lookups), per_dev(a.lookups * (1.0 - share))
+    used_hbm, used_host = memory_use(task, device, hbm)
+    dev = task.device_arrays
+    counts = np.bincount(device, minlength=n)
+    devices = tuple(
+        DeviceReport(d, int(counts[d]), float(hbm_ms[d]), float(uvm_ms[d]), float(comm_ms[d]),
+                     float(total[d]), int(used_hbm[d]), int(used_host[d]),
+                     int(dev.hbm_capacity[d]), int(dev.host_capacity[d]), float(lookups[d]),
+                     float(uvm_lookups[d]))
+        for d in range(n)
+    )
+    step = float(total.max())
+    bound = lower_bound_ms(task, cost_model)
+    if bound_ms is not None:
+        bound = max(bound, bound_ms)
+    mean = float(total.mean())
+    return CostReport(
+        sharder=plan.sharder,
+        cost_model=cost_model.name,
+        mode=task.workload.mode,
+        batch_size=task.workload.batch_size,
+        step_cost_ms=step,
+        lower_bound_ms=bound,
+        cost_ratio=step / bound if bound > 0 else float("inf"),
+        load_balance=step / mean if mean > 0 else 1.0,
+        uvm_lookup_share=float(uvm_lookups.sum() / max(lookups.sum(), 1e-300)),
+        per_device=devices,
+        access_assumptions=dict(Counter(t.access_source for t in task.tables)),
+    )

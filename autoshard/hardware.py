@@ -1,0 +1,229 @@
+"""Hardware profiles: devices with an HBM and a host (UVM) tier, and the links between them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from autoshard.errors import InputError
+from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+
+GB = 1e9  # spec sheets quote decimal gigabytes
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One memory tier of a device.
+
+    Args:
+        capacity_bytes: Bytes available for embedding tables in this tier.
+        bandwidth_gbps: Bandwidth for embedding lookups, GB/s (1e9 bytes per second).
+    """
+
+    capacity_bytes: int
+    bandwidth_gbps: float
+
+    def __post_init__(self) -> None:
+        if self.capacity_bytes < 0:
+            raise InputError("capacity must be >= 0", field="capacity_bytes",
+                             value=self.capacity_bytes)
+        if not (self.bandwidth_gbps > 0 and math.isfinite(self.bandwidth_gbps)):
+            raise InputError("bandwidth must be > 0", field="bandwidth_gbps",
+                             value=self.bandwidth_gbps)
+
+
+@dataclass(frozen=True)
+class Device:
+    """A GPU: its HBM, the host memory it reaches over PCIe (UVM), and the node it sits in."""
+
+    hbm: Tier
+    host: Tier
+    node: int = 0
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """Devices, links and fixed costs of a cluster.
+
+    Args:
+        name: Profile name.
+        devices: The devices, rank order.
+        intra_node_gbps: Per-device all-to-all bandwidth to a device in the same node, GB/s.
+        inter_node_gbps: Per-device all-to-all bandwidth to a device in another node, GB/s.
+        kernel_overhead_us: Fixed cost of one embedding kernel (per table, per pass), microseconds.
+        devices_per_node: Devices in one node.
+    """
+
+    name: str
+    devices: tuple[Device, ...]
+    intra_node_gbps: float
+    inter_node_gbps: float
+    kernel_overhead_us: float = 5.0
+    devices_per_node: int = 8
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            raise InputError("a profile needs at least one device", field="devices", value=0)
+        for key in ("intra_node_gbps", "inter_node_gbps"):
+            if not getattr(self, key) > 0:
+                raise InputError("bandwidth must be > 0", field=key, value=getattr(self, key))
+        if self.kernel_overhead_us < 0:
+            raise InputError("must be >= 0", field="kernel_overhead_us",
+                             value=self.kernel_overhead_us)
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    def with_devices(self, count: int) -> HardwareProfile:
+        """The same kind of device, ``count`` of them, filling nodes of ``devices_per_node``."""
+        if count < 1:
+            raise InputError("device count must be >= 1", field="devices", value=count)
+        template = self.devices[0]
+        devices = tuple(replace(template, node=i // self.devices_per_node) for i in range(count))
+        name = _base_name(self.name)
+        return replace(self, devices=devices, name=f"{count}x{name}")
+
+    def with_nodes(self, nodes: int) -> HardwareProfile:
+        """``nodes`` full nodes of this profile's device."""
+        if nodes < 1:
+            raise InputError("node count must be >= 1", field="nodes", value=nodes)
+        return self.with_devices(nodes * self.devices_per_node)
+
+    def with_hbm_bytes(self, capacity_bytes: int) -> HardwareProfile:
+        """Every device's HBM tier capped at ``capacity_bytes`` for embeddings."""
+        devices = tuple(replace(d, hbm=replace(d.hbm, capacity_bytes=int(capacity_bytes)))
+                        for d in self.devices)
+        return replace(self, devices=devices)
+
+    def to_dict(self) -> dict[str, Any]:
+        uniform = all(d == replace(self.devices[0], node=d.node) for d in self.devices)
+        doc: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION, "kind": "hardware", "name": self.name,
+            "intra_node_gbps": self.intra_node_gbps, "inter_node_gbps": self.inter_node_gbps,
+            "kernel_overhead_us": self.kernel_overhead_us,
+            "devices_per_node": self.devices_per_node,
+        }
+        if uniform:
+            doc["num_devices"] = self.num_devices
+            doc["device"] = _device_doc(self.devices[0])
+        else:
+            doc["devices"] = [dict(_device_doc(d), node=d.node) for d in self.devices]
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Any, source: str = "<hardware>") -> HardwareProfile:
+        doc = check_schema(doc, "hardware", source)
+        try:
+            per_node = int(doc.get("devices_per_node", 8))
+            if "devices" in doc:
+                devices = tuple(_device(d, source, f"devices[{i}]", d.get("node", 0))
+                                for i, d in enumerate(doc["devices"]))
+            else:
+                if "device" not in doc:
+                    raise InputError("required field missing", field="device")
+                count = int(doc.get("num_devices", per_node))
+                if count < 1:
+                    raise InputError("must be >= 1", field="num_devices", value=count)
+                one = _device(doc["device"], source, "device", 0)
+                devices = tuple(replace(one, node=i // per_node) for i in range(count))
+            return cls(
+                name=str(doc.get("name", Path(source).stem)),
+                devices=devices,
+                intra_node_gbps=float(_required(doc, "intra_node_gbps")),
+                inter_node_gbps=float(_required(doc, "inter_node_gbps")),
+                kernel_overhead_us=float(doc.get("kernel_overhead_us", 5.0)),
+                devices_per_node=per_node,
+            )
+        except InputError as exc:
+            raise exc.located(source) from exc
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"invalid hardware profile ({exc})", source=source) from exc
+
+
+def _required(doc: dict[str, Any], key: str) -> Any:
+    if key not in doc:
+        raise InputError("required field missing", field=key)
+    return doc[key]
+
+
+def _device(doc: Any, source: str, where: str, node: Any) -> Device:
+    if not isinstance(doc, dict):
+        raise InputError("expected a mapping", source=source, field=where, value=doc)
+    try:
+        hbm = Tier(int(float(_required(doc, "hbm_gb")) * GB),
+                   float(_required(doc, "hbm_bandwidth_gbps")))
+        host = Tier(int(float(_required(doc, "host_gb")) * GB),
+                    float(_required(doc, "host_bandwidth_gbps")))
+    except InputError as exc:
+        raise exc.located(source, where) from exc
+    return Device(hbm=hbm, host=host, node=int(node))
+
+
+def _device_doc(d: Device) -> dict[str, float]:
+    return {"hbm_gb": d.hbm.capacity_bytes / GB, "hbm_bandwidth_gbps": d.hbm.bandwidth_gbps,
+            "host_gb": d.host.capacity_bytes / GB, "host_bandwidth_gbps": d.host.bandwidth_gbps}
+
+
+def _base_name(name: str) -> str:
+    head, sep, tail = name.partition("x")
+    return tail if sep and head.isdigit() else name
+
+
+def _node(name: str, hbm_gb: float, hbm_gbps: float, host_gb: float, pcie_gbps: float,
+          nvlink_gbps: float, network_gbps: float) -> HardwareProfile:
+    device = Device(hbm=Tier(int(hbm_gb * GB), hbm_gbps), host=Tier(int(host_gb * GB), pcie_gbps))
+    return HardwareProfile(name=name, devices=tuple(replace(device) for _ in range(8)),
+                           intra_node_gbps=nvlink_gbps, inter_node_gbps=network_gbps)
+
+
+#: Bundled single-node profiles. HBM capacity and bandwidth, host link and NVLink figures are
+#: spec-sheet numbers (REFERENCES.md: V100 900 GB/s, A100-40GB 1.56 TB/s, H100 SXM 3.35 TB/s,
+#: H200 4.8 TB/s; PCIe Gen3/4/5 x16 about 16/32/64 GB/s per direction; NVLink 2/3/4 300/600/900
+#: GB/s per GPU). Host memory per GPU is the DGX system's DRAM divided by its 8 GPUs (DGX-1 512 GB,
+#: DGX A100 1 TB, DGX H100/H200 2 TB). Inter-node bandwidth is one NIC per GPU (100/200/400/400
+#: Gb/s InfiniBand = 12.5/25/50/50 GB/s).
+BUNDLED: dict[str, HardwareProfile] = {
+    p.name: p
+    for p in (
+        _node("8xV100-16GB", 16, 900, 64, 16, 300, 12.5),
+        _node("8xA100-40GB", 40, 1555, 128, 32, 600, 25),
+        _node("8xH100-80GB", 80, 3350, 256, 64, 900, 50),
+        _node("8xH200-141GB", 141, 4800, 256, 64, 900, 50),
+    )
+}
+
+
+def load_hardware(spec: str | Path, *, devices: int | None = None, nodes: int | None = None,
+                  hbm_gb: float | None = None) -> HardwareProfile:
+    """A bundled profile by name or a YAML/JSON file, with optional overrides.
+
+    Args:
+        spec: Bundled profile name (see :data:`BUNDLED`) or a path to a profile file.
+        devices: Total device count (overrides the profile's).
+        nodes: Number of full nodes (ignored when ``devices`` is given).
+        hbm_gb: HBM capacity per device for embeddings, GB.
+    """
+    name = str(spec)
+    if name in BUNDLED:
+        profile = BUNDLED[name]
+    elif Path(name).suffix.lower() in (".yaml", ".yml", ".json"):
+        profile = HardwareProfile.from_dict(read_structured(name), source=name)
+    else:
+        raise InputError(f"unknown hardware profile (bundled: {', '.join(BUNDLED)}; "
+                         "or give a .yaml/.json file)", field="hardware", value=name)
+    if devices is not None:
+        profile = profile.with_devices(devices)
+    elif nodes is not None:
+        profile = profile.with_nodes(nodes)
+    if hbm_gb is not None:
+        if not hbm_gb >= 0:
+            raise InputError("must be >= 0", field="hbm_gb", value=hbm_gb)
+        profile = profile.with_hbm_bytes(int(hbm_gb * GB))
+    return profile
+
+
+def save_hardware(path: str | Path, profile: HardwareProfile) -> None:
+    write_structured(path, profile.to_dict())

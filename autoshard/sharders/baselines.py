@@ -1,0 +1,57 @@
+"""Random and round-robin sharders (DreamShard's simplest baselines), capacity-aware."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from autoshard.cost import CostModel
+from autoshard.placement import PlacementState
+from autoshard.plan import Plan
+from autoshard.task import ShardingTask
+
+
+class RandomSharder:
+    """Tables in random order, each on a random device where it fits whole in HBM, else split.
+
+    Args:
+        seed: Seed of the random generator (same seed, same plan).
+    """
+
+    name: ClassVar[str] = "random"
+    summary: ClassVar[str] = "random device among those where the table fits (seeded)"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
+        rng = np.random.default_rng(self.seed)
+        state = PlacementState(task, cost_model)
+        for t in rng.permutation(task.num_tables):
+            fits = np.flatnonzero(state.full_fit(int(t)))
+            if fits.size:
+                state.place(int(t), int(rng.choice(fits)), int(task.tables[t].rows))
+            else:
+                state.place(int(t), *state.best_split(int(t)))
+        return state.to_plan(self.name)
+
+
+class RoundRobinSharder:
+    """Table i on device i mod D; if it does not fit there, the next device where it does."""
+
+    name: ClassVar[str] = "round_robin"
+    summary: ClassVar[str] = "table i on device i mod D, next device that fits"
+
+    def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
+        state = PlacementState(task, cost_model)
+        n = task.num_devices
+        for t in range(task.num_tables):
+            fits = state.full_fit(t)
+            order = (t + np.arange(n)) % n
+            chosen = order[fits[order]]
+            if chosen.size:
+                state.place(t, int(chosen[0]), int(task.tables[t].rows))
+            else:
+                state.place(t, *state.best_split(t))
+        return state.to_plan(self.name)

@@ -1,0 +1,146 @@
+"""A sharding task: tables, hardware and workload, with vectorised views for pricing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from autoshard.access import GRID
+from autoshard.errors import InputError
+from autoshard.hardware import HardwareProfile
+from autoshard.tables import Table, check_unique_names
+
+MODES = ("train", "infer")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one step does.
+
+    Args:
+        batch_size: Global batch size (samples per step, all devices together).
+        mode: ``train`` (forward, backward, optimizer) or ``infer`` (forward only).
+    """
+
+    batch_size: int = 65536
+    mode: str = "train"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.batch_size, int) and self.batch_size > 0):
+            raise InputError("must be a positive integer", field="batch_size",
+                             value=self.batch_size)
+        if self.mode not in MODES:
+            raise InputError(f"must be one of {', '.join(MODES)}", field="mode", value=self.mode)
+
+    @property
+    def train(self) -> bool:
+        return self.mode == "train"
+
+
+@dataclass(frozen=True)
+class TableArrays:
+    """Per-table columns, in task order (all shaped [T])."""
+
+    rows: np.ndarray
+    dim: np.ndarray
+    row_bytes: np.ndarray
+    optimizer_bytes: np.ndarray
+    memory_bytes_per_row: np.ndarray  # weights (+ optimizer state in train mode)
+    lookups: np.ndarray  # lookups per step: batch * pooling factor * coverage
+    pooling_factor: np.ndarray
+    coverage: np.ndarray
+    rows_used: np.ndarray
+    curves: np.ndarray  # [T, len(GRID)] lookup share of the hottest GRID fraction of rows
+
+
+@dataclass(frozen=True)
+class DeviceArrays:
+    """Per-device columns, in rank order (all shaped [D])."""
+
+    hbm_capacity: np.ndarray
+    host_capacity: np.ndarray
+    hbm_gbps: np.ndarray
+    host_gbps: np.ndarray
+    node: np.ndarray
+    intra_share: np.ndarray  # share of a device's all-to-all peers in its own node
+    inter_share: np.ndarray  # share in other nodes
+
+
+@dataclass(frozen=True)
+class ShardingTask:
+    """Tables to place on a cluster for a workload."""
+
+    tables: tuple[Table, ...]
+    hardware: HardwareProfile
+    workload: Workload = Workload()
+
+    def __post_init__(self) -> None:
+        if not self.tables:
+            raise InputError("a task needs at least one table", field="tables", value=0)
+        check_unique_names(self.tables)
+
+    @property
+    def num_tables(self) -> int:
+        return len(self.tables)
+
+    @property
+    def num_devices(self) -> int:
+        return self.hardware.num_devices
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Table name -> position in :attr:`tables`."""
+        return {t.name: i for i, t in enumerate(self.tables)}
+
+    @cached_property
+    def table_arrays(self) -> TableArrays:
+        t = self.tables
+        train = self.workload.train
+        rows = np.array([x.rows for x in t], dtype=np.int64)
+        curves = np.stack([x.access_curve().on_grid() for x in t])
+        used = np.array([x.access_curve().used_fraction for x in t]) * rows
+        return TableArrays(
+            rows=rows,
+            dim=np.array([x.dim for x in t], dtype=np.int64),
+            row_bytes=np.array([x.row_bytes for x in t], dtype=np.float64),
+            optimizer_bytes=np.array([x.optimizer_bytes_per_row for x in t], dtype=np.float64),
+            memory_bytes_per_row=np.array([x.memory_bytes_per_row(train) for x in t],
+                                          dtype=np.float64),
+            lookups=np.array([x.lookups_per_sample for x in t]) * self.workload.batch_size,
+            pooling_factor=np.array([x.pooling_factor for x in t]),
+            coverage=np.array([x.coverage for x in t]),
+            rows_used=np.minimum(np.ceil(used - 1e-9), rows).astype(np.int64),
+            curves=curves,
+        )
+
+    @cached_property
+    def device_arrays(self) -> DeviceArrays:
+        devs = self.hardware.devices
+        node = np.array([d.node for d in devs], dtype=np.int64)
+        peers = max(len(devs) - 1, 1)
+        same = np.array([np.count_nonzero(node == n) - 1 for n in node], dtype=np.float64)
+        return DeviceArrays(
+            hbm_capacity=np.array([d.hbm.capacity_bytes for d in devs], dtype=np.float64),
+            host_capacity=np.array([d.host.capacity_bytes for d in devs], dtype=np.float64),
+            hbm_gbps=np.array([d.hbm.bandwidth_gbps for d in devs]),
+            host_gbps=np.array([d.host.bandwidth_gbps for d in devs]),
+            node=node,
+            intra_share=same / peers,
+            inter_share=(len(devs) - 1 - same) / peers,
+        )
+
+    def hbm_share(self, table_idx: np.ndarray, hbm_rows: np.ndarray) -> np.ndarray:
+        """Share of each table's lookups served by its ``hbm_rows`` hottest rows (vectorised)."""
+        a = self.table_arrays
+        table_idx = np.asarray(table_idx)
+        frac = np.clip(np.asarray(hbm_rows, dtype=np.float64) / a.rows[table_idx], 0.0, 1.0)
+        j = np.clip(np.searchsorted(GRID, frac, side="right") - 1, 0, GRID.size - 2)
+        w = (frac - GRID[j]) / (GRID[j + 1] - GRID[j])
+        lo = a.curves[table_idx, j]
+        hi = a.curves[table_idx, j + 1]
+        return lo + (hi - lo) * w
+
+    def with_workload(self, workload: Workload) -> ShardingTask:
+        return ShardingTask(self.tables, self.hardware, workload)
