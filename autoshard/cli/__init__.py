@@ -19,6 +19,7 @@ app = typer.Typer(
 
 # Command modules register themselves on ``app`` when imported.
 from autoshard.cli import core_cmds  # noqa: E402,F401
+from autoshard.cli import compare_cmds  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> None:

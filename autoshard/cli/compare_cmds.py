@@ -1,0 +1,109 @@
+"""The comparison harness command."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autoshard.cli import app
+from autoshard.cli.common import CostModelOpt, console
+from autoshard.compare import CompareRow, read_rows, run_suite
+from autoshard.compare_report import markdown_table, summarize, write_plots
+from autoshard.cost import load_cost_model
+from autoshard.fileio import atomic_write_text, read_structured
+from autoshard.machine import describe_machine
+from autoshard.sharders import sharder_names
+from autoshard.suites import SUITES, get_suite
+from autoshard.tracking import start_run
+
+
+@app.command()
+def compare(
+    suite: Annotated[str, typer.Option(help=f"Suite: {', '.join(SUITES)}.")] = "tiny",
+    cost_model: CostModelOpt = "analytical",
+    sharders: Annotated[str | None, typer.Option(
+        help="Comma-separated sharder names (default: every registered sharder).")] = None,
+    out: Annotated[Path, typer.Option(help="Results folder.")] = Path("results/compare"),
+    time_limit: Annotated[float, typer.Option(
+        help="Time limit per plan for sharders that take one (s).")] = 60.0,
+    seed: Annotated[int, typer.Option(help="Seed for randomised sharders.")] = 0,
+    fresh: Annotated[bool, typer.Option(help="Start over instead of resuming.")] = False,
+    wandb_mode: Annotated[str, typer.Option(
+        help="W&B tracking: offline (default, no account), online or disabled.")] = "offline",
+) -> None:
+    """Run every registered sharder on a suite of tasks; write CSV, Markdown and plots."""
+    specs = get_suite(suite)
+    names = _sharder_list(sharders)
+    model = load_cost_model(cost_model)
+    run = start_run("compare", {"suite": suite, "cost_model": model.name, "sharders": names,
+                                "time_limit": time_limit, "seed": seed}, wandb_mode,
+                    Path("runs"), seed)
+
+    def show(row: CompareRow) -> None:
+        ratio = "" if row.status != "ok" else f"cost/bound {row.cost_ratio:.3f}"
+        console.print(f"  {row.task:<18} {row.sharder:<20} {row.status:<8} {ratio} "
+                      f"{row.reason[:80]}")
+
+    start = time.perf_counter()
+    console.print(f"suite {suite}: {len(specs)} task(s) x {len(names)} sharder(s)")
+    rows = run_suite(suite, specs, model, out, names,
+                     {"seed": seed, "time_limit": time_limit}, on_row=show, fresh=fresh)
+    rows = [r for r in read_rows(out / f"{suite}.csv") if r.cost_model == model.name]
+    breakdown = read_structured(out / f"{suite}.devices.json") if (
+        out / f"{suite}.devices.json").is_file() else {}
+    plots = write_plots(rows, breakdown, out, suite)
+    table = markdown_table(summarize(rows))
+    md = _markdown(suite, model.name, table, rows, time.perf_counter() - start)
+    atomic_write_text(out / f"{suite}.md", md)
+    console.print(table)
+    console.print(f"wrote {out / (suite + '.csv')}, {out / (suite + '.md')}, "
+                  + ", ".join(str(p) for p in plots))
+    if run is not None:
+        _log_wandb(run, rows, plots)
+
+
+def _sharder_list(spec: str | None) -> list[str]:
+    from autoshard.errors import InputError
+
+    known = sharder_names()
+    if not spec:
+        return known
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    for name in names:
+        if name not in known:
+            raise InputError(f"unknown sharder (known: {', '.join(known)})", field="sharders",
+                             value=name)
+    return names
+
+
+def _markdown(suite: str, model: str, table: str, rows: list[CompareRow], seconds: float) -> str:
+    command = "autoshard " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    tasks = sorted({r.task for r in rows})
+    names = list(dict.fromkeys(r.sharder for r in rows))
+    cell = {(r.task, r.sharder): (f"{r.cost_ratio:.3f}" if r.status == "ok" else r.status)
+            for r in rows}
+    per_task = ["| task | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    per_task += [f"| {t} | " + " | ".join(cell.get((t, n), "") for n in names) + " |"
+                 for t in tasks]
+    return (f"# Comparison: suite `{suite}`\n\nCommand: `{command}`  \n"
+            f"Machine: {describe_machine()}  \nCost model: {model}; this run took "
+            f"{seconds:.1f} s (rows kept from earlier runs are not re-timed).\n\n"
+            f"## Per sharder\n\n{table}\n## Step cost / lower bound per task\n\n"
+            + "\n".join(per_task) + "\n")
+
+
+def _log_wandb(run: object, rows: list[CompareRow], plots: list[Path]) -> None:
+    from dataclasses import asdict
+
+    import wandb
+
+    columns = list(asdict(rows[0])) if rows else []
+    table = wandb.Table(columns=columns, data=[list(asdict(r).values()) for r in rows])
+    run.log({"compare/rows": table,  # type: ignore[attr-defined]
+             **{f"compare/{p.stem}": wandb.Image(str(p)) for p in plots}})
+    run.finish()  # type: ignore[attr-defined]

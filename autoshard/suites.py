@@ -1,0 +1,93 @@
+"""Named suites of sharding tasks for the comparison harness.
+
+Tables come from the held-out (test) half of a fixed DLRM-like pool, so that learned sharders are
+compared on tables they were not trained on; the 856-table suite uses the whole pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from autoshard.errors import InputError
+from autoshard.tables import Table
+from autoshard.task import ShardingTask
+from autoshard.workloads import constrained_task, dlrm_tables, split_pool
+
+#: The fixed pool every suite, and the agent's training, draws from.
+POOL_SIZE = 856
+POOL_SEED = 0
+
+
+@cache
+def table_pools() -> tuple[tuple[Table, ...], tuple[Table, ...]]:
+    """(train pool, test pool): disjoint halves of the fixed 856-table DLRM-like pool."""
+    return split_pool(dlrm_tables(POOL_SIZE, seed=POOL_SEED), seed=POOL_SEED)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a suite: ``tables`` drawn from a pool on ``devices`` devices.
+
+    Args:
+        name: Task name, unique in its suite.
+        tables: Number of tables drawn (without replacement).
+        devices: Device count.
+        hbm_fraction: Cluster HBM as a fraction of the tables' bytes (< 1: capacity-constrained).
+        seed: Seed of the table draw.
+        mode: ``train`` or ``infer``.
+        batch_size: Global batch size.
+        hardware: Bundled hardware profile.
+        pool: ``test`` (held-out half) or ``all`` (the whole pool).
+    """
+
+    name: str
+    tables: int
+    devices: int
+    hbm_fraction: float
+    seed: int = 0
+    mode: str = "train"
+    batch_size: int = 65536
+    hardware: str = "8xH100-80GB"
+    pool: str = "test"
+
+    def build(self) -> ShardingTask:
+        import numpy as np
+
+        train, test = table_pools()
+        pool = test if self.pool == "test" else train + test
+        if self.tables > len(pool):
+            raise InputError(f"pool has {len(pool)} tables", field="tables", value=self.tables)
+        rng = np.random.default_rng(self.seed)
+        chosen = sorted(rng.choice(len(pool), size=self.tables, replace=False))
+        return constrained_task([pool[i] for i in chosen], self.devices, self.hbm_fraction,
+                                self.hardware, self.batch_size, self.mode)
+
+
+def _seeds(prefix: str, tables: int, devices: int, fraction: float, seeds: int,
+           **kwargs: object) -> tuple[TaskSpec, ...]:
+    return tuple(TaskSpec(f"{prefix}-{tables}x{devices}-s{s}", tables, devices, fraction, s,
+                          **kwargs)  # type: ignore[arg-type]
+                 for s in range(seeds))
+
+
+#: Capacity-constrained tasks keep 30% of the tables' bytes in HBM; rich ones 200%.
+CONSTRAINED = 0.3
+RICH = 2.0
+
+SUITES: dict[str, tuple[TaskSpec, ...]] = {
+    "tiny": _seeds("tiny", 12, 2, CONSTRAINED, 2),
+    "constrained-50x4": _seeds("c", 50, 4, CONSTRAINED, 3),
+    "constrained-100x8": _seeds("c", 100, 8, CONSTRAINED, 3),
+    "constrained-200x8": _seeds("c", 200, 8, CONSTRAINED, 3),
+    "constrained-856x128": (TaskSpec("c-856x128", 856, 128, CONSTRAINED, 0, pool="all"),),
+    "rich-100x8": _seeds("r", 100, 8, RICH, 3),
+    "infer-100x8": _seeds("i", 100, 8, CONSTRAINED, 3, mode="infer"),
+}
+
+
+def get_suite(name: str) -> tuple[TaskSpec, ...]:
+    if name not in SUITES:
+        raise InputError(f"unknown suite (known: {', '.join(SUITES)})", field="suite",
+                         value=name)
+    return SUITES[name]
