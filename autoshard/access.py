@@ -37,6 +37,9 @@ class AccessCurve:
         if x.shape != y.shape or x.size < 2:
             raise InputError("access curve needs two equal-length lists of at least 2 points",
                              field="access_cdf", value=(len(x), len(y)))
+        if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+            raise InputError("access curve values must be finite numbers", field="access_cdf",
+                             value=(list(x), list(y)))
         if x[0] != 0.0 or y[0] != 0.0:
             raise InputError("access curve must start at (0, 0)", field="access_cdf",
                              value=(float(x[0]), float(y[0])))
@@ -51,11 +54,11 @@ class AccessCurve:
     def used_fraction(self) -> float:
         """Fraction of rows that receive any lookup."""
         y = np.asarray(self.lookup_share)
-        return float(self.row_fraction[int(np.argmax(y >= 1.0 - 1e-12))])
+        return float(self.row_fraction[int(np.argmax(y >= y[-1] - 1e-12))])
 
     def share_at(self, fraction: np.ndarray | float) -> np.ndarray:
         """Share of lookups served by the hottest ``fraction`` of rows."""
-        return np.interp(fraction, self.row_fraction, self.lookup_share)
+        return np.asarray(np.interp(fraction, self.row_fraction, self.lookup_share))
 
     def on_grid(self) -> np.ndarray:
         """This curve's shares at :data:`GRID`."""
@@ -66,6 +69,12 @@ class AccessCurve:
 
     @classmethod
     def from_dict(cls, doc: dict[str, list[float]]) -> AccessCurve:
+        if not isinstance(doc, dict):
+            raise InputError("expected a mapping with row_fraction and lookup_share",
+                             field="access_cdf", value=doc)
+        for key in ("row_fraction", "lookup_share"):
+            if key not in doc:
+                raise InputError("required field missing", field=f"access_cdf.{key}")
         return cls(tuple(float(v) for v in doc["row_fraction"]),
                    tuple(float(v) for v in doc["lookup_share"]))
 
@@ -104,10 +113,9 @@ class AccessCurve:
 def _harmonic(n: np.ndarray | float, alpha: float) -> np.ndarray:
     """Generalised harmonic number H(n, alpha) by Euler-Maclaurin (exact to ~1e-4 relative)."""
     n = np.asarray(n, dtype=float)
-    if abs(alpha - 1.0) < 1e-9:
-        integral = np.log(n)
-    else:
-        integral = (n ** (1.0 - alpha) - 1.0) / (1.0 - alpha)
+    # The integral of x^-alpha from 1 to n, then the Euler-Maclaurin end corrections.
+    one = abs(alpha - 1.0) < 1e-9
+    integral = np.log(n) if one else (n ** (1.0 - alpha) - 1.0) / (1.0 - alpha)
     return integral + 0.5 * (1.0 + n**-alpha) + alpha / 12.0 * (1.0 - n ** (-alpha - 1.0))
 
 

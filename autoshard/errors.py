@@ -31,7 +31,8 @@ class InputError(ValueError):
         if field:
             parts.append(f"field '{field}'")
         if value is not None:
-            parts.append(f"value {value!r}")
+            text = repr(value)
+            parts.append(f"value {text if len(text) <= 80 else text[:77] + '...'}")
         prefix = ", ".join(parts)
         super().__init__(f"{prefix}: {message}" if prefix else message)
 

@@ -22,7 +22,10 @@ def read_structured(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise InputError("file not found", source=str(path))
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}".splitlines()[0], source=str(path)) from exc
     if not text.strip():
         raise InputError("file is empty", source=str(path))
     try:

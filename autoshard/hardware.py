@@ -69,7 +69,10 @@ class HardwareProfile:
         for key in ("intra_node_gbps", "inter_node_gbps"):
             if not getattr(self, key) > 0:
                 raise InputError("bandwidth must be > 0", field=key, value=getattr(self, key))
-        if self.kernel_overhead_us < 0:
+        if not (isinstance(self.devices_per_node, int) and self.devices_per_node >= 1):
+            raise InputError("must be an integer >= 1", field="devices_per_node",
+                             value=self.devices_per_node)
+        if not (self.kernel_overhead_us >= 0 and math.isfinite(self.kernel_overhead_us)):
             raise InputError("must be >= 0", field="kernel_overhead_us",
                              value=self.kernel_overhead_us)
 
@@ -99,7 +102,9 @@ class HardwareProfile:
         return replace(self, devices=devices)
 
     def to_dict(self) -> dict[str, Any]:
-        uniform = all(d == replace(self.devices[0], node=d.node) for d in self.devices)
+        per_node = self.devices_per_node
+        uniform = all(d == replace(self.devices[0], node=i // per_node)
+                      for i, d in enumerate(self.devices))
         doc: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION, "kind": "hardware", "name": self.name,
             "intra_node_gbps": self.intra_node_gbps, "inter_node_gbps": self.inter_node_gbps,
@@ -115,51 +120,84 @@ class HardwareProfile:
 
     @classmethod
     def from_dict(cls, doc: Any, source: str = "<hardware>") -> HardwareProfile:
+        """A profile from a mapping; errors name the source, the field and the value."""
         doc = check_schema(doc, "hardware", source)
         try:
-            per_node = int(doc.get("devices_per_node", 8))
+            per_node = _integer(doc, "devices_per_node", 8)
+            if per_node < 1:
+                raise InputError("must be >= 1", field="devices_per_node", value=per_node)
             if "devices" in doc:
-                devices = tuple(_device(d, source, f"devices[{i}]", d.get("node", 0))
+                if not isinstance(doc["devices"], list) or not doc["devices"]:
+                    raise InputError("expected a non-empty list of devices", field="devices",
+                                     value=doc["devices"])
+                devices = tuple(_device(d, f"devices[{i}]", i // per_node)
                                 for i, d in enumerate(doc["devices"]))
             else:
-                if "device" not in doc:
-                    raise InputError("required field missing", field="device")
-                count = int(doc.get("num_devices", per_node))
+                _required(doc, "device")
+                count = _integer(doc, "num_devices", per_node)
                 if count < 1:
                     raise InputError("must be >= 1", field="num_devices", value=count)
-                one = _device(doc["device"], source, "device", 0)
+                one = _device(doc["device"], "device", 0)
                 devices = tuple(replace(one, node=i // per_node) for i in range(count))
             return cls(
                 name=str(doc.get("name", Path(source).stem)),
                 devices=devices,
-                intra_node_gbps=float(_required(doc, "intra_node_gbps")),
-                inter_node_gbps=float(_required(doc, "inter_node_gbps")),
-                kernel_overhead_us=float(doc.get("kernel_overhead_us", 5.0)),
+                intra_node_gbps=_number(doc, "intra_node_gbps"),
+                inter_node_gbps=_number(doc, "inter_node_gbps"),
+                kernel_overhead_us=_number(doc, "kernel_overhead_us", 5.0),
                 devices_per_node=per_node,
             )
         except InputError as exc:
             raise exc.located(source) from exc
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise InputError(f"invalid hardware profile ({exc})", source=source) from exc
 
 
 def _required(doc: dict[str, Any], key: str) -> Any:
-    if key not in doc:
+    if key not in doc or doc[key] is None:
         raise InputError("required field missing", field=key)
     return doc[key]
 
 
-def _device(doc: Any, source: str, where: str, node: Any) -> Device:
-    if not isinstance(doc, dict):
-        raise InputError("expected a mapping", source=source, field=where, value=doc)
+def _number(doc: dict[str, Any], key: str, default: float | None = None) -> float:
+    """A finite number from ``doc[key]`` (``default`` when absent and a default is given)."""
+    if default is not None and doc.get(key) is None:
+        return default
+    value = _required(doc, key)
     try:
-        hbm = Tier(int(float(_required(doc, "hbm_gb")) * GB),
-                   float(_required(doc, "hbm_bandwidth_gbps")))
-        host = Tier(int(float(_required(doc, "host_gb")) * GB),
-                    float(_required(doc, "host_bandwidth_gbps")))
+        if isinstance(value, bool):
+            raise ValueError(value)
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise InputError("must be a number", field=key, value=value) from exc
+    if not math.isfinite(number):
+        raise InputError("must be a finite number", field=key, value=value)
+    return number
+
+
+def _integer(doc: dict[str, Any], key: str, default: int) -> int:
+    number = _number(doc, key, float(default))
+    if not number.is_integer():
+        raise InputError("must be an integer", field=key, value=doc.get(key))
+    return int(number)
+
+
+def _device(doc: Any, where: str, node: int) -> Device:
+    if not isinstance(doc, dict):
+        raise InputError("expected a mapping", field=where, value=doc)
+    try:
+        values = {key: _number(doc, key) for key in
+                  ("hbm_gb", "hbm_bandwidth_gbps", "host_gb", "host_bandwidth_gbps")}
+        node = _integer(doc, "node", node)
+        for key in ("hbm_gb", "host_gb"):
+            if values[key] < 0:
+                raise InputError("must be >= 0", field=key, value=doc[key])
+        for key in ("hbm_bandwidth_gbps", "host_bandwidth_gbps"):
+            if values[key] <= 0:
+                raise InputError("must be > 0", field=key, value=doc[key])
     except InputError as exc:
-        raise exc.located(source, where) from exc
-    return Device(hbm=hbm, host=host, node=int(node))
+        raise exc.located("", where) from exc
+    return Device(hbm=Tier(int(values["hbm_gb"] * GB), values["hbm_bandwidth_gbps"]),
+                  host=Tier(int(values["host_gb"] * GB), values["host_bandwidth_gbps"]),
+                  node=node)
 
 
 def _device_doc(d: Device) -> dict[str, float]:
@@ -201,14 +239,19 @@ def load_hardware(spec: str | Path, *, devices: int | None = None, nodes: int | 
     """A bundled profile by name or a YAML/JSON file, with optional overrides.
 
     Args:
-        spec: Bundled profile name (see :data:`BUNDLED`) or a path to a profile file.
+        spec: Bundled profile name (see :data:`BUNDLED`), the same with another device count
+            (``16xH100-80GB``, the name :meth:`HardwareProfile.with_devices` gives), or a path
+            to a profile file.
         devices: Total device count (overrides the profile's).
         nodes: Number of full nodes (ignored when ``devices`` is given).
         hbm_gb: HBM capacity per device for embeddings, GB.
     """
     name = str(spec)
+    head, _, base = name.partition("x")
     if name in BUNDLED:
         profile = BUNDLED[name]
+    elif head.isdigit() and int(head) > 0 and f"8x{base}" in BUNDLED:  # e.g. 16xH100-80GB
+        profile = BUNDLED[f"8x{base}"].with_devices(int(head))
     elif Path(name).suffix.lower() in (".yaml", ".yml", ".json"):
         profile = HardwareProfile.from_dict(read_structured(name), source=name)
     else:

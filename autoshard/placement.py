@@ -71,15 +71,20 @@ class PlacementState:
         best = candidates[np.lexsort((self.load_ms[candidates], -k[candidates]))[0]]
         return int(best), int(k[best])
 
-    def place(self, table: int, device: int, hbm_rows: int) -> float:
-        """Puts ``table`` on ``device`` with ``hbm_rows`` in HBM; returns its price (ms)."""
+    def place(self, table: int, device: int, hbm_rows: int, price: float | None = None) -> float:
+        """Puts ``table`` on ``device`` with ``hbm_rows`` in HBM; returns its price (ms).
+
+        ``price`` is this placement's total from the same cost model, when the caller already
+        priced it (e.g. in one vectorised call for many candidates); otherwise it is priced here.
+        """
         assert self.device[table] < 0, "table placed twice"
         a = self.task.table_arrays
         per_row = a.memory_bytes_per_row[table]
         self.free_hbm[device] -= hbm_rows * per_row
         self.free_host[device] -= (a.rows[table] - hbm_rows) * per_row
-        price = float(self.cost_model.price(self.task, np.array([table]), np.array([device]),
-                                            np.array([hbm_rows])).total_ms[0])
+        if price is None:
+            price = float(self.cost_model.price(self.task, np.array([table]), np.array([device]),
+                                                np.array([hbm_rows])).total_ms[0])
         self.load_ms[device] += price
         self.device[table] = device
         self.hbm_rows[table] = hbm_rows

@@ -48,17 +48,19 @@ class Plan:
 
     def arrays(self, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
         """(device, hbm_rows) in task order; checks every table is placed exactly once."""
-        device = np.full(task.num_tables, -1, dtype=np.int64)
+        device = np.zeros(task.num_tables, dtype=np.int64)
         hbm = np.zeros(task.num_tables, dtype=np.int64)
+        placed = np.zeros(task.num_tables, dtype=bool)
         for p in self.placements:
             i = task.index.get(p.table)
             if i is None:
                 raise PlannerError("invalid_plan", f"plan places unknown table '{p.table}'")
-            if device[i] >= 0:
+            if placed[i]:
                 raise PlannerError("invalid_plan", f"table '{p.table}' is placed twice")
+            placed[i] = True
             device[i] = p.device
             hbm[i] = p.hbm_rows
-        missing = [task.tables[i].name for i in np.flatnonzero(device < 0)]
+        missing = [task.tables[i].name for i in np.flatnonzero(~placed)]
         if missing:
             raise PlannerError("invalid_plan", f"plan leaves {len(missing)} table(s) unplaced, "
                                f"first '{missing[0]}'")
@@ -93,12 +95,21 @@ class Plan:
                     raise InputError("must be an integer >= 0", source=source,
                                      field=f"{where}.{key}", value=p[key])
             placements.append(Placement(str(p["table"]), p["device"], p["hbm_rows"]))
+        if doc.get("hardware") is not None and not isinstance(doc["hardware"], str):
+            raise InputError("must be a profile name", source=source, field="hardware",
+                             value=doc["hardware"])
         workload = None
         if doc.get("workload") is not None:
+            if not isinstance(doc["workload"], dict):
+                raise InputError("expected a mapping", source=source, field="workload",
+                                 value=doc["workload"])
             try:
                 workload = Workload(**doc["workload"])
-            except (InputError, TypeError) as exc:
-                raise InputError(str(exc), source=source, field="workload") from exc
+            except InputError as exc:
+                raise exc.located(source, "workload") from exc
+            except TypeError as exc:
+                raise InputError("expected only batch_size and mode", source=source,
+                                 field="workload", value=doc["workload"]) from exc
         return cls(tuple(placements), str(doc.get("sharder", "")), workload, doc.get("hardware"))
 
     def save(self, path: str | Path) -> None:
@@ -129,7 +140,8 @@ def check_plan(plan: Plan, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
     """
     device, hbm = plan.arrays(task)
     a = task.table_arrays
-    for i in np.flatnonzero((device >= task.num_devices) | (hbm > a.rows)):
+    bad = (device < 0) | (device >= task.num_devices) | (hbm < 0) | (hbm > a.rows)
+    for i in np.flatnonzero(bad):
         t = task.tables[i]
         raise PlannerError("invalid_plan", f"table '{t.name}': device {device[i]} of "
                            f"{task.num_devices}, hbm_rows {hbm[i]} of {t.rows}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -52,26 +53,43 @@ class Table:
     reuse_hist: tuple[float, ...] | None = field(default=None)
 
     def __post_init__(self) -> None:
-        checks: list[tuple[str, Any, bool]] = [
-            ("name", self.name, isinstance(self.name, str) and bool(self.name)),
-            ("rows", self.rows, _is_int(self.rows) and self.rows > 0),
-            ("dim", self.dim, _is_int(self.dim) and self.dim > 0),
-            ("bytes_per_element", self.bytes_per_element, self.bytes_per_element in (1, 2, 4, 8)),
-            ("optimizer_bytes_per_row", self.optimizer_bytes_per_row,
-             _is_int(self.optimizer_bytes_per_row) and self.optimizer_bytes_per_row >= 0),
-            ("pooling_factor", self.pooling_factor, _finite(self.pooling_factor)
-             and self.pooling_factor > 0),
-            ("coverage", self.coverage, _finite(self.coverage) and 0 < self.coverage <= 1),
-            ("rows_used", self.rows_used, self.rows_used is None
-             or (_is_int(self.rows_used) and 0 < self.rows_used <= self.rows)),
-            ("zipf_alpha", self.zipf_alpha, self.zipf_alpha is None
-             or (_finite(self.zipf_alpha) and self.zipf_alpha >= 0)),
-            ("reuse_hist", self.reuse_hist, self.reuse_hist is None
-             or len(self.reuse_hist) == REUSE_BINS),
-        ]
-        for name, value, ok in checks:
+        for name, value, ok, rule in self._checks():
             if not ok:
-                raise InputError("invalid value", field=f"{self.name}.{name}", value=value)
+                raise InputError(rule, field=f"{self.name}.{name}", value=value)
+
+    def _checks(self) -> list[tuple[str, Any, bool, str]]:
+        """(field, value, valid, rule) for every field."""
+        hist = self.reuse_hist
+        return [
+            ("name", self.name, isinstance(self.name, str) and bool(self.name),
+             "must be a non-empty string"),
+            ("rows", self.rows, _is_int(self.rows) and self.rows > 0,
+             "must be a positive integer"),
+            ("dim", self.dim, _is_int(self.dim) and self.dim > 0, "must be a positive integer"),
+            ("bytes_per_element", self.bytes_per_element,
+             _is_int(self.bytes_per_element) and self.bytes_per_element in (1, 2, 4, 8),
+             "must be 1, 2, 4 or 8"),
+            ("optimizer_bytes_per_row", self.optimizer_bytes_per_row,
+             _is_int(self.optimizer_bytes_per_row) and self.optimizer_bytes_per_row >= 0,
+             "must be an integer >= 0"),
+            ("pooling_factor", self.pooling_factor,
+             _finite(self.pooling_factor) and self.pooling_factor > 0, "must be a number > 0"),
+            ("pooling_std", self.pooling_std, self.pooling_std is None
+             or (_finite(self.pooling_std) and self.pooling_std >= 0), "must be a number >= 0"),
+            ("coverage", self.coverage, _finite(self.coverage) and 0 < self.coverage <= 1,
+             "must be a number in (0, 1]"),
+            ("rows_used", self.rows_used, self.rows_used is None
+             or (_is_int(self.rows_used) and 0 < self.rows_used <= self.rows),
+             "must be an integer in [1, rows]"),
+            ("access_cdf", self.access_cdf, self.access_cdf is None
+             or isinstance(self.access_cdf, AccessCurve), "must be an access curve"),
+            ("zipf_alpha", self.zipf_alpha, self.zipf_alpha is None
+             or (_finite(self.zipf_alpha) and self.zipf_alpha >= 0), "must be a number >= 0"),
+            ("reuse_hist", hist, hist is None
+             or (isinstance(hist, tuple) and len(hist) == REUSE_BINS
+                 and all(_finite(v) and 0 <= v <= 1 for v in hist)),
+             f"must be {REUSE_BINS} shares in [0, 1]"),
+        ]
 
     @property
     def row_bytes(self) -> int:
@@ -132,26 +150,11 @@ class Table:
         if unknown:
             raise InputError(f"unknown field (known: {', '.join(sorted(known))})",
                              source=source, field=f"{name}.{unknown[0]}")
-        kwargs = dict(doc)
+        kwargs = {key: _convert(key, value, source, str(name)) for key, value in doc.items()}
         try:
-            for key in ("rows", "dim", "bytes_per_element", "optimizer_bytes_per_row",
-                        "rows_used"):
-                if kwargs.get(key) is not None:
-                    kwargs[key] = _to_int(kwargs[key])
-            for key in ("pooling_factor", "pooling_std", "coverage", "zipf_alpha"):
-                if kwargs.get(key) is not None:
-                    kwargs[key] = float(kwargs[key])
-            if kwargs.get("access_cdf") is not None:
-                kwargs["access_cdf"] = AccessCurve.from_dict(kwargs["access_cdf"])
-            if kwargs.get("reuse_hist") is not None:
-                kwargs["reuse_hist"] = tuple(float(v) for v in kwargs["reuse_hist"])
             return cls(**kwargs)
         except InputError as exc:
             raise exc.located(source, str(name)) from exc
-        except (TypeError, ValueError, KeyError) as exc:
-            bad = next((k for k, v in doc.items() if not _convertible(k, v)), "?")
-            raise InputError(f"invalid value ({exc})", source=source, field=f"{name}.{bad}",
-                             value=doc.get(bad)) from exc
 
 
 def load_tables(path: str | Path) -> tuple[Table, ...]:
@@ -197,10 +200,52 @@ def with_stats(table: Table, **stats: Any) -> Table:
 
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:
-    with path.open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    return [{k.strip(): v.strip() for k, v in row.items() if v is not None and v.strip() != ""}
-            for row in rows]
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except FileNotFoundError as exc:
+        raise InputError("file not found", source=str(path)) from exc
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"cannot read: {exc}".splitlines()[0], source=str(path)) from exc
+    docs = []
+    for line, row in enumerate(rows, start=2):
+        if None in row:
+            raise InputError("more values than columns in the header", source=str(path),
+                             field=f"line {line}", value=row[None])  # type: ignore[index]
+        docs.append({k.strip(): v.strip() for k, v in row.items()
+                     if k is not None and v is not None and v.strip() != ""})
+    return docs
+
+
+_INT_FIELDS = ("rows", "dim", "bytes_per_element", "optimizer_bytes_per_row", "rows_used")
+_FLOAT_FIELDS = ("pooling_factor", "pooling_std", "coverage", "zipf_alpha")
+
+
+def _convert(key: str, value: Any, source: str, name: str) -> Any:
+    """A file value converted to the field's type (CSV gives strings); errors name the field."""
+    if value is None:
+        return None
+    try:
+        if key in _INT_FIELDS:
+            return _to_int(value)
+        if key in _FLOAT_FIELDS:
+            if isinstance(value, bool):
+                raise ValueError("not a number")
+            return float(value)
+        if key == "access_cdf":
+            return AccessCurve.from_dict(value)
+        if key == "name" and _is_int(value):  # YAML reads `name: 17` as a number
+            return str(value)
+        if key == "reuse_hist":
+            if isinstance(value, str):  # a CSV cell: values separated by ';' or spaces
+                value = [v for v in re.split(r"[;\s]+", value) if v]
+            return tuple(float(v) for v in value)
+        return value
+    except InputError as exc:
+        raise exc.located(source, name) from exc
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise InputError(f"invalid value ({exc})", source=source, field=f"{name}.{key}",
+                         value=value) from exc
 
 
 def _is_int(value: Any) -> bool:
@@ -208,22 +253,20 @@ def _is_int(value: Any) -> bool:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _to_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("not an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
     as_float = float(value)
     if not as_float.is_integer():
         raise ValueError(f"{value!r} is not an integer")
     return int(as_float)
-
-
-def _convertible(key: str, value: Any) -> bool:
-    try:
-        if key in ("rows", "dim", "bytes_per_element", "optimizer_bytes_per_row", "rows_used"):
-            _to_int(value)
-        elif key in ("pooling_factor", "pooling_std", "coverage", "zipf_alpha"):
-            float(value)
-        return True
-    except (TypeError, ValueError):
-        return False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 
 import numpy as np
@@ -141,6 +141,21 @@ class ShardingTask:
         lo = a.curves[table_idx, j]
         hi = a.curves[table_idx, j + 1]
         return lo + (hi - lo) * w
+
+    def subset(self, indices: np.ndarray, hardware: HardwareProfile | None = None) -> ShardingTask:
+        """The task of the tables at ``indices`` (in that order), on ``hardware`` if given.
+
+        Reuses this task's per-table arrays (sliced) instead of recomputing the access curves,
+        which makes drawing many tasks from one table pool cheap.
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        sub = ShardingTask(tuple(self.tables[i] for i in idx), hardware or self.hardware,
+                           self.workload)
+        a = self.table_arrays
+        # cached_property stores in the instance dict; seed it with the sliced arrays.
+        sub.__dict__["table_arrays"] = TableArrays(
+            **{f.name: getattr(a, f.name)[idx] for f in fields(TableArrays)})
+        return sub
 
     def with_workload(self, workload: Workload) -> ShardingTask:
         return ShardingTask(self.tables, self.hardware, workload)

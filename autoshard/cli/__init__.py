@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import sys
 
 import click
 import typer
 
 from autoshard.errors import InputError, PlannerError
+
+
+def _click_errors() -> tuple[type[Exception], ...]:
+    """Click's usage-error class, and the copy of it that recent typer releases vendor."""
+    errors: list[type[Exception]] = [click.exceptions.ClickException]
+    with contextlib.suppress(ImportError, AttributeError):
+        errors.append(importlib.import_module("typer._click.exceptions").ClickException)
+    return tuple(errors)
+
+
+_CLICK_ERRORS = _click_errors()
 
 app = typer.Typer(
     name="autoshard",
@@ -17,9 +30,16 @@ app = typer.Typer(
     add_completion=False,
 )
 
-# Command modules register themselves on ``app`` when imported.
+# Command modules register themselves on ``app`` when imported (one line each).
+# isort: off
 from autoshard.cli import core_cmds  # noqa: E402,F401
+from autoshard.cli import export_cmds  # noqa: E402,F401
 from autoshard.cli import compare_cmds  # noqa: E402,F401
+from autoshard.cli import cost_cmds  # noqa: E402,F401
+from autoshard.cli import run_cmds  # noqa: E402,F401
+from autoshard.cli import data_cmds  # noqa: E402,F401
+from autoshard.cli import train_cmds  # noqa: E402,F401
+# isort: on
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,15 +47,20 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = app(args=argv, standalone_mode=False)
     except (InputError, PlannerError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    except click.exceptions.Exit as exc:
+        _fail(f"error: {exc}", 2)
+    except OSError as exc:  # unreadable input or unwritable output, named by the OS message
+        _fail(f"error: {exc}", 2)
+    except _CLICK_ERRORS as exc:
+        exc.show()  # type: ignore[attr-defined]
+        sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+    except (click.exceptions.Abort, typer.Abort, KeyboardInterrupt):
+        _fail("aborted", 130)
+    except (click.exceptions.Exit, typer.Exit) as exc:
         sys.exit(exc.exit_code)
     if isinstance(result, int) and result:
         sys.exit(result)
+
+
+def _fail(line: str, code: int) -> None:
+    print(" ".join(line.split()), file=sys.stderr)
+    sys.exit(code)

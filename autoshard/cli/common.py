@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,11 +15,12 @@ from rich.console import Console
 from autoshard.errors import InputError
 from autoshard.hardware import load_hardware
 from autoshard.tables import Table, load_tables
-from autoshard.task import ShardingTask, Workload
+from autoshard.task import MODES, ShardingTask, Workload
 
 console = Console()
 
-TablesOpt = Annotated[str, typer.Option("--tables", "-t", help="Table file (JSON, YAML, CSV).")]
+TablesOpt = Annotated[str, typer.Option(
+    "--tables", "-t", help="Table file (JSON, YAML, CSV), or 'default' (the built-in workload).")]
 HardwareOpt = Annotated[str, typer.Option(
     "--hardware", "-H", help="Bundled profile name (see `autoshard hardware list`) or YAML file.")]
 DevicesOpt = Annotated[int | None, typer.Option(help="Override the number of devices.")]
@@ -31,7 +35,11 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.
 
 
 def read_tables(spec: str) -> tuple[Table, ...]:
-    """Tables from a file path."""
+    """Tables from a file path, or ``default``: the embedded synthetic workload (856 tables)."""
+    if spec == "default" and not Path(spec).exists():
+        from autoshard.synth import default_tables
+
+        return default_tables()
     return load_tables(spec)
 
 
@@ -39,11 +47,44 @@ def build_task(tables: str, hardware: str, devices: int | None = None, nodes: in
                hbm_gb: float | None = None, batch_size: int | None = None,
                mode: str | None = None, default: Workload | None = None) -> ShardingTask:
     """Loads tables and hardware and assembles a task; CLI values override ``default``."""
+    check_options(devices=devices, nodes=nodes, hbm_gb=hbm_gb, batch_size=batch_size,
+                  mode=mode)
     base = default or Workload()
     workload = Workload(batch_size=batch_size if batch_size is not None else base.batch_size,
                         mode=mode if mode is not None else base.mode)
-    profile = load_hardware(hardware, devices=devices, nodes=nodes, hbm_gb=hbm_gb)
+    with options_named():
+        profile = load_hardware(hardware, devices=devices, nodes=nodes, hbm_gb=hbm_gb)
     return ShardingTask(read_tables(tables), profile, workload)
+
+
+def check_options(devices: int | None = None, nodes: int | None = None,
+                  hbm_gb: float | None = None, batch_size: int | None = None,
+                  mode: str | None = None) -> None:
+    """Rejects out-of-range command-line values before any file is read."""
+    rules: list[tuple[str, Any, bool, str]] = [
+        ("--devices", devices, devices is None or devices >= 1, "must be >= 1"),
+        ("--nodes", nodes, nodes is None or nodes >= 1, "must be >= 1"),
+        ("--hbm-gb", hbm_gb, hbm_gb is None or (math.isfinite(hbm_gb) and hbm_gb >= 0),
+         "must be a number >= 0"),
+        ("--batch-size", batch_size, batch_size is None or batch_size >= 1, "must be >= 1"),
+        ("--mode", mode, mode is None or mode in MODES, f"must be one of {', '.join(MODES)}"),
+    ]
+    for option, value, ok, rule in rules:
+        if not ok:
+            raise InputError(rule, source="command line", field=option, value=value)
+
+
+@contextlib.contextmanager
+def options_named() -> Iterator[None]:
+    """Attributes input errors that name no file to the command line, as ``--option``."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.source:
+            raise
+        option = "--" + (exc.field or "").replace("_", "-")
+        raise InputError(exc.reason, source="command line", field=option,
+                         value=exc.value) from exc
 
 
 def check_output_path(path: Path) -> None:

@@ -21,12 +21,15 @@ from autoshard.cli.common import (
     NodesOpt,
     TablesOpt,
     build_task,
+    check_options,
     check_output_path,
     console,
+    options_named,
     print_json,
 )
 from autoshard.cli.report import show_report
 from autoshard.cost import load_cost_model
+from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.hardware import BUNDLED, load_hardware
 from autoshard.plan import Plan
@@ -52,12 +55,16 @@ def plan(
     """Plan a task with a sharder and write the plan (JSON/YAML)."""
     check_output_path(output)
     task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode)
-    model = load_cost_model(cost_model)
-    chosen = get_sharder(sharder, seed=seed)
+    with options_named():
+        model = load_cost_model(cost_model)
+        chosen = get_sharder(sharder, seed=seed)
     start = time.perf_counter()
-    result = chosen.shard(task, model)
+    try:
+        result = chosen.shard(task, model)
+    except PlannerError as exc:
+        raise PlannerError(exc.kind, f"{tables}: {exc}") from exc
     seconds = time.perf_counter() - start
-    report = evaluate(result, task, model)
+    report = evaluate(result, task, model, bound_ms=getattr(chosen, "last_bound_ms", None))
     result.save(output)
     if json_out:
         print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output)))
@@ -78,13 +85,28 @@ def evaluate_cmd(
     batch_size: BatchOpt = None,
     mode: ModeOpt = None,
     cost_model: CostModelOpt = "analytical",
+    bound: Annotated[str, typer.Option(
+        "--bound", help="Lower bound: 'simple' (fast) or 'lp' (adds the MILP's LP relaxation, "
+        "tighter with mixed devices).")] = "simple",
     json_out: JsonOpt = False,
 ) -> None:
     """Price a plan: per-device cost, step cost, lower bound, balance and UVM share."""
     loaded = Plan.load(plan_file)
     task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
                       default=loaded.workload)
-    report = evaluate(loaded, task, load_cost_model(cost_model))
+    with options_named():
+        model = load_cost_model(cost_model)
+    if loaded.hardware and loaded.hardware != task.hardware.name:
+        typer.echo(f"note: {plan_file} was planned for '{loaded.hardware}', evaluated on "
+                   f"'{task.hardware.name}'", err=True)
+    if bound not in ("simple", "lp"):
+        raise InputError("must be 'simple' or 'lp'", field="--bound", value=bound)
+    bound_ms = None
+    if bound == "lp":
+        from autoshard.sharders.recshard import recshard_bound
+
+        bound_ms = recshard_bound(task, model)
+    report = evaluate(loaded, task, model, bound_ms=bound_ms)
     if json_out:
         print_json(report.to_dict())
     else:
@@ -99,9 +121,10 @@ app.add_typer(hardware_app, name="hardware")
 def hardware_list() -> None:
     """List the bundled hardware profiles."""
     table = RichTable(title="bundled hardware profiles (spec-sheet figures)")
-    for col in ("name", "devices", "HBM GB", "HBM GB/s", "host GB", "host link GB/s",
-                "intra-node GB/s", "inter-node GB/s"):
-        table.add_column(col)
+    table.add_column("name", no_wrap=True)
+    for col in ("count", "HBM GB", "HBM GB/s", "host GB", "host GB/s", "intra GB/s",
+                "inter GB/s"):
+        table.add_column(col, justify="right")
     for p in BUNDLED.values():
         d = p.devices[0]
         table.add_row(p.name, str(p.num_devices), f"{d.hbm.capacity_bytes / 1e9:g}",
@@ -121,7 +144,9 @@ def hardware_show(
     """Print a profile (with overrides applied) as YAML, ready to edit and reuse."""
     import yaml
 
-    profile = load_hardware(name, devices=devices, nodes=nodes, hbm_gb=hbm_gb)
+    check_options(devices=devices, nodes=nodes, hbm_gb=hbm_gb)
+    with options_named():
+        profile = load_hardware(name, devices=devices, nodes=nodes, hbm_gb=hbm_gb)
     typer.echo(yaml.safe_dump(profile.to_dict(), sort_keys=False).rstrip())
 
 

@@ -12,17 +12,20 @@ def show_report(report: CostReport, title: str = "") -> None:
     """Prints a per-device table and the plan summary."""
     table = RichTable(title=title or f"plan by {report.sharder or '?'} "
                       f"({report.cost_model} cost, {report.mode}, batch {report.batch_size})")
-    for col in ("device", "tables", "HBM ms", "UVM ms", "comm ms", "total ms", "HBM GiB",
-                "host GiB", "UVM lookups"):
-        table.add_column(col, justify="right")
+    for col in ("device", "tables", "HBM\nms", "UVM\nms", "comm\nms", "total\nms", "HBM\nGiB",
+                "host\nGiB", "UVM\nlookups"):
+        table.add_column(col, justify="right", no_wrap=True)
     for d in report.per_device:
         share = d.uvm_lookups / d.lookups if d.lookups else 0.0
         table.add_row(str(d.device), str(d.tables), f"{d.hbm_ms:.3f}", f"{d.uvm_ms:.3f}",
-                      f"{d.comm_ms:.3f}", f"{d.total_ms:.3f}",
-                      f"{d.hbm_bytes / 2**30:.2f}/{d.hbm_capacity_bytes / 2**30:.1f}",
-                      f"{d.host_bytes / 2**30:.2f}/{d.host_capacity_bytes / 2**30:.1f}",
-                      f"{share:.1%}")
+                      f"{d.comm_ms:.3f}", f"{d.total_ms:.3f}", f"{d.hbm_bytes / 2**30:.2f}",
+                      f"{d.host_bytes / 2**30:.2f}", f"{share:.1%}")
     console.print(table)
+    hbm = {d.hbm_capacity_bytes for d in report.per_device}
+    host = {d.host_capacity_bytes for d in report.per_device}
+    if len(hbm) == 1 and len(host) == 1:
+        console.print(f"capacity per device: HBM {hbm.pop() / 2**30:.2f} GiB, host "
+                      f"{host.pop() / 2**30:.2f} GiB")
     assumptions = ", ".join(f"{n} {k}" for k, n in sorted(report.access_assumptions.items()))
     console.print(
         f"step cost [bold]{report.step_cost_ms:.3f} ms[/], lower bound "

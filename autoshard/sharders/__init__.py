@@ -21,6 +21,9 @@ _ENTRIES: dict[str, str] = {
     "dim_greedy": "autoshard.sharders.greedy:DimGreedy",
     "lookup_greedy": "autoshard.sharders.greedy:LookupGreedy",
     "size_lookup_greedy": "autoshard.sharders.greedy:SizeLookupGreedy",
+    "recshard": "autoshard.sharders.recshard:RecShard",
+    "torchrec": "autoshard.sharders.torchrec_planner:TorchRecSharder",
+    "ppo": "autoshard.sharders.ppo:PPOSharder",
 }
 
 
@@ -42,11 +45,19 @@ def _load_class(name: str) -> Any:
         raise InputError(f"unknown sharder (known: {', '.join(_ENTRIES)})", field="sharder",
                          value=name)
     module, _, attr = _ENTRIES[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:  # a missing optional dependency, say
+        raise PlannerError("unavailable", f"sharder '{name}' is unavailable: cannot load "
+                           f"{_ENTRIES[name]} ({exc})") from exc
 
 
 def sharder_info(name: str) -> SharderInfo:
-    cls = _load_class(name)
+    """A registry entry; a sharder whose module cannot be imported is listed as unavailable."""
+    try:
+        cls = _load_class(name)
+    except PlannerError as exc:
+        return SharderInfo(name, "", str(exc).split(": ", 1)[-1])
     check = getattr(cls, "unavailable", None)
     return SharderInfo(name, cls.summary, check() if check else None)
 

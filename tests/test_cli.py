@@ -1,0 +1,160 @@
+"""The command line: plan, evaluate, hardware, sharders, and every bad-input path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoshard.cli import main
+from autoshard.tables import Table, save_tables
+
+TABLES = (Table("a", rows=1000, dim=16, pooling_factor=3.0, zipf_alpha=1.0),
+          Table("b", rows=5000, dim=32, pooling_factor=1.0),
+          Table("c", rows=200, dim=8, coverage=0.5))
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def tables_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tables.yaml"
+    save_tables(path, TABLES)
+    return path
+
+
+def test_plan_then_evaluate(tmp_path: Path, tables_file: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "out" / "plan.json"
+    code, out, _ = run(["plan", "-t", str(tables_file), "-H", "8xV100-16GB", "--devices", "2",
+                        "-s", "lookup_greedy", "--batch-size", "4096", "--mode", "infer",
+                        "-o", str(plan)], capsys)
+    assert code == 0 and plan.is_file()
+    assert "step cost" in out and "lower bound" in out
+    saved = json.loads(plan.read_text())
+    assert saved["sharder"] == "lookup_greedy" and len(saved["placements"]) == 3
+    assert saved["workload"] == {"batch_size": 4096, "mode": "infer"}
+    code, out, _ = run(["evaluate", str(plan), "-t", str(tables_file), "-H", "8xV100-16GB",
+                        "--devices", "2", "--json"], capsys)
+    assert code == 0
+    report = json.loads(out)
+    for key in ("step_cost_ms", "lower_bound_ms", "load_balance", "uvm_lookup_share",
+                "per_device"):
+        assert key in report
+    assert len(report["per_device"]) == 2
+    assert report["mode"] == "infer" and report["batch_size"] == 4096  # from the plan
+    assert report["step_cost_ms"] >= report["lower_bound_ms"] > 0
+    assert report["access_assumptions"] == {"zipf": 1, "uniform": 2}
+    # The recorded name of a scaled profile loads as such; another profile is pointed out.
+    code, _, err = run(["evaluate", str(plan), "-t", str(tables_file), "-H", "2xV100-16GB"],
+                       capsys)
+    assert code == 0 and err == ""
+    code, _, err = run(["evaluate", str(plan), "-t", str(tables_file), "-H", "2xH100-80GB"],
+                       capsys)
+    assert code == 0 and "planned for '2xV100-16GB'" in err
+
+
+def test_plan_json_output(tmp_path: Path, tables_file: Path,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "plan.yaml"
+    code, out, _ = run(["plan", "-t", str(tables_file), "-s", "random", "--seed", "3",
+                        "-o", str(plan), "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["sharder"] == "random" and doc["output"] == str(plan)
+    assert plan.read_text().startswith("schema_version: 1")
+
+
+def test_hardware_and_sharders(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["hardware", "list"], capsys)
+    assert code == 0 and "8xH200-141GB" in out and "4800" in out
+    code, out, _ = run(["hardware", "show", "8xA100-40GB", "--devices", "16", "--hbm-gb", "10"],
+                       capsys)
+    assert code == 0 and "name: 16xA100-40GB" in out and "num_devices: 16" in out
+    assert "hbm_gb: 10.0" in out
+    code, out, _ = run(["sharders"], capsys)
+    assert code == 0
+    for name in ("random", "round_robin", "size_greedy", "size_lookup_greedy"):
+        assert name in out
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def bad_inputs(tmp: Path, good: str) -> list[tuple[list[str], list[str]]]:
+    """(arguments after `plan`, pieces the one error line must hold)."""
+    malformed = write(tmp / "malformed.json", '{"tables": [')
+    missing = write(tmp / "missing.csv", "name,rows\nx,10\n")
+    negative = write(tmp / "negative.yaml", "tables:\n- {name: x, rows: -10, dim: 4}\n")
+    huge = write(tmp / "huge.csv", "name,rows,dim\nbig,10000000000,128\n")
+    hw = write(tmp / "hw.yaml", "intra_node_gbps: 1\ninter_node_gbps: 1\n"
+               "device: {hbm_gb: 1, hbm_bandwidth_gbps: 100, host_gb: -2, "
+               "host_bandwidth_gbps: 10}\n")
+    return [
+        (["-t", malformed], ["malformed.json", "cannot parse"]),
+        (["-t", missing], ["missing.csv", "'x.dim'", "missing"]),
+        (["-t", negative], ["negative.yaml", "'x.rows'", "-10"]),
+        (["-t", str(tmp / "absent.json")], ["absent.json", "not found"]),
+        (["-t", good, "-s", "nope"], ["--sharder", "'nope'"]),
+        (["-t", good, "-H", "9xB300"], ["--hardware", "'9xB300'"]),
+        (["-t", good, "-H", hw], ["hw.yaml", "'device.host_gb'", "-2"]),
+        (["-t", huge], ["huge.csv", "'big'", "GiB"]),
+        (["-t", good, "--mode", "serve"], ["--mode", "'serve'"]),
+        (["-t", good, "--batch-size", "0"], ["--batch-size", "0"]),
+        (["-t", good, "--devices", "0"], ["--devices", "0"]),
+        (["-t", good, "--hbm-gb", "-1"], ["--hbm-gb", "-1"]),
+        (["-t", good, "--cost-model", "nowhere"], ["--cost-model", "'nowhere'"]),
+    ]
+
+
+def test_every_bad_input_is_one_line_and_exit_2(tmp_path: Path, tables_file: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "plan.json"
+    for args, pieces in bad_inputs(tmp_path, str(tables_file)):
+        code, out, err = run(["plan", *args, "-o", str(output)], capsys)
+        assert code == 2, (args, err)
+        assert err.startswith("error: ") and err.count("\n") == 1, (args, err)
+        assert "Traceback" not in err + out
+        for piece in pieces:
+            assert piece in err, (args, err)
+        assert not output.exists(), args
+        assert not list(tmp_path.glob(".plan.json*")), args
+
+
+def test_evaluate_bad_plan(tmp_path: Path, tables_file: Path,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    plan = write(tmp_path / "plan.json", '{"placements": [{"table": "a", "device": 0}]}')
+    code, _, err = run(["evaluate", plan, "-t", str(tables_file)], capsys)
+    assert code == 2 and "'placements[0].hbm_rows'" in err and err.count("\n") == 1
+    wrong = write(tmp_path / "p2.json", json.dumps({"placements": [
+        {"table": n, "device": 9, "hbm_rows": 0} for n in ("a", "b", "c")]}))
+    code, _, err = run(["evaluate", wrong, "-t", str(tables_file), "--devices", "2"], capsys)
+    assert code == 2 and "device 9 of 2" in err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["plan", "--batch-size", "many", "-t", "x.json"], capsys)
+    assert code == 2 and "--batch-size" in err and "Traceback" not in err
+    code, _, _ = run([], capsys)  # no command: help, no traceback
+    assert code in (0, 2)
+
+
+def test_python_m_help() -> None:
+    done = subprocess.run([sys.executable, "-m", "autoshard", "--help"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0
+    assert "plan" in done.stdout and "evaluate" in done.stdout
+    assert done.stderr == ""
