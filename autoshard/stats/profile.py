@@ -1,0 +1,246 @@
+"""Per-table statistics from lookups: counts per row, then everything the planner needs.
+
+One pass: a table's lookups are counted with ``np.bincount`` (or a sort when the table is far
+larger than its lookups), and every statistic is read from the histogram of those counts, so no
+step loops over samples or sorts the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autoshard.access import AccessCurve, expected_rows_used
+from autoshard.errors import InputError
+from autoshard.tables import REUSE_BINS, Table
+
+#: Tables with more rows than this many times their lookups are counted by sorting: beyond it,
+#: the two passes over a dense count array cost more than a sort of the lookups
+#: (benchmarks/bench_profiler.py).
+SPARSE_RATIO = 16
+
+
+def reuse_bin(times: np.ndarray) -> np.ndarray:
+    """Reuse bin of rows accessed ``times`` >= 1 times: 0 for 1, i for 2^(i-1) < n <= 2^i,
+    16 for n > 32768 (the bins of Meta's DLRM locality stats)."""
+    exponent = np.frexp(np.asarray(times, dtype=np.float64) - 1.0)[1]
+    return np.minimum(exponent, REUSE_BINS - 1)
+
+
+@dataclass(frozen=True)
+class CountHistogram:
+    """How many rows were accessed exactly ``times[i]`` times (``rows[i]`` of them).
+
+    ``times`` is sorted in decreasing order and holds only values >= 1.
+    """
+
+    times: np.ndarray
+    rows: np.ndarray
+
+    @classmethod
+    def from_counts(cls, counts: np.ndarray) -> CountHistogram:
+        """From per-row counts (zeros allowed)."""
+        counts = np.asarray(counts, dtype=np.int64)
+        if counts.size == 0:
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
+        per_value = np.bincount(counts)
+        times = np.flatnonzero(per_value)[::-1]
+        times = times[times > 0]
+        return cls(times.astype(np.int64), per_value[times].astype(np.int64))
+
+    @property
+    def distinct(self) -> int:
+        return int(self.rows.sum())
+
+    @property
+    def lookups(self) -> int:
+        return int((self.rows * self.times).sum())
+
+    def reuse(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and lookups per reuse bin (absolute numbers, 17 bins)."""
+        bins = reuse_bin(self.times)
+        rows = np.bincount(bins, weights=self.rows, minlength=REUSE_BINS)
+        lookups = np.bincount(bins, weights=self.rows * self.times, minlength=REUSE_BINS)
+        return rows, lookups
+
+    def curve(self, hash_size: int, points: int = 64) -> AccessCurve:
+        """Share of lookups served by the hottest k rows, at log-spaced k (exact at each k)."""
+        if self.distinct == 0:
+            return AccessCurve.uniform(1.0)
+        cum_rows = np.cumsum(self.rows)
+        cum_lookups = np.cumsum(self.rows * self.times)
+        k = np.unique(np.round(np.logspace(0, np.log10(cum_rows[-1]), points)).astype(np.int64))
+        group = np.searchsorted(cum_rows, k)
+        before_rows = np.where(group > 0, cum_rows[group - 1], 0)
+        before_lookups = np.where(group > 0, cum_lookups[group - 1], 0)
+        served = before_lookups + (k - before_rows) * self.times[group]
+        x = np.concatenate(([0.0], k / hash_size))
+        y = np.concatenate(([0.0], np.round(served / cum_lookups[-1], 6)))
+        y[-1] = 1.0
+        return AccessCurve(tuple(float(f"{v:.10g}") for v in x), tuple(y.tolist()))
+
+
+@dataclass(frozen=True)
+class TableProfile:
+    """Measured statistics of one table.
+
+    Args:
+        name: Table name.
+        hash_size: Rows of the table.
+        samples: Samples seen.
+        present: Samples in which the feature had at least one lookup.
+        lookups: Total lookups.
+        pooling_sq: Sum over samples of squared lookups per sample (for the spread).
+        counts: Histogram of per-row access counts.
+        draws: Distinct raw values hashed into the table, when known (else ``None``).
+    """
+
+    name: str
+    hash_size: int
+    samples: int
+    present: int
+    lookups: int
+    pooling_sq: float
+    counts: CountHistogram
+    draws: int | None = None
+    reuse: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reuse", self.counts.reuse())
+
+    @property
+    def rows_used(self) -> int:
+        return self.counts.distinct
+
+    @property
+    def coverage(self) -> float:
+        return self.present / self.samples if self.samples else 0.0
+
+    @property
+    def pooling_factor(self) -> float:
+        """Mean lookups per sample in which the feature is present."""
+        return self.lookups / self.present if self.present else 0.0
+
+    @property
+    def pooling_std(self) -> float:
+        """Standard deviation of lookups per sample over the samples where it is present."""
+        if not self.present:
+            return 0.0
+        var = self.pooling_sq / self.present - self.pooling_factor**2
+        return float(np.sqrt(max(var, 0.0)))
+
+    @property
+    def expected_rows_used(self) -> float:
+        """Birthday-paradox rows used: distinct raw values (or, unknown, all lookups) hashed
+        uniformly into the table."""
+        draws = self.draws if self.draws is not None else self.lookups
+        return float(expected_rows_used(self.hash_size, draws))
+
+    @property
+    def reuse_rows(self) -> np.ndarray:
+        """Share of distinct rows in each reuse bin."""
+        rows = self.reuse[0]
+        return rows / rows.sum() if rows.sum() else rows
+
+    @property
+    def reuse_lookups(self) -> np.ndarray:
+        """Share of lookups in each reuse bin."""
+        lookups = self.reuse[1]
+        return lookups / lookups.sum() if lookups.sum() else lookups
+
+    def to_table(self, dim: int = 64, points: int = 64) -> Table:
+        """The planner's :class:`Table` (raises when the table was never looked up)."""
+        if self.lookups == 0:
+            raise InputError("table has no lookups", field=f"{self.name}.lookups", value=0)
+        return Table(name=self.name, rows=self.hash_size, dim=dim,
+                     pooling_factor=self.pooling_factor, pooling_std=self.pooling_std,
+                     coverage=self.coverage, rows_used=self.rows_used,
+                     access_cdf=self.counts.curve(self.hash_size, points),
+                     reuse_hist=tuple(float(v) for v in np.round(self.reuse_rows, 6)))
+
+    def summary(self) -> dict[str, float | int | str]:
+        return {"name": self.name, "rows": self.hash_size, "lookups": self.lookups,
+                "pooling_factor": self.pooling_factor, "pooling_std": self.pooling_std,
+                "coverage": self.coverage, "rows_used": self.rows_used,
+                "expected_rows_used": self.expected_rows_used}
+
+
+def count_rows(indices: np.ndarray, hash_size: int) -> np.ndarray | CountHistogram:
+    """Per-row counts (dense) or, for tables much larger than their lookups, the count
+    histogram straight from a sort."""
+    if hash_size > SPARSE_RATIO * max(indices.size, 1):
+        narrow = indices.astype(np.uint32) if hash_size <= 2**32 else indices
+        ordered = np.sort(narrow)
+        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+        return CountHistogram.from_counts(np.diff(np.append(starts, ordered.size)))
+    return np.bincount(indices, minlength=hash_size)
+
+
+def profile_table(name: str, indices: np.ndarray, lengths: np.ndarray, hash_size: int,
+                  draws: int | None = None) -> TableProfile:
+    """Profiles one table from all its lookups and its lookups per sample (checked input)."""
+    counted = count_rows(indices, hash_size)
+    hist = counted if isinstance(counted, CountHistogram) else CountHistogram.from_counts(counted)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return TableProfile(name=name, hash_size=hash_size, samples=int(lengths.size),
+                        present=int(np.count_nonzero(lengths)), lookups=int(indices.size),
+                        pooling_sq=float(np.dot(lengths, lengths)), counts=hist, draws=draws)
+
+
+class CountAccumulator:
+    """Accumulates dense per-row counts of several tables over chunks of samples.
+
+    Args:
+        names: Table names.
+        hash_sizes: Rows per table; ``None``: unknown, the table grows to its largest index + 1.
+    """
+
+    def __init__(self, names: Sequence[str], hash_sizes: Sequence[int | None]) -> None:
+        self.names = list(names)
+        self.hash_sizes = list(hash_sizes)
+        self.counts = [np.zeros(h or 0, dtype=np.int64) for h in hash_sizes]
+        self.samples = np.zeros(len(names), dtype=np.int64)
+        self.present = np.zeros(len(names), dtype=np.int64)
+        self.pooling_sq = np.zeros(len(names), dtype=np.float64)
+
+    def add(self, table: int, indices: np.ndarray, lengths: np.ndarray) -> None:
+        """Adds one chunk of a table: its (checked) lookups and its lookups per sample."""
+        counts = self.counts[table]
+        if indices.size:
+            chunk = np.bincount(indices, minlength=counts.size)
+            if chunk.size > counts.size:
+                chunk[: counts.size] += counts
+                self.counts[table] = chunk
+            else:
+                counts += chunk
+        lengths = np.asarray(lengths, dtype=np.int64)
+        self.samples[table] += lengths.size
+        self.present[table] += np.count_nonzero(lengths)
+        self.pooling_sq[table] += float(np.dot(lengths, lengths))
+
+    def result(self, draws: Sequence[int | None] | None = None) -> list[TableProfile]:
+        draws = draws if draws is not None else [None] * len(self.names)
+        return [TableProfile(name=n, hash_size=h or max(c.size, 1),
+                             samples=int(self.samples[i]), present=int(self.present[i]),
+                             lookups=int(c.sum()), pooling_sq=float(self.pooling_sq[i]),
+                             counts=CountHistogram.from_counts(c), draws=draws[i])
+                for i, (n, h, c) in enumerate(zip(self.names, self.hash_sizes, self.counts,
+                                                  strict=True))]
+
+
+def merged_reuse(profiles: Iterable[TableProfile]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct-row share and lookup share per reuse bin over all tables together (how Meta's
+    locality stats merge the 856 tables of a trace)."""
+    rows = np.zeros(REUSE_BINS)
+    lookups = np.zeros(REUSE_BINS)
+    for p in profiles:
+        rows += p.reuse[0]
+        lookups += p.reuse[1]
+    return rows / max(rows.sum(), 1.0), lookups / max(lookups.sum(), 1.0)
+
+
+def cdf_distance(a: Sequence[float], b: Sequence[float]) -> float:
+    """Max absolute difference of two histograms' CDFs over the bins."""
+    return float(np.max(np.abs(np.cumsum(a) - np.cumsum(b))))
