@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Protocol
 
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
@@ -19,8 +20,27 @@ from autoshard.evaluator import CostReport, evaluate
 from autoshard.fileio import atomic_write_text, read_structured, write_structured
 from autoshard.plan import Plan
 from autoshard.sharders import get_sharder, sharder_info, sharder_names
-from autoshard.suites import TaskSpec
 from autoshard.task import ShardingTask
+
+
+class TaskSource(Protocol):
+    """A named task: a suite's :class:`autoshard.suites.TaskSpec`, or :class:`FixedTask`."""
+
+    @property
+    def name(self) -> str: ...
+
+    def build(self) -> ShardingTask: ...
+
+
+@dataclass(frozen=True)
+class FixedTask:
+    """An already built task under a name (e.g. the demo's profiled workload)."""
+
+    name: str
+    task: ShardingTask
+
+    def build(self) -> ShardingTask:
+        return self.task
 
 
 @dataclass(frozen=True)
@@ -87,7 +107,7 @@ def _rewrite(path: Path, rows: Iterable[CompareRow]) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
-def run_one(suite: str, spec: TaskSpec, task: ShardingTask, name: str, cost_model: CostModel,
+def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_model: CostModel,
             bound_ms: float | None, options: dict[str, object]) -> tuple[CompareRow, Plan | None,
                                                                         CostReport | None]:
     """Runs one sharder on one task; failures and unavailability become rows, not exceptions."""
@@ -111,7 +131,7 @@ def run_one(suite: str, spec: TaskSpec, task: ShardingTask, name: str, cost_mode
     return row, plan, report
 
 
-def run_suite(suite: str, specs: Iterable[TaskSpec], cost_model: CostModel, out_dir: Path,
+def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, out_dir: Path,
               sharders: list[str] | None = None, options: dict[str, object] | None = None,
               bound: Callable[[ShardingTask, CostModel], float] | None = None,
               on_row: Callable[[CompareRow], None] | None = None,

@@ -35,6 +35,7 @@ app = typer.Typer(
 from autoshard.cli import core_cmds  # noqa: E402,F401
 from autoshard.cli import export_cmds  # noqa: E402,F401
 from autoshard.cli import compare_cmds  # noqa: E402,F401
+from autoshard.cli import demo_cmds  # noqa: E402,F401
 from autoshard.cli import cost_cmds  # noqa: E402,F401
 from autoshard.cli import run_cmds  # noqa: E402,F401
 from autoshard.cli import data_cmds  # noqa: E402,F401

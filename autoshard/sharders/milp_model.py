@@ -1,0 +1,281 @@
+"""The placement MILP, built in matrix form and solved with HiGHS.
+
+Variables, for every allowed (table t, device d) pair: ``x`` binary (t on d), ``m`` HBM memory of
+t on d (GB), ``c`` cost of t on d (ms); and ``C``, the step cost. Constraints::
+
+    sum_d x[t,d] = 1                                  every table placed once
+    m[t,d] <= M[t,kind(d)] * x[t,d]                   HBM use only where placed, capped
+    c[t,d] >= a_l * x[t,d] + b_l * m[t,d]             every kept line under the cost curve
+    sum_t c[t,d] <= w_d * C                           step cost is the max over devices
+    sum_t m[t,d] <= w_d * HBM_d                       HBM capacity
+    sum_t (F_t * x[t,d] - m[t,d]) <= w_d * host_d     host capacity (the rest of the table)
+
+minimising C (plus ``spread`` times the total cost, to break ties towards less work). A "device"
+of weight w_d > 1 stands for w_d identical devices: the aggregated LP of a cluster, whose optimum
+equals the LP relaxation of the per-device model (average any per-device solution over each kind).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autoshard.sharders.milp_curves import CostLines
+
+_TOLERANCE = 1e-9
+_BANNER_SHOWN = False
+
+
+@dataclass(frozen=True)
+class Subproblem:
+    """Which tables go on which devices, and what each device holds.
+
+    Args:
+        tables: Task indices of the tables ([T']).
+        kind: Device kind of each device ([D']).
+        hbm: HBM capacity of each device, GB ([D']).
+        host: Host capacity of each device, GB ([D']).
+        full: Each table's full memory, GB ([T']).
+        weight: Devices each one stands for ([D'], 1 for real devices).
+        integer: Binary placement (False: the LP relaxation).
+        symmetric: Fix variables to break the symmetry of identical devices (real devices only).
+        fixed: Device position of each table, to re-optimise only the row splits.
+    """
+
+    tables: np.ndarray
+    kind: np.ndarray
+    hbm: np.ndarray
+    host: np.ndarray
+    full: np.ndarray
+    weight: np.ndarray
+    integer: bool = True
+    symmetric: bool = True
+    fixed: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Solution:
+    """A solved subproblem: device (position in the subproblem) and HBM memory (GB) per table,
+    the objective of the returned solution, HiGHS's proven bound, status, and seconds spent."""
+
+    device: np.ndarray | None
+    memory: np.ndarray | None
+    objective: float
+    bound: float
+    status: str
+    seconds: float
+
+
+def _pairs(sub: Subproblem, lines: CostLines, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Allowed (table position, device position) pairs: the table's rest fits the host memory,
+    and, for identical devices, the i-th table (by ``order``) only on the first i+1 of its kind."""
+    nt, nd = sub.tables.size, sub.kind.size
+    tt, dd = np.meshgrid(np.arange(nt), np.arange(nd), indexing="ij")
+    cap = lines.max_memory[sub.tables[:, None], sub.kind[None, :]]
+    ok = sub.full[:, None] - cap <= sub.host[None, :] * sub.weight[None, :] + _TOLERANCE
+    if sub.fixed is not None:
+        ok &= dd == sub.fixed[:, None]
+    if sub.symmetric and sub.integer and sub.fixed is None:
+        rank = np.empty(nt, dtype=np.int64)
+        rank[order] = np.arange(nt)
+        for k in np.unique(sub.kind):
+            members = np.flatnonzero(sub.kind == k)
+            position = np.arange(members.size)
+            ok[:, members] &= position[None, :] <= rank[:, None]
+    return tt[ok], dd[ok]
+
+
+def _matrix(sub: Subproblem, lines: CostLines, pt: np.ndarray, pd: np.ndarray,
+            spread: float) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray],
+                                    np.ndarray, np.ndarray, np.ndarray]:
+    """Triplets (row, col, value), row bounds and column costs of the model."""
+    p = pt.size
+    t_glob, kinds = sub.tables[pt], sub.kind[pd]
+    x, m, c, cc = np.arange(p), p + np.arange(p), 2 * p + np.arange(p), 3 * p
+    rows, cols, vals, lo, hi = [], [], [], [], []
+    nrow = 0
+
+    def add(r: np.ndarray, col: np.ndarray, v: np.ndarray) -> None:
+        rows.append(r)
+        cols.append(col)
+        vals.append(np.broadcast_to(v, r.shape).astype(np.float64))
+
+    nt, nd = sub.tables.size, sub.kind.size
+    add(pt, x, np.ones(p))
+    lo.append(np.ones(nt))
+    hi.append(np.ones(nt))
+    nrow = nt
+    add(nrow + np.arange(p), m, np.ones(p))
+    add(nrow + np.arange(p), x, -lines.max_memory[t_glob, kinds])
+    lo.append(np.full(p, -np.inf))
+    hi.append(np.zeros(p))
+    nrow += p
+    counts = lines.count[t_glob, kinds]
+    for line in range(int(counts.max())):
+        use = np.flatnonzero(counts > line)
+        r = nrow + np.arange(use.size)
+        add(r, x[use], lines.intercept[t_glob[use], kinds[use], line])
+        add(r, m[use], lines.slope[t_glob[use], kinds[use], line])
+        add(r, c[use], -np.ones(use.size))
+        lo.append(np.full(use.size, -np.inf))
+        hi.append(np.zeros(use.size))
+        nrow += use.size
+    add(nrow + pd, c, np.ones(p))
+    add(nrow + np.arange(nd), np.full(nd, cc), -sub.weight.astype(np.float64))
+    nrow += nd
+    add(nrow + pd, m, np.ones(p))
+    add(nrow + nd + pd, x, sub.full[pt])
+    add(nrow + nd + pd, m, -np.ones(p))
+    lo.append(np.full(3 * nd, -np.inf))
+    hi.append(np.concatenate((np.zeros(nd), sub.hbm * sub.weight, sub.host * sub.weight)))
+    cost = np.zeros(3 * p + 1)
+    cost[c] = spread
+    cost[cc] = 1.0
+    return rows, cols, vals, np.concatenate(lo), np.concatenate(hi), cost
+
+
+def solve(sub: Subproblem, lines: CostLines, *, order: np.ndarray | None = None,
+          warm: tuple[np.ndarray, np.ndarray] | None = None, lower: float = 0.0,
+          spread: float = 0.0, time_limit: float = 60.0, mip_rel_gap: float = 1e-4) -> Solution:
+    """Solves a subproblem with HiGHS.
+
+    Args:
+        sub: The tables, devices and capacities.
+        lines: Cost lines of every (task table, kind).
+        order: Table positions from most to least costly (for symmetry breaking).
+        warm: A feasible start (device position, HBM GB per table), relabelled within kinds to
+            respect the symmetry breaking.
+        lower: A known lower bound on C.
+        spread: Weight of the total cost in the objective.
+        time_limit: Seconds before HiGHS stops with its best solution.
+        mip_rel_gap: Relative gap at which HiGHS stops.
+    """
+    import highspy
+    from scipy.sparse import coo_matrix
+
+    start = time.perf_counter()
+    if order is None:
+        order = np.argsort(-lines.min_cost[sub.tables, sub.kind[0]], kind="stable")
+    pt, pd = _pairs(sub, lines, order)
+    if np.setdiff1d(np.arange(sub.tables.size), pt).size:
+        return Solution(None, None, np.inf, np.inf, "infeasible", time.perf_counter() - start)
+    rows, cols, vals, lo, hi, cost = _matrix(sub, lines, pt, pd, spread)
+    p = pt.size
+    a = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                   shape=(lo.size, 3 * p + 1)).tocsc()
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = 3 * p + 1, lo.size
+    lp.col_cost_ = cost
+    lp.col_lower_ = np.concatenate((np.zeros(3 * p), [lower]))
+    lp.col_upper_ = np.concatenate((np.ones(p), lines.max_memory[sub.tables[pt], sub.kind[pd]],
+                                    np.full(p + 1, np.inf)))
+    lp.row_lower_, lp.row_upper_ = lo, hi
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
+    if sub.integer:
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * p + [
+            highspy.HighsVarType.kContinuous] * (2 * p + 1)
+    h = _new_highs()
+    h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
+    h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
+    h.passModel(lp)
+    if warm is not None and sub.integer:
+        _set_start(h, sub, lines, pt, pd, order, warm, spread)
+    h.run()
+    return _read(h, sub, pt, pd, start)
+
+
+def _new_highs() -> Any:
+    """A silent HiGHS instance (its first construction prints a banner on the C stdout)."""
+    import highspy
+
+    global _BANNER_SHOWN
+    if _BANNER_SHOWN:
+        h = highspy.Highs()
+    else:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "w") as sink:
+                os.dup2(sink.fileno(), 1)
+                h = highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        _BANNER_SHOWN = True
+    h.setOptionValue("output_flag", False)
+    return h
+
+
+def _set_start(h: Any, sub: Subproblem, lines: CostLines, pt: np.ndarray, pd: np.ndarray,
+               order: np.ndarray, warm: tuple[np.ndarray, np.ndarray], spread: float) -> None:
+    import highspy
+
+    device = relabel(sub, order, warm[0]) if sub.symmetric else warm[0]
+    p = pt.size
+    on = device[pt] == pd
+    x = on.astype(np.float64)
+    m = np.where(on, warm[1][pt], 0.0)
+    c = np.where(on, lines.cost(sub.tables[pt], sub.kind[pd], m), 0.0)
+    load = np.bincount(pd, weights=c, minlength=sub.kind.size) / sub.weight
+    sol = highspy.HighsSolution()
+    sol.col_value = np.concatenate((x, m, c, [max(load.max(), 0.0)])).tolist()
+    sol.value_valid = True
+    h.setSolution(sol)
+    del p
+
+
+def relabel(sub: Subproblem, order: np.ndarray, device: np.ndarray) -> np.ndarray:
+    """The same placement with devices renumbered within each kind so that, taking tables in
+    ``order``, each device's first table comes before the next device's (symmetry breaking)."""
+    new = device.copy()
+    for k in np.unique(sub.kind):
+        members = np.flatnonzero(sub.kind == k)
+        first = {}
+        for i, t in enumerate(order):
+            d = int(device[t])
+            if sub.kind[d] == k and d not in first:
+                first[d] = i
+        used = sorted(first, key=first.__getitem__)
+        mapping = dict(zip(used, members[: len(used)], strict=True))
+        for t in np.flatnonzero(np.isin(device, used)):
+            new[t] = mapping[int(device[t])]
+    return new
+
+
+def _read(h: Any, sub: Subproblem, pt: np.ndarray, pd: np.ndarray, start: float) -> Solution:
+    info = h.getInfo()
+    status = h.modelStatusToString(h.getModelStatus())
+    seconds = time.perf_counter() - start
+    if sub.integer:
+        bound = float(info.mip_dual_bound)
+    else:
+        bound = float(info.objective_function_value) if status == "Optimal" else -np.inf
+    if info.primal_solution_status < 2:
+        return Solution(None, None, np.inf, bound, status, seconds)
+    values = np.asarray(h.getSolution().col_value)
+    p = pt.size
+    x, m = values[:p], values[p: 2 * p]
+    nt = sub.tables.size
+    if sub.integer:
+        pick = x > 0.5
+    else:
+        best = np.full(nt, -1.0)
+        np.maximum.at(best, pt, x)
+        pick = x >= best[pt] - _TOLERANCE
+        first = np.zeros(nt, dtype=bool)
+        keep = np.zeros(p, dtype=bool)
+        for i in np.flatnonzero(pick):
+            if not first[pt[i]]:
+                first[pt[i]] = keep[i] = True
+        pick = keep
+    device = np.full(nt, -1, dtype=np.int64)
+    memory = np.zeros(nt)
+    device[pt[pick]] = pd[pick]
+    memory[pt[pick]] = m[pick] / np.maximum(x[pick], _TOLERANCE)
+    return Solution(device, memory, float(info.objective_function_value), bound, status, seconds)

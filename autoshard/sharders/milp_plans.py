@@ -1,0 +1,136 @@
+"""Between the MILP and plans: subproblems of a task, row rounding, warm starts, bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoshard.cost import CostModel
+from autoshard.errors import PlannerError
+from autoshard.evaluator import device_totals, price_plan
+from autoshard.placement import PlacementState
+from autoshard.plan import memory_use
+from autoshard.sharders import milp_model
+from autoshard.sharders.milp_curves import UNIT_BYTES, CostLines, DeviceKinds
+from autoshard.task import ShardingTask
+
+
+def aggregated(task: ShardingTask, kinds: DeviceKinds) -> milp_model.Subproblem:
+    """The LP relaxation with one weighted "device" per kind standing for all devices of that
+    kind. Averaging any plan's per-device solution over each kind gives a point of this LP with
+    the same step cost, so its optimum is a lower bound on the max over devices."""
+    dev = task.device_arrays
+    weight = np.bincount(kinds.kind, minlength=kinds.count).astype(np.float64)
+    reps = kinds.representative
+    full = task.table_arrays.rows * task.table_arrays.memory_bytes_per_row / UNIT_BYTES
+    return milp_model.Subproblem(np.arange(task.num_tables), np.arange(kinds.count),
+                                 dev.hbm_capacity[reps] / UNIT_BYTES,
+                                 dev.host_capacity[reps] / UNIT_BYTES, full, weight,
+                                 integer=False, symmetric=False)
+
+
+def device_subproblem(task: ShardingTask, kinds: DeviceKinds, tables: np.ndarray,
+                      devices: np.ndarray, fixed: np.ndarray | None = None
+                      ) -> milp_model.Subproblem:
+    """The per-device MILP of ``tables`` on ``devices`` (``fixed``: device position per table,
+    splits only, as an LP). Host capacity keeps one row per table free, for the rows that
+    rounding HBM memory down to whole rows sends to host memory."""
+    dev = task.device_arrays
+    per_row = task.table_arrays.memory_bytes_per_row[tables]
+    full = task.table_arrays.rows[tables] * per_row / UNIT_BYTES
+    slack = per_row.sum() / UNIT_BYTES
+    return milp_model.Subproblem(tables, kinds.kind[devices],
+                                 dev.hbm_capacity[devices] / UNIT_BYTES,
+                                 dev.host_capacity[devices] / UNIT_BYTES - slack, full,
+                                 np.ones(devices.size), integer=fixed is None, fixed=fixed)
+
+
+def single_bound(lines: CostLines) -> float:
+    """No device costs less than the dearest table's cheapest placement."""
+    return float(lines.min_cost.min(axis=1).max())
+
+
+def to_rows(task: ShardingTask, memory_gb: np.ndarray,
+            tables: np.ndarray | None = None) -> np.ndarray:
+    """HBM rows from HBM memory, rounded to the nearest row (:func:`fit_hbm` then takes off any
+    overshoot of the HBM capacity)."""
+    idx = np.arange(task.num_tables) if tables is None else tables
+    a = task.table_arrays
+    rows = np.round(memory_gb * UNIT_BYTES / a.memory_bytes_per_row[idx])
+    return np.clip(rows, 0, a.rows[idx]).astype(np.int64)
+
+
+def fit_hbm(task: ShardingTask, device: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The rows with any HBM overshoot (a solver's tolerance, a few bytes) taken off the table
+    with the most HBM rows on each overfull device."""
+    rows = rows.copy()
+    per_row = task.table_arrays.memory_bytes_per_row
+    placed = device >= 0  # tables outside a subproblem are marked -1
+    hbm = np.bincount(device[placed], weights=(rows * per_row)[placed],
+                      minlength=task.num_devices)
+    for d in np.flatnonzero(hbm > task.device_arrays.hbm_capacity):
+        on = np.flatnonzero(device == d)
+        t = on[np.argmax(rows[on] * per_row[on])]
+        excess = hbm[d] - task.device_arrays.hbm_capacity[d]
+        rows[t] = max(rows[t] - int(np.ceil(excess / per_row[t])), 0)
+    return rows
+
+
+def to_memory(task: ShardingTask, rows: np.ndarray, tables: np.ndarray | None = None
+              ) -> np.ndarray:
+    idx = np.arange(task.num_tables) if tables is None else tables
+    return rows * task.table_arrays.memory_bytes_per_row[idx] / UNIT_BYTES
+
+
+def feasible(task: ShardingTask, device: np.ndarray, rows: np.ndarray) -> bool:
+    hbm, host = memory_use(task, device, rows)
+    dev = task.device_arrays
+    return bool((hbm <= dev.hbm_capacity).all() and (host <= dev.host_capacity).all())
+
+
+def device_loads(task: ShardingTask, cost_model: CostModel, device: np.ndarray,
+                 rows: np.ndarray) -> np.ndarray:
+    return device_totals(task, price_plan(task, cost_model, device, rows), device)
+
+
+def step_cost(task: ShardingTask, cost_model: CostModel, device: np.ndarray,
+              rows: np.ndarray) -> float:
+    return float(device_loads(task, cost_model, device, rows).max())
+
+
+def polish(task: ShardingTask, kinds: DeviceKinds, full: CostLines, tables: np.ndarray,
+           devices: np.ndarray, position: np.ndarray, time_limit: float) -> np.ndarray | None:
+    """Best row splits of ``tables`` kept on their devices (``devices[position]``), from the LP
+    over every hull line; None if the LP found no solution."""
+    sub = device_subproblem(task, kinds, tables, devices, fixed=position)
+    sol = milp_model.solve(sub, full, spread=1e-3, time_limit=time_limit)
+    if sol.memory is None:
+        return None
+    rows = np.zeros(task.num_tables, dtype=np.int64)
+    device = np.full(task.num_tables, -1, dtype=np.int64)
+    rows[tables], device[tables] = to_rows(task, sol.memory, tables), devices[position]
+    return fit_hbm(task, device, rows)[tables]
+
+
+def lp_packing(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds, lines: CostLines,
+               relaxed: milp_model.Solution) -> tuple[np.ndarray, np.ndarray] | None:
+    """Longest-processing-time packing of the LP's row splits: dearest table first, onto the
+    least loaded device of its LP kind that holds its split (else the best tier split)."""
+    if relaxed.device is None or relaxed.memory is None:
+        return None
+    target = to_rows(task, relaxed.memory)
+    kind = relaxed.device
+    est = lines.cost(np.arange(task.num_tables), kind, relaxed.memory)
+    state = PlacementState(task, cost_model)
+    try:
+        for t in np.argsort(-est, kind="stable"):
+            t = int(t)
+            want = np.full(task.num_devices, target[t])
+            ok = state.fits(t, want) & (kinds.kind == kind[t])
+            if ok.any():
+                choice = np.flatnonzero(ok)
+                state.place(t, int(choice[np.argmin(state.load_ms[choice])]), int(target[t]))
+            else:
+                state.place(t, *state.best_split(t))
+    except PlannerError:
+        return None
+    return state.device, state.hbm_rows

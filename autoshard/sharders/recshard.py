@@ -1,0 +1,307 @@
+"""RecShard-style statistical MILP sharder: devices and HBM/UVM row splits chosen jointly.
+
+Each table goes to one device and keeps its hottest rows in HBM, the rest in host memory (UVM).
+Its cost as a function of its HBM bytes comes from the cost model at the points where its access
+curve bends (:mod:`autoshard.sharders.milp_curves`); rows never touched cost nothing wherever
+they live, and pooling factor and coverage scale its lookups. The MILP
+(:mod:`autoshard.sharders.milp_model`) minimises the step cost (max over devices) under HBM and
+host capacities. One solve:
+
+1. the aggregated LP relaxation (one "device" per kind of identical devices, every line under
+   every cost curve): a lower bound valid for every plan, and row splits to aim at;
+2. warm starts: the greedy family and a packing of the LP's splits, each with its splits
+   re-optimised for its devices by an LP; the cheapest is kept, and nothing worse is returned;
+3. a large-neighbourhood search: the MILP re-solved on the most loaded device and a lighter one
+   at a time, while it improves (any size, 856 tables on 128 devices included);
+4. for tasks of up to ``max_pairs`` (table, device) pairs whose gap is still above
+   ``mip_rel_gap``, the whole MILP (symmetry of identical devices broken by fixing variables),
+   warm-started from the search, whose dual bound tightens the LP's.
+
+The gap reported is (cost - bound) / cost with the best valid bound found.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from autoshard.bounds import lower_bound_ms
+from autoshard.cost import CostModel
+from autoshard.errors import PlannerError
+from autoshard.plan import Plan
+from autoshard.sharders import milp_model
+from autoshard.sharders.milp_curves import (
+    CostLines,
+    DeviceKinds,
+    cost_curves,
+    device_kinds,
+)
+from autoshard.sharders.milp_plans import (
+    aggregated,
+    device_loads,
+    device_subproblem,
+    feasible,
+    fit_hbm,
+    lp_packing,
+    polish,
+    single_bound,
+    step_cost,
+    to_memory,
+    to_rows,
+)
+from autoshard.task import ShardingTask
+
+#: Greedy sharders tried as warm starts (the best feasible one is kept).
+WARM_STARTS = ("lookup_greedy", "size_lookup_greedy", "size_greedy", "dim_greedy")
+
+
+@dataclass(frozen=True)
+class RecShardResult:
+    """What the MILP sharder found.
+
+    Args:
+        plan: The plan returned.
+        step_cost_ms: Its step cost under the cost model (max over devices).
+        bound_ms: A lower bound on the step cost of every feasible plan (see module docstring).
+        gap: (step cost - bound) / step cost: the proven distance from optimal.
+        seconds: Wall time of the whole solve.
+        method: ``milp`` (the whole MILP gave the plan), ``lns`` (the search did) or ``warm``
+            (the best warm start, splits re-optimised, was not improved on).
+        status: HiGHS's status of the whole MILP, or ``search`` when it did not run.
+        warm_start: Name of the warm-start plan.
+        warm_cost_ms: Its step cost.
+    """
+
+    plan: Plan
+    step_cost_ms: float
+    bound_ms: float
+    gap: float
+    seconds: float
+    method: str
+    status: str
+    warm_start: str
+    warm_cost_ms: float
+
+
+class RecShard:
+    """Statistical MILP sharder (RecShard, Sethi et al. 2022) solved with HiGHS.
+
+    Args:
+        time_limit: Seconds for the whole solve; the best plan found by then is returned.
+        mip_rel_gap: Relative gap at which the MILP stops early.
+        max_lines: Lines kept under each table's cost curve (more: tighter, larger model);
+            None: as many as keep the whole model near 20,000 rows (8 to 48).
+        max_pairs: Largest tables x devices solved as one MILP; larger tasks use the search.
+        group_devices: Devices re-solved together in each search step.
+        seed: Seed of the search's choice of devices.
+    """
+
+    name: ClassVar[str] = "recshard"
+    summary: ClassVar[str] = "MILP over devices and HBM/UVM row splits (HiGHS), greedy warm start"
+
+    def __init__(self, time_limit: float = 60.0, mip_rel_gap: float = 5e-3,
+                 max_lines: int | None = None, max_pairs: int = 2400, group_devices: int = 2,
+                 seed: int = 0) -> None:
+        self.time_limit = time_limit
+        self.mip_rel_gap = mip_rel_gap
+        self.max_lines = max_lines
+        self.max_pairs = max_pairs
+        self.group_devices = group_devices
+        self.seed = seed
+        self.last_result: RecShardResult | None = None
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        try:
+            import highspy  # noqa: F401
+        except ImportError:
+            return "needs the HiGHS solver: pip install highspy"
+        return None
+
+    @property
+    def last_bound_ms(self) -> float | None:
+        """Lower bound proven by the last solve (pass to ``evaluate(..., bound_ms=...)``)."""
+        return None if self.last_result is None else self.last_result.bound_ms
+
+    def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
+        self.last_result = self.solve(task, cost_model)
+        return self.last_result.plan
+
+    def solve(self, task: ShardingTask, cost_model: CostModel) -> RecShardResult:
+        """Plans the task and reports cost, bound and gap."""
+        start = time.perf_counter()
+        deadline = start + self.time_limit
+        kinds = device_kinds(task)
+        curves = cost_curves(task, cost_model, kinds)
+        full = curves.lines()
+        relaxed = milp_model.solve(aggregated(task, kinds), full, time_limit=_left(deadline))
+        bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full),
+                    lower_bound_ms(task, cost_model))
+        focus = None
+        if relaxed.memory is not None:
+            focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
+        pairs = task.num_tables * task.num_devices
+        whole = pairs <= self.max_pairs
+        budget = int(np.clip(20000 // pairs, 8, 48)) if whole else 24
+        lines = curves.lines(self.max_lines or budget, focus)
+        search_end = start + self.time_limit * (0.5 if whole else 1.0)
+        ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound)
+        name, device, rows = self._warm_start(ctx, relaxed)
+        warm_cost = step_cost(task, cost_model, device, rows)
+        device, rows = self._search(ctx, device, rows)
+        cost = step_cost(task, cost_model, device, rows)
+        method, status = ("lns" if cost < warm_cost else "warm"), "search"
+        if whole and (cost - bound) > self.mip_rel_gap * cost:
+            ctx = _Context(task, cost_model, kinds, lines, full, deadline, bound)
+            status, found, mip_bound = self._whole(ctx, device, rows, bound)
+            bound = max(bound, mip_bound)
+            if found is not None and feasible(task, *found):
+                new_cost = step_cost(task, cost_model, *found)
+                if new_cost < cost:
+                    (device, rows), cost, method = found, new_cost, "milp"
+        plan = Plan.from_arrays(task, device, rows, self.name)
+        bound = min(bound, cost)
+        return RecShardResult(plan, cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
+                              time.perf_counter() - start, method, status, name, warm_cost)
+
+    def _warm_start(self, ctx: _Context, relaxed: milp_model.Solution
+                    ) -> tuple[str, np.ndarray, np.ndarray]:
+        """The cheapest feasible plan among the greedy family and the LP-guided packing, each
+        with its row splits re-optimised for its devices."""
+        from autoshard.sharders import get_sharder
+
+        task, model = ctx.task, ctx.cost_model
+        starts: list[tuple[str, np.ndarray, np.ndarray]] = []
+        for name in WARM_STARTS:
+            try:
+                starts.append((name, *get_sharder(name).shard(task, model).arrays(task)))
+            except PlannerError:
+                continue
+        packed = lp_packing(task, model, ctx.kinds, ctx.full, relaxed)
+        if packed is not None:
+            starts.append(("lp_packing", *packed))
+        if not starts:
+            raise PlannerError("capacity", f"no feasible start: every greedy sharder and the LP "
+                               f"packing failed to place {task.num_tables} tables on "
+                               f"{task.num_devices} devices")
+        scored = []
+        everything, devices = np.arange(task.num_tables), np.arange(task.num_devices)
+        for name, device, rows in starts:
+            scored.append((step_cost(task, model, device, rows), name, device, rows))
+            better = polish(task, ctx.kinds, ctx.full, everything, devices, device,
+                            min(_left(ctx.deadline), 10.0))
+            if better is not None and feasible(task, device, better):
+                scored.append((step_cost(task, model, device, better), name, device, better))
+        best = min(scored, key=lambda c: c[0])
+        return best[1], best[2], best[3]
+
+    def _whole(self, ctx: _Context, device: np.ndarray, rows: np.ndarray, bound: float
+               ) -> tuple[str, tuple[np.ndarray, np.ndarray] | None, float]:
+        """The whole task as one MILP, then its splits polished on the full curves."""
+        task = ctx.task
+        tables, devices = np.arange(task.num_tables), np.arange(task.num_devices)
+        sub = device_subproblem(task, ctx.kinds, tables, devices)
+        sol = milp_model.solve(sub, ctx.lines, warm=(device, to_memory(task, rows)), lower=bound,
+                               mip_rel_gap=self.mip_rel_gap, time_limit=_left(ctx.deadline))
+        if sol.device is None or sol.memory is None:
+            return sol.status, None, sol.bound
+        new_rows = fit_hbm(task, sol.device, to_rows(task, sol.memory))
+        better = polish(task, ctx.kinds, ctx.full, tables, devices, sol.device,
+                        max(_left(ctx.deadline), 2.0))
+        if better is not None and feasible(task, sol.device, better) and step_cost(
+                task, ctx.cost_model, sol.device, better) < step_cost(
+                task, ctx.cost_model, sol.device, new_rows):
+            new_rows = better
+        return sol.status, (sol.device, new_rows), sol.bound
+
+    def _search(self, ctx: _Context, device: np.ndarray, rows: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Large-neighbourhood search: re-solve the most loaded device with a few others."""
+        task = ctx.task
+        rng = np.random.default_rng(self.seed)
+        device, rows = device.copy(), rows.copy()
+        loads = device_loads(task, ctx.cost_model, device, rows)
+        group = min(self.group_devices, task.num_devices)
+        if group < 2:
+            return device, rows
+        stale, patience = 0, max(3 * task.num_devices // group, 6)
+        while _left(ctx.deadline) > 0.2 and stale < patience:
+            if loads.max() - ctx.bound <= self.mip_rel_gap * loads.max():
+                break
+            order = np.argsort(loads)
+            worst = int(order[-1])
+            lighter = order[: max(task.num_devices // 2, group - 1)]
+            pool = lighter[lighter != worst]
+            if stale == 0:  # the lightest first, then random lighter ones
+                partners = pool[: group - 1]
+            else:
+                partners = rng.choice(pool, size=group - 1, replace=False)
+            devs = np.unique(np.append(partners, worst))
+            stale = 0 if self._improve(ctx, devs, device, rows, loads) else stale + 1
+        return device, rows
+
+    def _improve(self, ctx: _Context, devs: np.ndarray, device: np.ndarray, rows: np.ndarray,
+                 loads: np.ndarray) -> bool:
+        """Re-solves the tables of ``devs``; updates the arrays in place if their max drops."""
+        task = ctx.task
+        tables = np.flatnonzero(np.isin(device, devs))
+        if tables.size == 0:
+            return False
+        sub = device_subproblem(task, ctx.kinds, tables, devs)
+        position = np.searchsorted(devs, device[tables])
+        limit = min(_left(ctx.deadline), 5.0)
+        sol = milp_model.solve(sub, ctx.lines, warm=(position, to_memory(task, rows[tables],
+                                                                          tables)),
+                               spread=1e-3, mip_rel_gap=self.mip_rel_gap, time_limit=limit)
+        if sol.device is None or sol.memory is None:
+            return False
+        split = polish(task, ctx.kinds, ctx.full, tables, devs, sol.device,
+                       min(_left(ctx.deadline), 5.0))
+        new_device, new_rows = device.copy(), rows.copy()
+        new_device[tables] = devs[sol.device]
+        new_rows[tables] = split if split is not None else to_rows(task, sol.memory, tables)
+        new_rows = fit_hbm(task, new_device, new_rows)
+        if not feasible(task, new_device, new_rows):
+            return False
+        new_loads = device_loads(task, ctx.cost_model, new_device, new_rows)
+        if new_loads[devs].max() >= loads[devs].max() * (1 - 1e-9):
+            return False
+        device[:], rows[:], loads[:] = new_device, new_rows, new_loads
+        return True
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every stage of one solve shares."""
+
+    task: ShardingTask
+    cost_model: CostModel
+    kinds: DeviceKinds
+    lines: CostLines
+    full: CostLines
+    deadline: float
+    bound: float
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.perf_counter(), 0.01)
+
+
+def recshard_bound(task: ShardingTask, cost_model: CostModel, time_limit: float = 0.0) -> float:
+    """A lower bound on the step cost of every feasible plan, from RecShard's model.
+
+    With ``time_limit`` 0: the LP relaxation (aggregated over identical devices, every hull line)
+    and the dearest single table, cheap. With a positive ``time_limit``: the sharder runs that
+    long and its proven bound (the MILP's dual bound where the task is one MILP) is returned.
+    Valid for cost models linear in the HBM share between :data:`autoshard.access.GRID` points
+    (the analytical model); approximate for others.
+    """
+    if time_limit <= 0:
+        kinds = device_kinds(task)
+        full = cost_curves(task, cost_model, kinds).lines()
+        relaxed = milp_model.solve(aggregated(task, kinds), full)
+        return max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full))
+    return RecShard(time_limit=time_limit).solve(task, cost_model).bound_ms

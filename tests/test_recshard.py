@@ -1,0 +1,163 @@
+"""The MILP sharder: known optima on hand-checkable cases, never worse than the greedy family,
+a valid plan and an honest gap under a time limit, valid lower bounds."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoshard.access import AccessCurve
+from autoshard.analytical import AnalyticalCostModel
+from autoshard.bounds import lower_bound_ms
+from autoshard.cli import main
+from autoshard.errors import PlannerError
+from autoshard.evaluator import evaluate
+from autoshard.hardware import GB, load_hardware
+from autoshard.plan import check_plan
+from autoshard.sharders import get_sharder
+from autoshard.sharders.recshard import RecShard, recshard_bound
+from autoshard.tables import Table, save_tables
+from autoshard.task import ShardingTask, Workload
+from autoshard.workloads import constrained_task, dlrm_tables
+
+MODEL = AnalyticalCostModel()
+GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+
+
+def _uniform_task(pooling: list[float], devices: int, hbm_tables: float,
+                  batch_size: int = 4096) -> ShardingTask:
+    """Equal tables (1000 rows, dim 64, every row equally hot) differing only in pooling factor;
+    each device's HBM holds ``hbm_tables`` whole tables."""
+    tables = tuple(Table(f"t{i}", rows=1000, dim=64, pooling_factor=p,
+                         access_cdf=AccessCurve.uniform()) for i, p in enumerate(pooling))
+    per_table = tables[0].rows * tables[0].memory_bytes_per_row(True)
+    hw = load_hardware("8xH100-80GB", devices=devices, hbm_gb=hbm_tables * per_table / GB)
+    return ShardingTask(tables, hw, Workload(batch_size=batch_size))
+
+
+def _brute_force(task: ShardingTask) -> float:
+    """Optimum by enumeration: every assignment; on each device, HBM bytes go to the tables with
+    the largest saving per byte first (exact here: with uniform access, cost is linear in HBM
+    rows, so each device's split is a fractional knapsack)."""
+    n, d = task.num_tables, task.num_devices
+    idx = np.arange(n)
+    rows = task.table_arrays.rows
+    per_row = task.table_arrays.memory_bytes_per_row
+    cold = MODEL.price(task, idx, np.zeros(n, int), np.zeros(n)).total_ms
+    hot = MODEL.price(task, idx, np.zeros(n, int), rows).total_ms
+    saving_per_byte = (cold - hot) / (rows * per_row)
+    best = np.inf
+    for assign in itertools.product(range(d), repeat=n):
+        loads = []
+        for dev in range(d):
+            on = [t for t in range(n) if assign[t] == dev]
+            room = task.device_arrays.hbm_capacity[dev]
+            load = 0.0
+            for t in sorted(on, key=lambda t: -saving_per_byte[t]):
+                use = min(room, rows[t] * per_row[t])
+                room -= use
+                load += cold[t] - saving_per_byte[t] * use
+            loads.append(load)
+        best = min(best, max(loads))
+    return float(best)
+
+
+def test_three_tables_on_two_devices_finds_the_known_optimum() -> None:
+    # HBM per device holds 1.5 tables: the optimum pairs the two light tables and splits HBM.
+    task = _uniform_task([4.0, 2.0, 1.0], devices=2, hbm_tables=1.5)
+    optimum = _brute_force(task)
+    result = RecShard(time_limit=20).solve(task, MODEL)
+    check_plan(result.plan, task)
+    assert result.step_cost_ms == pytest.approx(optimum, rel=1e-6)
+    assert result.bound_ms <= optimum * (1 + 1e-9)
+    device, rows = result.plan.arrays(task)
+    assert device[1] == device[2] != device[0]
+    assert list(rows) == [1000, 1000, 500]  # the hotter light table whole, half the other
+    assert evaluate(result.plan, task, MODEL).step_cost_ms == pytest.approx(result.step_cost_ms)
+
+
+def test_beats_longest_processing_time_on_its_counterexample() -> None:
+    # Loads 3,3,2,2,2 on two devices: greedy (LPT) ends at 3+2+2 against 3+3 | 2+2+2.
+    task = _uniform_task([30.0, 30.0, 20.0, 20.0, 20.0], devices=2, hbm_tables=5.0,
+                         batch_size=65536)
+    optimum = _brute_force(task)
+    result = RecShard(time_limit=20).solve(task, MODEL)
+    greedy = evaluate(get_sharder("lookup_greedy").shard(task, MODEL), task, MODEL)
+    assert result.step_cost_ms == pytest.approx(optimum, rel=1e-6)
+    assert greedy.step_cost_ms > optimum * 1.05
+    device, _ = result.plan.arrays(task)
+    assert device[0] == device[1] != device[2]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_never_worse_than_any_greedy_on_small_random_tasks(seed: int) -> None:
+    task = constrained_task(dlrm_tables(10, seed=seed), 2 + seed % 2, hbm_fraction=0.3)
+    result = RecShard(time_limit=5).solve(task, MODEL)
+    check_plan(result.plan, task)
+    for name in GREEDY:
+        try:
+            greedy = evaluate(get_sharder(name).shard(task, MODEL), task, MODEL)
+        except PlannerError:
+            continue
+        assert result.step_cost_ms <= greedy.step_cost_ms * (1 + 1e-9), name
+    assert result.bound_ms <= result.step_cost_ms
+    assert result.bound_ms >= lower_bound_ms(task, MODEL) * (1 - 1e-6)
+
+
+def test_time_limit_returns_a_valid_plan_with_a_gap() -> None:
+    task = constrained_task(dlrm_tables(40, seed=5), 4, hbm_fraction=0.3)
+    sharder = RecShard(time_limit=0.05)
+    plan = sharder.shard(task, MODEL)
+    result = sharder.last_result
+    assert result is not None
+    check_plan(plan, task)
+    assert 0.0 <= result.gap < 1.0
+    assert sharder.last_bound_ms == result.bound_ms <= result.step_cost_ms
+    assert result.step_cost_ms <= result.warm_cost_ms
+    report = evaluate(plan, task, MODEL, bound_ms=sharder.last_bound_ms)
+    assert report.cost_ratio == pytest.approx(1.0 / (1.0 - result.gap), rel=1e-6)
+
+
+def test_lp_bound_is_valid_and_at_least_the_simple_bound_on_mixed_devices() -> None:
+    tables = dlrm_tables(12, seed=7)
+    task = constrained_task(tables, 4, hbm_fraction=0.4)
+    hw = task.hardware
+    small = hw.devices[0].hbm.capacity_bytes // 4
+    from dataclasses import replace
+
+    devices = tuple(replace(d, hbm=replace(d.hbm, capacity_bytes=small)) if i % 2 else d
+                    for i, d in enumerate(hw.devices))
+    mixed = ShardingTask(task.tables, replace(hw, devices=devices), task.workload)
+    bound = recshard_bound(mixed, MODEL)
+    assert bound >= lower_bound_ms(mixed, MODEL) * (1 - 1e-9)
+    result = RecShard(time_limit=5).solve(mixed, MODEL)
+    assert bound <= result.step_cost_ms * (1 + 1e-9)
+
+
+def test_registry_builds_it_with_options() -> None:
+    sharder = get_sharder("recshard", time_limit=2.0, seed=3)
+    assert isinstance(sharder, RecShard) and sharder.time_limit == 2.0
+    task = _uniform_task([1.0, 1.0], devices=2, hbm_tables=1.01)
+    device, rows = sharder.shard(task, MODEL).arrays(task)
+    assert sorted(device) == [0, 1] and (rows == 1000).all()
+
+
+def test_cli_evaluate_takes_the_lp_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                         ) -> None:
+    tables, plan = tmp_path / "t.json", tmp_path / "p.json"
+    save_tables(tables, dlrm_tables(6, seed=1))
+    args = ["-t", str(tables), "--devices", "2", "--hbm-gb", "0.05"]
+    main(["plan", *args, "-s", "lookup_greedy", "-o", str(plan), "--json"])
+    capsys.readouterr()
+    main(["evaluate", str(plan), *args, "--json"])
+    simple = json.loads(capsys.readouterr().out)["lower_bound_ms"]
+    main(["evaluate", str(plan), *args, "--json", "--bound", "lp"])
+    with_lp = json.loads(capsys.readouterr().out)["lower_bound_ms"]
+    assert simple * (1 - 1e-9) <= with_lp
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", str(plan), *args, "--bound", "exact"])
+    assert exit_info.value.code == 2 and "--bound" in capsys.readouterr().err
