@@ -50,14 +50,19 @@ def plan(
     mode: ModeOpt = None,
     cost_model: CostModelOpt = "analytical",
     seed: Annotated[int, typer.Option(help="Seed for randomised sharders.")] = 0,
+    time_limit: Annotated[float, typer.Option(
+        help="Time limit for sharders that take one (recshard), s.")] = 60.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Plan a task with a sharder and write the plan (JSON/YAML)."""
     check_output_path(output)
+    if not time_limit > 0:
+        raise InputError("must be > 0", source="command line", field="--time-limit",
+                         value=time_limit)
     task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode)
     with options_named():
         model = load_cost_model(cost_model)
-        chosen = get_sharder(sharder, seed=seed)
+        chosen = get_sharder(sharder, seed=seed, time_limit=time_limit)
     start = time.perf_counter()
     try:
         result = chosen.shard(task, model)

@@ -1,0 +1,59 @@
+"""The all-to-all of pooled embeddings (model parallel to data parallel, and back).
+
+Every rank pools its tables for the whole global batch; sample block ``q`` of that output goes
+to rank ``q``, which then holds all tables' pooled features for its own samples. Backward sends
+the gradients the other way. Both run as one ``all_to_all_single`` with uneven splits (gloo and
+NCCL both implement it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def sample_blocks(batch_size: int, world: int) -> list[int]:
+    """Samples per rank: the global batch split as evenly as possible."""
+    base, extra = divmod(batch_size, world)
+    return [base + (1 if q < extra else 0) for q in range(world)]
+
+
+class Exchange:
+    """Split sizes of both directions for one rank.
+
+    Args:
+        dims: Pooled width (sum of table dims) of every rank, rank order.
+        batch_size: Global batch.
+        rank: This rank.
+        device: Where the buffers live.
+    """
+
+    def __init__(self, dims: Sequence[int], batch_size: int, rank: int, device: Any) -> None:
+        self.dims = list(dims)
+        self.rank = rank
+        self.device = device
+        self.blocks = sample_blocks(batch_size, len(self.dims))
+        mine, width = self.blocks[rank], self.dims[rank]
+        self.send_fwd = [b * width for b in self.blocks]
+        self.recv_fwd = [mine * d for d in self.dims]
+
+    def forward(self, pooled: Any) -> Any:
+        """[B, dims[rank]] pooled output -> [B_rank, sum(dims)] features of this rank's samples."""
+        import torch
+        import torch.distributed as dist
+
+        out = torch.empty(sum(self.recv_fwd), device=self.device)
+        dist.all_to_all_single(out, pooled.contiguous().view(-1), self.recv_fwd, self.send_fwd)
+        mine = self.blocks[self.rank]
+        parts = [p.view(mine, d) for p, d in zip(out.split(self.recv_fwd), self.dims, strict=True)]
+        return torch.cat(parts, dim=1)
+
+    def backward(self, grad: Any) -> Any:
+        """[B_rank, sum(dims)] feature gradients -> [B, dims[rank]] pooled-output gradient."""
+        import torch
+        import torch.distributed as dist
+
+        send = torch.cat([g.contiguous().view(-1) for g in grad.split(self.dims, dim=1)])
+        out = torch.empty(sum(self.send_fwd), device=self.device)
+        dist.all_to_all_single(out, send, self.send_fwd, self.recv_fwd)
+        return out.view(sum(self.blocks), self.dims[self.rank])

@@ -1,0 +1,117 @@
+"""A rank's shard: its tables from the plan, split into an HBM tier and a host tier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autoshard.runner.config import RunConfig, ShardTable
+from autoshard.runner.data import TableBatch, split_tier
+from autoshard.runner.kernels import FbgemmTier, TierTable, TorchTier
+
+TIERS = ("hbm", "uvm")
+
+
+def rank_tables(placements: Sequence[dict[str, Any]], table_dims: dict[str, tuple[int, int, int]],
+                rank: int) -> list[ShardTable]:
+    """The tables the plan puts on ``rank``, in task order.
+
+    Args:
+        placements: The plan's placements (``table``, ``device``, ``hbm_rows``).
+        table_dims: Table name -> (position in the task, rows, dim).
+        rank: This rank.
+    """
+    mine = [ShardTable(p["table"], table_dims[p["table"]][0], table_dims[p["table"]][1],
+                       table_dims[p["table"]][2], int(p["hbm_rows"]))
+            for p in placements if int(p["device"]) == rank]
+    return sorted(mine, key=lambda t: t.position)
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """One batch of a rank's lookups, split by tier and moved to the devices."""
+
+    tiers: dict[str, Any]
+    lookups: int
+    uvm_lookups: int
+
+
+class Shard:
+    """The rank's tables: hottest ``hbm_rows`` rows of each in the fast tier, the rest in host
+    memory (on CPU both tiers are host DRAM; the split is kept so that both run as planned).
+
+    Args:
+        tables: The rank's tables.
+        config: Run settings (kernel, learning rate, seed).
+        device: The rank's compute device.
+    """
+
+    def __init__(self, tables: Sequence[ShardTable], config: RunConfig, device: Any) -> None:
+        self.tables = tuple(tables)
+        self.dims = [t.dim for t in self.tables]
+        self.device = device
+        blocks = {
+            "hbm": [(TierTable(i, t.hbm_rows, t.dim), 0, t.hbm_rows)
+                    for i, t in enumerate(self.tables) if t.hbm_rows > 0],
+            "uvm": [(TierTable(i, t.rows - t.hbm_rows, t.dim), t.hbm_rows, t.rows)
+                    for i, t in enumerate(self.tables) if t.rows > t.hbm_rows],
+        }
+        self.blocks = blocks
+        self.kernels: dict[str, Any] = {}
+        for tier, items in blocks.items():
+            if not items:
+                continue
+            parts = [b[0] for b in items]
+            seed = config.seed * 1000003 + sum(self.tables[b.slot].position for b in parts)
+            if config.kernel == "fbgemm":
+                self.kernels[tier] = FbgemmTier(parts, tier, device, config.learning_rate, seed)
+            else:
+                home = device if tier == "hbm" else "cpu"
+                self.kernels[tier] = TorchTier(parts, home, device, config.learning_rate, seed)
+
+    @property
+    def nbytes(self) -> dict[str, int]:
+        """Bytes of weights and optimizer state held per tier."""
+        return {tier: (self.kernels[tier].nbytes if tier in self.kernels else 0) for tier in TIERS}
+
+    def prepare(self, batches: Sequence[TableBatch]) -> PreparedBatch:
+        """Splits one batch (one :class:`TableBatch` per rank table) by tier."""
+        prepared: dict[str, Any] = {}
+        uvm = 0
+        for tier, kernel in self.kernels.items():
+            inputs = [split_tier(batches[b.slot], lo, hi) for b, lo, hi in self.blocks[tier]]
+            if tier == "uvm":
+                uvm = sum(x.indices.size for x in inputs)
+            prepared[tier] = kernel.prepare(inputs)
+        total = sum(b.indices.size for b in batches)
+        return PreparedBatch(prepared, int(total), int(uvm))
+
+    def forward_tier(self, tier: str, batch: PreparedBatch) -> dict[int, Any]:
+        """Pooled partial sums of the tier's rows, by table slot."""
+        if tier not in self.kernels:
+            return {}
+        pooled = self.kernels[tier].forward(batch.tiers[tier])
+        return {b[0].slot: p for b, p in zip(self.blocks[tier], pooled, strict=True)}
+
+    def combine(self, parts: Sequence[dict[int, Any]], batch_size: int) -> Any:
+        """The rank's pooled output [B, sum of dims]: each table's tier sums added, tables side
+        by side in task order."""
+        import torch
+
+        cols = []
+        for slot, dim in enumerate(self.dims):
+            found = [p[slot] for p in parts if slot in p]
+            cols.append(found[0] if len(found) == 1 else (found[0] + found[1]) if found
+                        else torch.zeros((batch_size, dim), device=self.device))
+        if not cols:
+            return torch.zeros((batch_size, 0), device=self.device)
+        return torch.cat(cols, dim=1)
+
+    def backward_tier(self, tier: str, batch: PreparedBatch, grad: Any) -> None:
+        """Backward and optimizer step of the tier's rows, given the pooled output's gradient."""
+        if tier not in self.kernels:
+            return
+        per_table = grad.split(self.dims, dim=1)
+        grads = [per_table[b[0].slot] for b in self.blocks[tier]]
+        self.kernels[tier].backward(batch.tiers[tier], grads)
