@@ -1,0 +1,199 @@
+"""Cost-model commands: ``bench`` (microbenchmarks) and ``cost-model fit|eval``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autoshard.cli import app
+from autoshard.cli.common import check_output_path, console, print_json
+from autoshard.errors import InputError
+
+
+@app.command()
+def bench(
+    output: Annotated[Path, typer.Option("--output", "-o", help="CSV to append rows to.")],
+    grid: Annotated[str, typer.Option(help="Grid: tiny, quick, default or gpu.")] = "default",
+    device: Annotated[str, typer.Option(help="cpu or cuda (cuda sweeps hbm, uvm and "
+                                              "uvm_caching tiers).")] = "cpu",
+    threads: Annotated[int, typer.Option(help="Torch CPU threads.")] = 1,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    every: Annotated[int, typer.Option(help="Measure every N-th configuration only (to "
+                                             "re-measure a sample of a grid).")] = 1,
+) -> None:
+    """Time embedding operators over a grid; resumes a partly written CSV."""
+    import torch
+
+    from cost_models.microbench import device_configs, sweep
+
+    check_output_path(output)
+    if device not in ("cpu", "cuda"):
+        raise InputError("must be cpu or cuda", field="device", value=device)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("no CUDA device is available", field="device", value=device)
+    torch.set_num_threads(threads)
+    if every < 1:
+        raise InputError("must be >= 1", field="every", value=every)
+    configs, notes = device_configs(grid, device)
+    configs = configs[::every]
+    for note in notes:
+        console.print(note)
+    start = time.perf_counter()
+    added = sweep(configs, output, device=device, progress=progress)
+    console.print(f"measured {added} of {len(configs)} configurations in "
+                  f"{time.perf_counter() - start:.1f} s; wrote {output}")
+
+
+cost_model_app = typer.Typer(help="Fit, evaluate and compare learned cost models.",
+                             no_args_is_help=True)
+app.add_typer(cost_model_app, name="cost-model")
+
+DataArg = Annotated[list[Path], typer.Argument(
+    help="Microbenchmark CSV file(s); a configuration measured in several is pooled.")]
+StatOpt = Annotated[str, typer.Option(
+    help="Timing statistic learned: median or p10 (lower decile of the repeats).")]
+
+
+def _load_data(paths: list[Path]) -> tuple[Any, dict[str, Any], list[Any]]:
+    """Rows of the CSVs (together, and per file) and a summary of where they were measured."""
+    import pandas as pd
+
+    frames = []
+    for path in paths:
+        if not path.is_file():
+            raise InputError("no such file", source=str(path))
+        try:
+            frames.append(pd.read_csv(path))
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise InputError(f"unreadable CSV ({exc})", source=str(path)) from exc
+    df = pd.concat(frames, ignore_index=True)
+    if "config_id" not in df.columns:
+        raise InputError("missing column", source=str(paths[0]), field="config_id", value=None)
+    info: dict[str, Any] = {"data": [str(p) for p in paths],
+                            "configurations": int(df["config_id"].nunique()),
+                            "measurements": len(df)}
+    for col in ("hardware", "device", "torch_version", "fbgemm_version", "tier"):
+        if col in df.columns:
+            info[col] = sorted({str(v) for v in df[col].dropna()})
+    return df, info, frames
+
+
+@cost_model_app.command("fit")
+def fit_cmd(
+    data: DataArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Model directory to write.")],
+    n_estimators: Annotated[int, typer.Option(help="Boosting rounds.")] = 600,
+    seed: Annotated[int, typer.Option(help="Random state.")] = 0,
+    wandb_mode: Annotated[str, typer.Option(help="W&B logging: disabled or offline.")] = (
+        "disabled"),
+    stat: StatOpt = "p10",
+) -> None:
+    """Fit the LightGBM cost model on all rows of the data and save it (text model + JSON)."""
+    from cost_models.evaluate import metrics
+    from cost_models.features import dataset
+    from cost_models.model import LightGBMCostModel
+
+    if wandb_mode not in ("disabled", "offline"):
+        raise InputError("must be disabled or offline", field="wandb_mode", value=wandb_mode)
+    check_output_path(output / "model.txt")
+    df, info, _frames = _load_data(data)
+    X, y, _ = dataset(df, source=",".join(map(str, data)), stat=stat)
+    info["stat"] = stat
+    model = LightGBMCostModel(n_estimators=n_estimators, random_state=seed).fit(X, y, info=info)
+    model.save(output)
+    scores = metrics(model.predict(X), y)
+    if wandb_mode == "offline":
+        _log_wandb(output, model.get_params(), info, scores)
+    console.print(f"fitted on {info['configurations']} configurations ({len(y)} samples); "
+                  f"training MAPE {100 * scores['mape']:.2f}%, Spearman "
+                  f"{scores['spearman']:.4f}; wrote {output}")
+
+
+def _log_wandb(output: Path, params: dict[str, object], info: dict[str, object],
+               scores: dict[str, float]) -> None:
+    import wandb
+
+    run = wandb.init(project="autoshard-cost-model", mode="offline", dir=str(output),
+                     config={**params, **info})
+    run.log({f"train/{k}": v for k, v in scores.items()})
+    run.finish()
+
+
+@cost_model_app.command("eval")
+def eval_cmd(
+    model_dir: Annotated[Path, typer.Argument(help="Model directory from `cost-model fit`.")],
+    data: DataArg,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Metrics JSON (default MODEL_DIR/eval.json).")] = None,
+    stat: Annotated[str | None, typer.Option(
+        help="Timing statistic (default: the one the model was fitted on).")] = None,
+) -> None:
+    """Score a saved model on microbenchmark data: MAPE and Spearman, overall and per mode."""
+    from autoshard.fileio import write_structured
+    from cost_models.evaluate import metrics
+    from cost_models.features import FEATURE_NAMES, dataset
+    from cost_models.model import LightGBMCostModel
+
+    model = LightGBMCostModel.load(model_dir)
+    stat = stat or str(model.info_.get("stat", "p10"))
+    df, info, _frames = _load_data(data)
+    X, y, _ = dataset(df, source=",".join(map(str, data)), stat=stat)
+    pred = model.predict(X)
+    train_col = FEATURE_NAMES.index("train")
+    doc = {"model": str(model_dir), **info, "stat": stat, "all": metrics(pred, y)}
+    for mode, flag in (("infer", 0), ("train", 1)):
+        sel = X[:, train_col] == flag
+        doc[mode] = metrics(pred[sel], y[sel])
+    out = output or model_dir / "eval.json"
+    check_output_path(out)
+    write_structured(out, doc)
+    print_json(doc)
+
+
+@cost_model_app.command("compare")
+def compare_cmd(
+    data: DataArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Results folder.")] = Path(
+        "results/cost_model"),
+    test_share: Annotated[float, typer.Option(help="Share of configurations held out.")] = 0.2,
+    seed: Annotated[int, typer.Option(help="Split and model seed.")] = 0,
+    mlp_epochs: Annotated[int, typer.Option(help="MLP training epochs.")] = 300,
+    n_estimators: Annotated[int, typer.Option(help="LightGBM boosting rounds.")] = 600,
+    stat: StatOpt = "p10",
+) -> None:
+    """Held-out MAPE/Spearman of LightGBM, the analytical form and an MLP on one group split.
+
+    Given two or more CSVs that measured the same configurations, also reports how far the
+    first two measurements disagree: the noise floor under any model's error.
+    """
+    import torch
+
+    from cost_models.evaluate import compare, plot
+    from cost_models.features import dataset
+    from cost_models.report import write_report
+
+    if not 0.0 < test_share < 1.0:
+        raise InputError("must be in (0, 1)", field="test_share", value=test_share)
+    torch.set_num_threads(1)
+    check_output_path(output / "metrics.json")
+    df, info, frames = _load_data(data)
+    X, y, groups = dataset(df, source=",".join(map(str, data)), stat=stat)
+    start = time.perf_counter()
+    result = compare(X, y, groups, test_share=test_share, seed=seed, mlp_epochs=mlp_epochs,
+                     n_estimators=n_estimators)
+    output.mkdir(parents=True, exist_ok=True)
+    plot(result, str(output / "pred_vs_measured.png"),
+         f"held-out configurations, {', '.join(info.get('hardware', []))}")  # type: ignore
+    info["stat"] = stat
+    if len(frames) >= 2:
+        from cost_models.evaluate import repeatability
+
+        result["repeatability"] = dict(repeatability(frames[0], frames[1], stat),
+                                       data=f"{data[0]} vs {data[1]}")
+    write_report(output, result, info, time.perf_counter() - start)
+    for name, m in result["models"].items():
+        console.print(f"{name:>10}: MAPE {100 * m['mape']:.2f}%  Spearman {m['spearman']:.4f}")
+    console.print(f"wrote {output}/metrics.json, metrics.md, pred_vs_measured.png")

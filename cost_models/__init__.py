@@ -1,0 +1,1 @@
+"""Microbenchmarks of embedding operators and the learned cost model trained on them."""

@@ -1,0 +1,220 @@
+"""Times embedding operators over a grid of configurations and appends one CSV row per config.
+
+Each row holds the configuration, the partition's statistics (rows, lookups, distinct rows
+touched), the median and 10th/90th percentiles of forward and of backward(+optimizer) latency
+over repeated runs after warm-up, the clock, and the hardware and library versions.
+
+Clocks: CUDA events on GPU. On CPU, the CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID)
+with torch pinned to one thread: on a machine shared with other jobs, wall-clock time also counts
+the time the scheduler gives the core to them (on a loaded 2-core machine, 2x for 20 ms
+operators), the thread's CPU time does not. Rows are flushed as
+they are measured; a rerun skips configuration ids already in the file, so an interrupted sweep
+resumes without duplicates or loss (a truncated last line is dropped first).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import platform
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoshard.errors import InputError
+from autoshard.fileio import atomic_write_text
+from cost_models.grid import BenchConfig, grid_configs
+from cost_models.operators import build_operator, fbgemm_available, make_lookups
+
+CONFIG_FIELDS = [f for f in BenchConfig.__dataclass_fields__]
+COLUMNS = ["config_id", *CONFIG_FIELDS, "part_rows", "lookups", "distinct_rows", "share",
+           "fwd_ms", "fwd_p10_ms", "fwd_p90_ms", "bwd_ms", "bwd_p10_ms", "bwd_p90_ms",
+           "repeats", "clock", "device", "hardware", "threads", "torch_version", "fbgemm_version"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long to measure each configuration.
+
+    Args:
+        warmup: Untimed forward+backward iterations first.
+        min_repeats: Timed iterations at least.
+        max_repeats: Timed iterations at most.
+        budget_s: Stop repeating once this many seconds of timed work are done (after
+            ``min_repeats``).
+    """
+
+    warmup: int = 3
+    min_repeats: int = 7
+    max_repeats: int = 31
+    budget_s: float = 0.25
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Hardware name and library versions recorded with every row."""
+    import torch
+
+    hardware = torch.cuda.get_device_name(0) if device.startswith("cuda") else _cpu_model()
+    try:
+        from importlib.metadata import version
+
+        fbgemm = next((version(p) for p in ("fbgemm-gpu", "fbgemm-gpu-cpu")
+                       if _has_dist(p)), "")
+    except Exception:  # a missing version is recorded as empty
+        fbgemm = ""
+    return {"device": device, "hardware": hardware, "threads": torch.get_num_threads(),
+            "torch_version": torch.__version__, "fbgemm_version": fbgemm}
+
+
+def _has_dist(name: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version(name)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def clock_name(device: str) -> str:
+    return "cuda_event" if device.startswith("cuda") else "thread_cpu"
+
+
+def _clock(device: str) -> Callable[[Callable[[], Any]], tuple[Any, float]]:
+    """Runs a callable and returns (result, ms): CUDA events on GPU, the calling thread's CPU
+    time on CPU."""
+    import torch
+
+    if device.startswith("cuda"):
+        def cuda_clock(fn: Callable[[], Any]) -> tuple[Any, float]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            result = fn()
+            end.record()
+            torch.cuda.synchronize()
+            return result, float(start.elapsed_time(end))
+        return cuda_clock
+
+    def cpu_clock(fn: Callable[[], Any]) -> tuple[Any, float]:
+        t0 = time.thread_time_ns()
+        result = fn()
+        return result, (time.thread_time_ns() - t0) * 1e-6
+    return cpu_clock
+
+
+def measure(cfg: BenchConfig, device: str = "cpu", timing: Timing = Timing()) -> dict[str, Any]:
+    """Times one configuration; returns its CSV fields (without the environment columns)."""
+    lk = make_lookups(cfg)
+    op = build_operator(cfg, lk, device)
+    clock = _clock(device)
+    for _ in range(timing.warmup):
+        op.backward(op.forward())
+    fwd: list[float] = []
+    bwd: list[float] = []
+    spent = 0.0
+    while len(fwd) < timing.max_repeats and (len(fwd) < timing.min_repeats
+                                              or spent < timing.budget_s * 1e3):
+        out, f_ms = clock(op.forward)
+        _, b_ms = clock(partial(op.backward, out))
+        fwd.append(f_ms)
+        bwd.append(b_ms)
+        spent += f_ms + b_ms
+    row: dict[str, Any] = {"config_id": cfg.config_id, **asdict(cfg),
+                           "part_rows": cfg.part_rows, "lookups": lk.lookups,
+                           "distinct_rows": lk.distinct, "share": round(lk.share, 6),
+                           "repeats": len(fwd), "clock": clock_name(device)}
+    for name, values in (("fwd", fwd), ("bwd", bwd)):
+        p10, p50, p90 = np.percentile(values, [10, 50, 90])
+        row.update({f"{name}_ms": round(p50, 5), f"{name}_p10_ms": round(p10, 5),
+                    f"{name}_p90_ms": round(p90, 5)})
+    return row
+
+
+def device_configs(grid: str, device: str) -> tuple[list[BenchConfig], list[str]]:
+    """The grid's configurations runnable on ``device``, and notes on what was left out.
+
+    On CPU there is one tier, ``host``. On CUDA every configuration is measured at the ``hbm``,
+    ``uvm`` and ``uvm_caching`` tiers (FBGEMM's DEVICE, MANAGED, MANAGED_CACHING); the torch
+    operator has no caching tier (its ``uvm`` reads rows from pinned host memory), and FBGEMM
+    configurations are dropped where FBGEMM has no working CUDA build.
+    """
+    cuda = device.startswith("cuda")
+    tiers = ("hbm", "uvm", "uvm_caching") if cuda else ("host",)
+    configs = [c for tier in tiers for c in grid_configs(grid, tier)]
+    notes = []
+    if cuda:
+        configs = [c for c in configs if not (c.op == "torch" and c.tier == "uvm_caching")]
+        if not fbgemm_available(device):
+            configs = [c for c in configs if c.op != "fbgemm"]
+            notes.append("FBGEMM unavailable on CUDA: torch operator only")
+    return configs, notes
+
+
+def done_ids(path: Path) -> set[str]:
+    """Config ids already measured in ``path``; drops a truncated last line (and nothing else).
+
+    Raises:
+        InputError: the file exists but its header is not this harness's.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return set()
+    text = path.read_text()
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+        atomic_write_text(path, text)
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames != COLUMNS:
+        raise InputError("not a microbenchmark CSV of this version (header differs)",
+                         source=str(path), field="header", value=",".join(reader.fieldnames or []))
+    return {row["config_id"] for row in reader if row.get("bwd_p90_ms")}
+
+
+def sweep(configs: Iterable[BenchConfig], output: Path, device: str = "cpu",
+          timing: Timing = Timing(), progress: bool = True) -> int:
+    """Measures every configuration not yet in ``output``, appending a flushed row per config.
+
+    Returns:
+        The number of rows added.
+    """
+    output.parent.mkdir(parents=True, exist_ok=True)
+    done = done_ids(output)
+    todo = [c for c in configs if c.config_id not in done]
+    env = environment(device)
+    new_file = not output.exists() or output.stat().st_size == 0
+    with output.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        if new_file:
+            writer.writeheader()
+            fh.flush()
+        for cfg in _progress(todo, progress, f"{len(done)} done"):
+            writer.writerow({**measure(cfg, device, timing), **env})
+            fh.flush()
+    return len(todo)
+
+
+def _progress(items: list[BenchConfig], show: bool, note: str) -> Iterable[BenchConfig]:
+    if not show:
+        yield from items
+        return
+    from rich.progress import Progress
+
+    with Progress() as bar:
+        task = bar.add_task(f"microbench ({note})", total=len(items))
+        for item in items:
+            yield item
+            bar.advance(task)
