@@ -135,7 +135,7 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
               sharders: list[str] | None = None, options: dict[str, object] | None = None,
               bound: Callable[[ShardingTask, CostModel], float] | None = None,
               on_row: Callable[[CompareRow], None] | None = None,
-              fresh: bool = False) -> list[CompareRow]:
+              fresh: bool = False, save_plans: bool = False) -> list[CompareRow]:
     """Runs every sharder on every task, appending rows to ``out_dir/<suite>.csv`` as they finish.
 
     The first task's per-device breakdown of each plan goes to ``<suite>.devices.json`` (for the
@@ -151,6 +151,7 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
         bound: Optional extra lower bound per task (the larger bound is reported).
         on_row: Called with each new row (progress display).
         fresh: Start over instead of resuming.
+        save_plans: Also write each plan to ``<suite>.plans/<task>/<sharder>.json``.
 
     Returns:
         All rows, old and new.
@@ -171,7 +172,10 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
         task = spec.build()
         extra = bound(task, cost_model) if bound else None
         for name in todo:
-            row, _, report = run_one(suite, spec, task, name, cost_model, extra, options or {})
+            row, plan, report = run_one(suite, spec, task, name, cost_model, extra,
+                                        options or {})
+            if save_plans and plan is not None:
+                plan.save(out_dir / f"{suite}.plans" / spec.name / f"{name}.json")
             _append(csv_path, row)
             rows.append(row)
             if i == 0 and report is not None:

@@ -59,7 +59,7 @@ def constrained_task(tables: Sequence[Table], devices: int, hbm_fraction: float 
     A fraction below 1 makes the task capacity-constrained: some rows must live in host memory.
     Host memory keeps the profile's capacity.
     """
-    if not 0 < hbm_fraction:
+    if not hbm_fraction > 0:
         raise InputError("must be > 0", field="hbm_fraction", value=hbm_fraction)
     workload = Workload(batch_size=batch_size, mode=mode)
     need = total_bytes(tables, workload.train)

@@ -15,8 +15,10 @@ from autoshard.compare import CompareRow, FixedTask, read_rows, run_suite
 from autoshard.compare_report import markdown_table, summarize, write_plots
 from autoshard.cost import CostModel, load_cost_model
 from autoshard.errors import InputError
+from autoshard.evaluator import CostReport, evaluate
 from autoshard.fileio import atomic_write_text, read_structured
 from autoshard.tables import Table
+from autoshard.task import ShardingTask
 
 #: Where the committed learned cost model lives (relative to the repository root).
 COMMITTED_MODEL = Path(__file__).resolve().parents[2] / "results" / "cost_model" / "model"
@@ -34,8 +36,11 @@ def demo(
         help="Cluster HBM as a share of the tables' bytes (< 1: capacity-constrained).")] = 0.3,
     hardware: Annotated[str, typer.Option(help="Bundled hardware profile.")] = "8xH100-80GB",
     cost_model: Annotated[str, typer.Option(
-        help="'auto' (the committed learned model when present, else analytical), "
-             "'analytical', or a model folder.")] = "auto",
+        help="Cost model the sharders plan with: 'analytical' (the profile's spec sheet) or "
+             "a learned model folder.")] = "analytical",
+    reprice: Annotated[str, typer.Option(
+        help="Learned model folder that re-prices every plan ('auto': the committed model; "
+             "'none' to skip).")] = "auto",
     time_limit: Annotated[float, typer.Option(help="Time limit per plan (s).")] = 30.0,
     seed: Annotated[int, typer.Option(help="Seed of the workload and randomised sharders.")] = 0,
 ) -> None:
@@ -49,16 +54,20 @@ def demo(
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     measured = _synth_and_profile(out, tables, trace_batch, seed)
-    model = _cost_model(cost_model)
+    model = load_cost_model(cost_model)
+    learned = _learned_model(reprice)
     task = constrained_task(measured, devices, hbm_fraction, hardware, batch_size)
     console.print(f"[bold]3.[/] task: {task.num_tables} tables on {task.num_devices} x "
                   f"{hardware.split('x', 1)[-1]}, HBM {hbm_fraction:.0%} of the tables' bytes; "
                   f"cost model: {model.name}")
     console.print("[bold]4.[/] planning with every registered sharder")
-    rows = run_suite("demo", [FixedTask(f"demo-{tables}x{devices}", task)], model, out,
+    name = f"demo-{tables}x{devices}"
+    rows = run_suite("demo", [FixedTask(name, task)], model, out,
                      options={"seed": seed, "time_limit": time_limit}, fresh=True,
+                     save_plans=True,
                      on_row=lambda r: console.print(f"   {r.sharder:<20} {r.status}"))
-    _show(rows)
+    repriced = _reprice(learned, task, out / "demo.plans" / name) if learned else {}
+    _show(rows, repriced)
     breakdown = read_structured(out / "demo.devices.json") if (
         out / "demo.devices.json").is_file() else {}
     plots = write_plots(read_rows(out / "demo.csv"), breakdown, out, "demo")
@@ -89,33 +98,48 @@ def _synth_and_profile(out: Path, count: int, batch: int, seed: int) -> tuple[Ta
     return measured
 
 
-def _cost_model(spec: str) -> CostModel:
-    if spec != "auto":
-        return load_cost_model(spec)
-    if COMMITTED_MODEL.is_dir():
-        try:
-            return load_cost_model(str(COMMITTED_MODEL))
-        except InputError as exc:
-            console.print(f"[yellow]committed cost model unusable ({exc}); "
-                          "using the analytical model[/]")
-    return load_cost_model("analytical")
+def _learned_model(spec: str) -> CostModel | None:
+    """The learned model that re-prices the plans: the committed one for 'auto' (when present)."""
+    if spec == "none":
+        return None
+    folder = COMMITTED_MODEL if spec == "auto" else Path(spec)
+    if spec == "auto" and not folder.is_dir():
+        console.print("[yellow]no committed learned cost model; skipping re-pricing[/]")
+        return None
+    model = load_cost_model(str(folder))
+    hardware = getattr(model, "info_", {}).get("hardware") or ["unknown hardware"]
+    trained_on = ", ".join(str(h) for h in hardware) if isinstance(hardware, list) else hardware
+    console.print(f"   re-pricing with the learned model in {folder} (measured on {trained_on})")
+    return model
 
 
-def _show(rows: list[CompareRow]) -> None:
-    table = RichTable(title="sharders on the demo task (lower cost / bound is better)")
-    for col in ("sharder", "status", "step ms", "cost/bound", "balance", "UVM lookups",
-                "plan s"):
-        table.add_column(col, justify="left" if col in ("sharder", "status") else "right",
-                         no_wrap=True)
+def _reprice(model: CostModel, task: ShardingTask, plans: Path) -> dict[str, CostReport]:
+    """Step 5: every saved plan priced by the learned model."""
+    from autoshard.plan import Plan
+
+    return {p.stem: evaluate(Plan.load(p), task, model) for p in sorted(plans.glob("*.json"))}
+
+
+def _show(rows: list[CompareRow], repriced: dict[str, CostReport]) -> None:
+    table = RichTable(title="sharders on the demo task (cost / lower bound: 1.0 is optimal)")
+    columns = ["sharder", "step\nms", "cost /\nbound", "UVM\nlookups", "plan\ns"]
+    if repriced:
+        columns.append("learned model\ncost / bound")
+    for col in columns:
+        table.add_column(col, justify="left" if col == "sharder" else "right", no_wrap=True,
+                         min_width=18 if col == "sharder" else None)
     notes = []
     for r in sorted(rows, key=lambda r: (r.status != "ok", r.cost_ratio)):
         if r.status != "ok":
-            table.add_row(r.sharder, r.status, "", "", "", "", "")
+            table.add_row(r.sharder, r.status, *[""] * (len(columns) - 2))
             notes.append(f"{r.sharder} {r.status}: {r.reason}")
             continue
-        table.add_row(r.sharder, "ok", f"{r.step_cost_ms:.3f}", f"{r.cost_ratio:.3f}",
-                      f"{r.load_balance:.2f}", f"{r.uvm_lookup_share:.1%}",
-                      f"{r.plan_seconds:.3f}")
+        cells = [r.sharder, f"{r.step_cost_ms:.3f}", f"{r.cost_ratio:.3f}",
+                 f"{r.uvm_lookup_share:.1%}", f"{r.plan_seconds:.3f}"]
+        if repriced:
+            cells.append(f"{repriced[r.sharder].cost_ratio:.3f}" if r.sharder in repriced
+                         else "")
+        table.add_row(*cells)
     console.print(table)
     for note in notes:
         console.print(note)
