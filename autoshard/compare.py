@@ -150,7 +150,8 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
         options: Constructor options passed to every sharder (e.g. seed, time_limit).
         bound: Optional extra lower bound per task (the larger bound is reported).
         on_row: Called with each new row (progress display).
-        fresh: Start over instead of resuming.
+        fresh: Recompute the selected sharders' rows instead of keeping them (rows of other
+            sharders are kept).
         save_plans: Also write each plan to ``<suite>.plans/<task>/<sharder>.json``.
 
     Returns:
@@ -160,9 +161,13 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / f"{suite}.csv"
     devices_path = out_dir / f"{suite}.devices.json"
-    old = [] if fresh else read_rows(csv_path)
+    old = read_rows(csv_path)
+    if fresh:
+        old = [r for r in old if r.sharder not in names]
     _rewrite(csv_path, old)
-    breakdown = {} if fresh or not devices_path.is_file() else read_structured(devices_path)
+    breakdown = read_structured(devices_path) if devices_path.is_file() else {}
+    if fresh:
+        breakdown = {k: v for k, v in breakdown.items() if k not in names}
     done = {(r.task, r.sharder, r.cost_model) for r in old}
     rows = list(old)
     for i, spec in enumerate(specs):

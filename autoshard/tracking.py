@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from autoshard.errors import InputError
 
@@ -40,4 +40,5 @@ def start_run(experiment: str, config: dict[str, Any], mode: str, directory: Pat
 
     directory.mkdir(parents=True, exist_ok=True)
     return wandb.init(project=project, name=run_name(experiment, seed), job_type=experiment,
-                      config=config, mode=mode, dir=str(directory), reinit="finish_previous")
+                      config=config, mode=cast(Any, mode), dir=str(directory),
+                      reinit="finish_previous")

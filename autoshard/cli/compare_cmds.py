@@ -32,7 +32,8 @@ def compare(
     time_limit: Annotated[float, typer.Option(
         help="Time limit per plan for sharders that take one (s).")] = 60.0,
     seed: Annotated[int, typer.Option(help="Seed for randomised sharders.")] = 0,
-    fresh: Annotated[bool, typer.Option(help="Start over instead of resuming.")] = False,
+    fresh: Annotated[bool, typer.Option(
+        help="Recompute the selected sharders' rows instead of resuming.")] = False,
     wandb_mode: Annotated[str, typer.Option(
         help="W&B tracking: offline (default, no account), online or disabled.")] = "offline",
 ) -> None:
@@ -102,7 +103,7 @@ def _log_wandb(run: object, rows: list[CompareRow], plots: list[Path]) -> None:
 
     import wandb
 
-    columns = list(asdict(rows[0])) if rows else []
+    columns: list[str | int] = list(asdict(rows[0])) if rows else []
     table = wandb.Table(columns=columns, data=[list(asdict(r).values()) for r in rows])
     run.log({"compare/rows": table,  # type: ignore[attr-defined]
              **{f"compare/{p.stem}": wandb.Image(str(p)) for p in plots}})

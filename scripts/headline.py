@@ -1,0 +1,49 @@
+"""Prints README's headline table from the committed comparison results (results/compare/*.csv).
+
+Usage: .venv/bin/python scripts/headline.py [results/compare]
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from autoshard.compare import read_rows
+from autoshard.compare_report import summarize
+
+SUITES = ("constrained-50x4", "constrained-100x8", "constrained-200x8", "constrained-856x128",
+          "rich-100x8", "infer-100x8")
+SHARDERS = ("random", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec",
+            "recshard", "ppo")
+
+
+def cell(value: float, spec: str) -> str:
+    return "-" if math.isnan(value) else format(value, spec)
+
+
+def main(folder: Path) -> None:
+    head = "| suite | " + " | ".join(SHARDERS) + " |"
+    print("Step cost / lower bound, mean over the suite's tasks (1.000 = provably optimal):\n")
+    print(head)
+    print("|---" * (len(SHARDERS) + 1) + "|")
+    times = []
+    for suite in SUITES:
+        path = folder / f"{suite}.csv"
+        if not path.is_file():
+            continue
+        summaries = {s.sharder: s for s in summarize(read_rows(path))}
+        ratio = [cell(summaries[n].mean_cost_ratio, ".3f") if n in summaries else "-"
+                 for n in SHARDERS]
+        seconds = [cell(summaries[n].plan_seconds, ".3g") if n in summaries else "-"
+                   for n in SHARDERS]
+        print(f"| {suite} | " + " | ".join(ratio) + " |")
+        times.append(f"| {suite} | " + " | ".join(seconds) + " |")
+    print("\nTime to plan, seconds (mean per task):\n")
+    print(head)
+    print("|---" * (len(SHARDERS) + 1) + "|")
+    print("\n".join(times))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("results/compare"))

@@ -1,0 +1,223 @@
+"""The placement environment: Gymnasium/SB3 contracts, masks, rewards, determinism."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from autoshard.analytical import AnalyticalCostModel
+from autoshard.cost import Pricing
+from autoshard.errors import PlannerError
+from autoshard.evaluator import evaluate
+from autoshard.plan import check_plan
+from autoshard.task import ShardingTask
+from autoshard.workloads import constrained_task, dlrm_tables
+from envs import ENV_ID, PlacementEnv, TaskSampler
+from envs.buckets import MULTIPLIERS, N_BUCKETS, bucket_rows
+from envs.observation import ObsLayout
+
+POOL = dlrm_tables(60, seed=3)
+
+
+def constrained(devices: tuple[int, ...] = (2, 3, 5), max_devices: int | None = 8,
+                **kw: object) -> PlacementEnv:
+    sampler = TaskSampler(pool=POOL, tables=(8, 20), devices=devices, hbm_fraction=(0.3, 0.6))
+    return PlacementEnv(sampler, max_devices=max_devices, **kw)  # type: ignore[arg-type]
+
+
+def play(env: PlacementEnv, rng: np.random.Generator, seed: int | None = None,
+         task: ShardingTask | None = None) -> tuple[list[np.ndarray], list[float], dict]:
+    """One episode with uniformly random allowed actions."""
+    obs, info = env.reset(seed=seed, options={"task": task} if task else None)
+    seen, rewards, done = [obs], [], False
+    while not done:
+        assert np.array_equal(info["action_mask"], env.action_masks())
+        action = rng.choice(np.flatnonzero(env.action_masks()))
+        obs, reward, done, truncated, info = env.step(action)
+        assert not truncated
+        seen.append(obs)
+        rewards.append(reward)
+    return seen, rewards, info
+
+
+def test_checkers_pass_with_no_warnings() -> None:
+    from gymnasium.utils.env_checker import check_env as gym_check
+    from stable_baselines3.common.env_checker import check_env as sb3_check
+
+    # The checkers step with unmasked random actions, so every action must be legal: devices fill
+    # every slot and each one's HBM holds all tables.
+    sampler = TaskSampler(pool=POOL, tables=(4, 6), devices=(3,), hbm_fraction=(4.0, 4.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gym_check(gym.make(ENV_ID, sampler=sampler).unwrapped)
+        sb3_check(gym.make(ENV_ID, sampler=sampler).unwrapped, warn=True)
+
+
+def test_registered_id_makes_the_env() -> None:
+    env = gym.make(ENV_ID, sampler=TaskSampler(pool=POOL, tables=(3, 4), devices=(2,)))
+    assert isinstance(env.unwrapped, PlacementEnv)
+    obs, info = env.reset(seed=0)
+    assert obs.shape == env.observation_space.shape
+    assert info["action_mask"].any()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_masked_agent_ends_with_a_valid_plan(seed: int) -> None:
+    env = constrained()
+    _, rewards, info = play(env, np.random.default_rng(seed), seed=seed)
+    assert env.task is not None
+    device, hbm = check_plan(info["plan"], env.task)  # raises if invalid or over capacity
+    assert device.max() < env.task.num_devices
+    assert (hbm <= env.task.table_arrays.rows).all()
+    assert len(rewards) == env.task.num_tables
+    assert info["report"].sharder == "env"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_return_is_minus_evaluator_cost_over_bound(seed: int) -> None:
+    env = constrained()
+    _, rewards, info = play(env, np.random.default_rng(seed), seed=seed)
+    report = info["report"]
+    assert env.task is not None
+    again = evaluate(info["plan"], env.task, AnalyticalCostModel())
+    assert sum(rewards) == pytest.approx(-again.step_cost_ms / again.lower_bound_ms, rel=1e-9)
+    assert report.cost_ratio == pytest.approx(again.cost_ratio, rel=1e-12)
+    assert info["step_cost_ms"] == pytest.approx(report.step_cost_ms, rel=1e-9)
+    assert all(r <= 0.0 for r in rewards)
+
+
+def test_same_seed_same_episode() -> None:
+    a = play(constrained(), np.random.default_rng(5), seed=11)
+    b = play(constrained(), np.random.default_rng(5), seed=11)
+    c = play(constrained(), np.random.default_rng(5), seed=12)
+    assert len(a[0]) == len(b[0])
+    assert all(np.array_equal(x, y) for x, y in zip(a[0], b[0], strict=True))
+    assert a[1] == b[1]
+    assert a[2]["plan"] == b[2]["plan"]
+    assert not (len(a[0]) == len(c[0]) and all(
+        np.array_equal(x, y) for x, y in zip(a[0], c[0], strict=True)))
+
+
+def test_variable_device_counts_share_one_spec() -> None:
+    env = constrained(devices=(2, 5, 8), max_devices=8)
+    layout = ObsLayout(8, N_BUCKETS)
+    seen = set()
+    for seed in range(12):
+        obs, info = env.reset(seed=seed)
+        assert env.task is not None
+        n = env.task.num_devices
+        seen.add(n)
+        assert obs.shape == (layout.size,)
+        blocks = obs[layout.head:].reshape(8, layout.device_block)
+        assert blocks[:, 0].tolist() == [1.0] * n + [0.0] * (8 - n)
+        assert not blocks[n:].any()
+        mask = info["action_mask"].reshape(8, N_BUCKETS)
+        assert not mask[n:].any() and mask[:n].any()
+    assert seen == {2, 5, 8}
+
+
+def test_illegal_actions_raise_with_expected_and_actual() -> None:
+    env = constrained(devices=(2,), max_devices=4)
+    env.reset(seed=0)
+    k = N_BUCKETS
+    with pytest.raises(ValueError, match=r"the task has 2 devices; expected one of"):
+        env.step(2 * k)
+    with pytest.raises(ValueError, match=r"outside \[0, 36\)"):
+        env.step(36)
+
+
+def test_action_that_does_not_fit_names_the_bytes() -> None:
+    env = constrained(devices=(2,), max_devices=2)
+    env.reset(seed=1)
+    masked = np.flatnonzero(~env.action_masks())
+    assert masked.size, "the costliest table of a constrained task cannot go whole everywhere"
+    with pytest.raises(ValueError, match=r"does not fit: needs .* GiB HBM .* free.*expected one"):
+        env.step(masked[0])
+
+
+def test_all_rows_bucket_is_there_and_buckets_grow() -> None:
+    task = constrained_task(POOL[:15], 3, hbm_fraction=0.4)
+    model = AnalyticalCostModel()
+    rows = bucket_rows(task, model)
+    assert (rows[:, 0] == 0).all()
+    assert (rows[:, -1] == task.table_arrays.rows).all()
+    assert (np.diff(rows, axis=1) >= 0).all()
+    # Multiplier 1 is the relaxation's split: together it about fills the cluster's HBM.
+    ref = rows[:, MULTIPLIERS.index(1.0)] * task.table_arrays.memory_bytes_per_row
+    budget = task.device_arrays.hbm_capacity.sum()
+    assert 0.8 * budget < ref.sum() <= 1.05 * budget
+
+
+@dataclass
+class Doubled:
+    """A cost model that is the analytical one times two."""
+
+    name: str = "doubled"
+
+    def price(self, task: ShardingTask, table_idx: np.ndarray, device_idx: np.ndarray,
+              hbm_rows: np.ndarray) -> Pricing:
+        p = AnalyticalCostModel().price(task, table_idx, device_idx, hbm_rows)
+        return Pricing(2 * p.hbm_ms, 2 * p.uvm_ms, 2 * p.comm_ms)
+
+
+def test_prices_through_the_given_cost_model() -> None:
+    task = constrained_task(POOL[:3], 2, hbm_fraction=5.0)
+    plain, doubled = PlacementEnv(max_devices=2), PlacementEnv(max_devices=2, cost_model=Doubled())
+    ends = []
+    for env in (plain, doubled):
+        env.reset(options={"task": task})
+        total, done = 0.0, False
+        while not done:  # everything on device 0, all rows in HBM
+            _, reward, done, _, info = env.step(len(MULTIPLIERS) - 1)
+            total += reward
+        ends.append((total, info["step_cost_ms"], info["report"].cost_model))
+    direct = AnalyticalCostModel().price(task, np.arange(3), np.zeros(3, int),
+                                         task.table_arrays.rows).total_ms.sum()
+    assert ends[0][1] == pytest.approx(direct, rel=1e-12)
+    assert ends[1][1] == pytest.approx(2 * direct, rel=1e-12)
+    assert ends[0][0] == pytest.approx(ends[1][0], rel=1e-9)  # the return is scale-free
+    assert ends[1][2] == "doubled"
+
+
+def test_given_task_too_large_or_wrong_type_is_refused() -> None:
+    env = PlacementEnv(max_devices=2)
+    with pytest.raises(ValueError, match="4 devices; this environment has 2 device slots"):
+        env.reset(options={"task": constrained_task(POOL[:3], 4)})
+    with pytest.raises(ValueError, match="must be a ShardingTask"):
+        env.reset(options={"task": "tables.json"})
+    with pytest.raises(RuntimeError, match="call reset"):
+        PlacementEnv(max_devices=2).step(0)
+
+
+def test_task_that_fits_nowhere_is_a_planner_error() -> None:
+    task = constrained_task(POOL[:3], 2, hbm_fraction=0.1)
+    tiny = task.hardware.with_hbm_bytes(0)
+    from dataclasses import replace
+
+    from autoshard.hardware import Tier
+
+    devices = tuple(replace(d, host=Tier(0, d.host.bandwidth_gbps)) for d in tiny.devices)
+    task = ShardingTask(task.tables, replace(tiny, devices=devices), task.workload)
+    with pytest.raises(PlannerError, match="fits on no device"):
+        PlacementEnv(max_devices=2).reset(options={"task": task})
+
+
+def test_fill_bucket_keeps_the_hot_rows_that_fit_when_no_value_bucket_does() -> None:
+    # One device whose HBM holds a third of the one table: only "none" and "fill" remain.
+    task = constrained_task(POOL[:1], 1, hbm_fraction=0.33)
+    env = PlacementEnv(max_devices=1)
+    _, info = env.reset(options={"task": task})
+    fit_rows = int(np.floor(task.device_arrays.hbm_capacity[0]
+                            / task.table_arrays.memory_bytes_per_row[0]))
+    assert info["action_mask"][N_BUCKETS - 2] == False  # all rows: no  # noqa: E712
+    assert info["action_mask"][N_BUCKETS - 1]  # fill: yes
+    _, reward, done, _, info = env.step(N_BUCKETS - 1)
+    assert done and info["plan"].placements[0].hbm_rows == fit_rows
+    direct = AnalyticalCostModel().price(task, np.array([0]), np.array([0]),
+                                         np.array([fit_rows])).total_ms[0]
+    assert info["step_cost_ms"] == pytest.approx(direct, rel=1e-12)
+    assert -reward == pytest.approx(info["report"].cost_ratio, rel=1e-9)

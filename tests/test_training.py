@@ -1,0 +1,164 @@
+"""Training: the policy network, its safe format, tiny runs with W&B offline, resume, CLI."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from autoshard.cli import main
+from autoshard.errors import InputError
+from envs import PlacementEnv, TaskSampler
+from envs.buckets import MULTIPLIERS, N_BUCKETS
+from envs.observation import ObsLayout
+from training.config import TrainConfig
+from training.policy import PADDED, PlacementNet, load_policy, save_policy
+from training.tracking import offline_history
+from training.train import train
+
+TINY = {"timesteps": 256, "n_steps": 64, "batch_size": 64, "n_epochs": 2,
+        "train_tables": (4, 8), "eval_tables": (8,), "eval_devices": (2, 3),
+        "eval_every": 128, "checkpoint_every": 128, "hidden": 16}
+
+
+def observation(devices: int, slots: int, seed: int = 0) -> np.ndarray:
+    sampler = TaskSampler(tables=(6, 6), devices=(devices,))
+    env = PlacementEnv(sampler, max_devices=slots)
+    obs, _ = env.reset(seed=seed)
+    return obs
+
+
+def test_config_rejects_bad_values() -> None:
+    with pytest.raises(InputError, match="wandb_mode"):
+        TrainConfig(wandb_mode="cloud")
+    with pytest.raises(InputError, match="more devices than max_devices"):
+        TrainConfig(train_devices=(2, 16), max_devices=8)
+
+
+def test_one_net_scores_any_device_count_and_pads() -> None:
+    net = PlacementNet(N_BUCKETS, hidden=16)
+    k = N_BUCKETS
+    for devices, slots in ((2, 4), (8, 8), (5, 16)):
+        logits, value = net(torch.from_numpy(observation(devices, slots))[None])
+        assert logits.shape == (1, slots * k) and value.shape == (1, 16)
+        assert (logits[0, devices * k:] == PADDED).all()
+        assert (logits[0, :devices * k] > PADDED / 2).all()
+
+
+def test_net_is_equivariant_to_device_order() -> None:
+    """Shared weights: swapping two devices' blocks swaps their logits, same value."""
+    net = PlacementNet(N_BUCKETS, hidden=16)
+    obs = observation(4, 4, seed=3)
+    layout = ObsLayout(4, N_BUCKETS)
+    blocks = obs[layout.head:].reshape(4, layout.device_block).copy()
+    blocks[0, 5] = 0.3  # make device 0 differ from device 2 (free host share)
+    swapped = blocks[[2, 1, 0, 3]]
+    a = np.concatenate([obs[:layout.head], blocks.ravel()])
+    b = np.concatenate([obs[:layout.head], swapped.ravel()])
+    la, va = net(torch.from_numpy(a)[None])
+    lb, vb = net(torch.from_numpy(b)[None])
+    la, lb = la.reshape(4, -1), lb.reshape(4, -1)
+    assert torch.allclose(la[[2, 1, 0, 3]], lb, atol=1e-6)
+    assert not torch.allclose(la[0], la[2])
+    assert torch.allclose(va, vb, atol=1e-6)
+
+
+def test_policy_files_round_trip_and_refuse_bad_input(tmp_path: Path) -> None:
+    net = PlacementNet(N_BUCKETS, hidden=16)
+    save_policy(net, tmp_path / "p", MULTIPLIERS, {"trained": {"steps": 3}})
+    loaded, multipliers, doc = load_policy(tmp_path / "p")
+    assert multipliers == MULTIPLIERS and doc["trained"]["steps"] == 3
+    obs = torch.from_numpy(observation(3, 4))[None]
+    assert torch.equal(net(obs)[0], loaded(obs)[0])
+    with pytest.raises(InputError, match="policy file missing"):
+        load_policy(tmp_path / "nothing")
+    config = tmp_path / "p" / "config.json"
+    doc["features"]["option"] = ["price"]
+    config.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="other observation features"):
+        load_policy(tmp_path / "p")
+    doc["format"] = "something-else"
+    config.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="expected format"):
+        load_policy(tmp_path / "p")
+
+
+class Payload:
+    """An arbitrary object: a weights file holding one must not be unpickled."""
+
+
+def test_weights_that_are_not_plain_tensors_are_refused(tmp_path: Path) -> None:
+    net = PlacementNet(N_BUCKETS, hidden=16)
+    save_policy(net, tmp_path, MULTIPLIERS)
+    torch.save({"opt_bucket": Payload()}, tmp_path / "weights.pt")
+    with pytest.raises(pickle.UnpicklingError, match=r"Weights only load failed"):
+        load_policy(tmp_path)
+
+
+def test_tiny_run_logs_to_offline_wandb(tmp_path: Path) -> None:
+    cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="offline", **TINY)  # type: ignore[arg-type]
+    result = train(cfg)
+    assert result.steps == 256
+    config, history, summary = offline_history(tmp_path / "run")
+    assert json.loads(config["timesteps"]) == 256
+    assert json.loads(config["wandb_mode"]) == "offline"
+    keys = set().union(*history)
+    assert {"charts/train_cost_ratio", "eval/ppo_cost_ratio", "eval/best_greedy_cost_ratio",
+            "eval/cost_ratio_by_sharder/_type", "final/comparison/_type"} <= keys
+    evals = [json.loads(h["eval/ppo_cost_ratio"]) for h in history if "eval/ppo_cost_ratio" in h]
+    assert len(evals) == 2 and all(r >= 1.0 for r in evals)  # at steps 128 and 256
+    ppo = np.mean([r.cost_ratio for r in result.results if r.sharder == "ppo"])
+    assert json.loads(summary["final/ppo_cost_ratio"]) == pytest.approx(ppo)
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    tables = list(runs[0].glob("files/media/table/eval/*.table.json"))
+    rows = json.loads(tables[0].read_text())
+    assert rows["columns"] == ["task", "sharder", "cost_ratio"]
+    assert {r[1] for r in rows["data"]} == {"ppo", "size_greedy", "dim_greedy", "lookup_greedy",
+                                           "size_lookup_greedy"}
+
+
+def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
+    cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", **TINY)  # type: ignore[arg-type]
+    start = time.perf_counter()
+    first = train(cfg)
+    first_seconds = time.perf_counter() - start
+    assert 0 < first.wall_seconds <= first_seconds
+    with pytest.raises(InputError, match="already holds a checkpoint"):
+        train(cfg)
+    with pytest.raises(InputError, match="field 'seed'"):
+        train(TrainConfig(**{**cfg.to_dict(), "seed": 1}), resume=True)
+    longer = TrainConfig(**{**cfg.to_dict(), "timesteps": 384})
+    start = time.perf_counter()
+    result = train(longer, resume=True)
+    assert result.steps == 384
+    assert first.wall_seconds < result.wall_seconds <= first_seconds + (
+        time.perf_counter() - start)
+    state = json.loads((tmp_path / "run" / "checkpoints" / "state.json").read_text())
+    assert state["num_timesteps"] == 384
+    steps = [h["step"] for h in state["history"] if "eval_ratio" in h]
+    assert steps == [128, 256, 384]  # the first session's evaluations are kept
+    with pytest.raises(InputError, match="nothing to resume"):
+        train(TrainConfig(**{**cfg.to_dict(), "out": str(tmp_path / "none")}), resume=True)
+
+
+def test_cli_train_smoke(tmp_path: Path) -> None:
+    main(["train", "--timesteps", "128", "--n-steps", "64", "--batch-size", "64",
+          "--out", str(tmp_path / "run"), "--wandb-mode", "disabled", "--eval-every", "64",
+          "--train-tables", "4", "8", "--eval-tables", "8", "--eval-devices", "2",
+          "--export", str(tmp_path / "export")])
+    for name in ("policy/weights.pt", "policy/config.json", "training_curve.png",
+                 "train_history.json", "train_eval.csv"):
+        assert (tmp_path / "export" / name).is_file(), name
+    net, multipliers, doc = load_policy(tmp_path / "export" / "policy")
+    assert doc["trained"]["steps"] in (64, 128) and multipliers == MULTIPLIERS
+    assert net(torch.from_numpy(observation(2, 2))[None])[0].shape == (1, 2 * N_BUCKETS)
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--timesteps", "128", "--out", str(tmp_path / "run"),
+              "--wandb-mode", "disabled"])
+    assert exc.value.code == 2

@@ -1,0 +1,1 @@
+"""Training the placement policy with MaskablePPO (sb3-contrib)."""

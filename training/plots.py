@@ -1,0 +1,77 @@
+"""Figures of a training run: the training curve and the final comparison of sharders."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.evaluation import Result
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def training_curve(history: list[dict[str, Any]], path: Path, title: str = "") -> Path:
+    """Held-out mean cost ratio of the policy against the best greedy, and the training
+    episodes' mean cost ratio, over environment steps."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    train = [h for h in history if "train_ratio" in h]
+    evals = [h for h in history if "eval_ratio" in h]
+    if train:
+        ax.plot([h["step"] for h in train], [h["train_ratio"] for h in train], color="0.6",
+                lw=1, label="training episodes (mean, train tables)")
+    if evals:
+        ax.plot([h["step"] for h in evals], [h["eval_ratio"] for h in evals], "o-",
+                color="C0", label="ppo, held-out tasks (mean)")
+        ax.axhline(evals[-1]["greedy_ratio"], color="C3", ls="--",
+                   label="best greedy, held-out tasks (mean)")
+    ax.axhline(1.0, color="k", lw=0.8, ls=":", label="lower bound")
+    ax.set_yscale("log")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("step cost / lower bound")
+    ax.set_title(title or "MaskablePPO placement policy")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def comparison(results: list[Result], path: Path, title: str = "") -> Path:
+    """Mean cost ratio per sharder for every (tables, devices) group, log scale."""
+    plt = _pyplot()
+    groups = sorted({(r.tables, r.devices) for r in results})
+    sharders = list(dict.fromkeys(r.sharder for r in results))
+    values: dict[tuple[str, tuple[int, int]], list[float]] = defaultdict(list)
+    for r in results:
+        values[r.sharder, (r.tables, r.devices)].append(
+            r.cost_ratio if r.cost_ratio is not None else np.nan)
+    fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(groups) + 3), 4))
+    width = 0.8 / max(len(sharders), 1)
+    x = np.arange(len(groups))
+    for i, name in enumerate(sharders):
+        ax.bar(x + i * width, [np.nanmean(values[name, g]) if values[name, g] else np.nan
+                               for g in groups], width, label=name)
+    ax.set_xticks(x + 0.4 - width / 2, [f"{t} tables\n{d} devices" for t, d in groups],
+                  fontsize=8)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="k", lw=0.8, ls=":")
+    ax.set_ylabel("step cost / lower bound")
+    ax.set_title(title or "held-out tasks")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,147 @@
+"""The placement policy network and its safe on-disk format (weights + JSON config).
+
+The network scores every (device, bucket) option of the next table with shared weights, so one
+set of weights serves any number of devices and tables (as DreamShard's policy does):
+
+1. each device's state (which already holds sums and maxima over the tables on it: load by
+   component, table count, costliest table) is encoded by one MLP shared by all devices;
+2. a context vector reads the next table, the summary of work left, and the mean and max of the
+   device encodings over the task's devices (padding excluded);
+3. each option is scored from its own features (price, load after, fit...), its device's
+   encoding, the context and a learned bucket embedding, giving one logit per (device, bucket);
+   padded devices get a large negative logit.
+
+The value head reads the context only. Saved as ``weights.pt`` (a plain state dict, loaded with
+``torch.load(weights_only=True)``) and ``config.json``; nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoshard.errors import InputError
+from autoshard.fileio import atomic_write_text
+from envs.observation import DEVICE, OPTION, SUMMARY, TABLE
+
+FORMAT = "autoshard-placement-policy"
+FORMAT_VERSION = 1
+WEIGHTS, CONFIG = "weights.pt", "config.json"
+#: Logit of an option on a padded device slot.
+PADDED = -1e8
+
+
+def _mlp(inputs: int, hidden: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                         nn.ReLU())
+
+
+class PlacementNet(nn.Module):
+    """Option logits and a value latent from the flat observation of :mod:`envs.observation`.
+
+    Args:
+        buckets: HBM-split buckets per device.
+        hidden: Width of every hidden layer.
+    """
+
+    def __init__(self, buckets: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.buckets, self.hidden = buckets, hidden
+        self.device_enc = _mlp(len(DEVICE), hidden)
+        self.context = _mlp(len(TABLE) + len(SUMMARY) + 2 * hidden, hidden)
+        # The option scorer's first layer, split by input so each part is computed once.
+        self.opt_in = nn.Linear(len(OPTION), hidden)
+        self.opt_device = nn.Linear(hidden, hidden, bias=False)
+        self.opt_context = nn.Linear(hidden, hidden, bias=False)
+        self.opt_bucket = nn.Parameter(torch.zeros(buckets, hidden))
+        narrow = max(hidden // 4, 8)  # the scorer runs once per option: keep it cheap
+        self.opt_out = nn.Sequential(nn.ReLU(), nn.Linear(hidden, narrow), nn.ReLU(),
+                                     nn.Linear(narrow, 1))
+        self.value = _mlp(hidden, hidden)
+        with torch.no_grad():  # start near uniform over the allowed options
+            last = self.opt_out[-1]
+            assert isinstance(last, nn.Linear)
+            last.weight.mul_(0.01)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [B, devices x buckets], value latent [B, hidden]) for observations [B, N]."""
+        n_head = len(TABLE) + len(SUMMARY)
+        n_dev, n_opt, k = len(DEVICE), len(OPTION), self.buckets
+        block = 1 + n_dev + k * n_opt
+        b = obs.shape[0]
+        devices = obs[:, n_head:].reshape(b, -1, block)
+        valid = devices[:, :, :1]
+        enc = self.device_enc(devices[:, :, 1:1 + n_dev])
+        count = valid.sum(dim=1).clamp(min=1.0)
+        mean = (enc * valid).sum(dim=1) / count
+        top = enc.masked_fill(valid == 0, -1e9).max(dim=1).values
+        ctx = self.context(torch.cat([obs[:, :n_head], mean, top], dim=1))
+        options = devices[:, :, 1 + n_dev:].reshape(b, devices.shape[1], k, n_opt)
+        pre = (self.opt_in(options) + self.opt_device(enc)[:, :, None, :]
+               + self.opt_context(ctx)[:, None, None, :] + self.opt_bucket)
+        logits = self.opt_out(pre).squeeze(-1).masked_fill(valid == 0, PADDED)
+        return logits.reshape(b, -1), self.value(ctx)
+
+    def config(self) -> dict[str, Any]:
+        return {"buckets": self.buckets, "hidden": self.hidden}
+
+
+def save_policy(net: PlacementNet, folder: str | Path, multipliers: tuple[float, ...],
+                extra: dict[str, Any] | None = None) -> None:
+    """Writes ``weights.pt`` (state dict) and ``config.json`` into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"format": FORMAT, "version": FORMAT_VERSION, **net.config(),
+           "multipliers": [str(m) for m in multipliers],
+           "features": {"table": TABLE, "summary": SUMMARY, "device": DEVICE, "option": OPTION},
+           **(extra or {})}
+    tmp = folder / (WEIGHTS + ".tmp")
+    torch.save(net.state_dict(), tmp)
+    tmp.replace(folder / WEIGHTS)
+    atomic_write_text(folder / CONFIG, json.dumps(doc, indent=2) + "\n")
+
+
+def load_policy(folder: str | Path) -> tuple[PlacementNet, tuple[float, ...], dict[str, Any]]:
+    """(network in eval mode, bucket multipliers, config) from a folder of :func:`save_policy`.
+
+    Raises:
+        InputError: Missing files, another format, or features that differ from this version's
+            observation.
+    """
+    folder = Path(folder)
+    config_path, weights_path = folder / CONFIG, folder / WEIGHTS
+    for path in (config_path, weights_path):
+        if not path.is_file():
+            raise InputError("policy file missing", source=str(path))
+    try:
+        doc = json.loads(config_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not JSON ({exc})", source=str(config_path)) from exc
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise InputError(f"expected format '{FORMAT}'", source=str(config_path), field="format",
+                         value=doc.get("format") if isinstance(doc, dict) else doc)
+    expected = {"table": list(TABLE), "summary": list(SUMMARY), "device": list(DEVICE),
+                "option": list(OPTION)}
+    if doc.get("features") != expected:
+        raise InputError("the policy was trained on other observation features; retrain it",
+                         source=str(config_path), field="features")
+    try:
+        net = PlacementNet(int(doc["buckets"]), int(doc["hidden"]))
+        multipliers = tuple(float(m) for m in doc["multipliers"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"bad policy config ({exc})", source=str(config_path)) from exc
+    if len(multipliers) + 1 != net.buckets:  # the value buckets and the fill bucket
+        raise InputError(f"{len(multipliers)} multipliers for {net.buckets} buckets",
+                         source=str(config_path), field="multipliers")
+    state = torch.load(weights_path, map_location="cpu", weights_only=True)
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as exc:
+        raise InputError(f"weights do not match the config ({exc})",
+                         source=str(weights_path)) from exc
+    net.eval()
+    return net, multipliers, doc

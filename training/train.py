@@ -1,0 +1,239 @@
+"""Trains the placement policy with MaskablePPO on ``autoshard/Placement-v0``.
+
+Reads top to bottom: configuration and run folder, one seeding block, environments and held-out
+tasks, the model (new or resumed from the last checkpoint), the learning loop with its
+callbacks, then the final comparison against the greedy sharders.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import shutil
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from autoshard.cost import load_cost_model
+from autoshard.errors import InputError
+from autoshard.fileio import atomic_write_text
+from autoshard.machine import describe_machine
+from envs import ENV_ID, TaskSampler, default_pools
+from envs.buckets import MULTIPLIERS, N_BUCKETS
+from training.callbacks import (
+    CheckpointCallback,
+    CurveCallback,
+    HeldOutEvalCallback,
+    RunState,
+    save_checkpoint,
+)
+from training.config import TrainConfig
+from training.evaluation import GREEDY, Result, compare, eval_tasks, plan_task, run_sharder
+from training.plots import comparison, training_curve
+from training.policy import load_policy, save_policy
+from training.tracking import Tracker
+
+#: Fields that may differ between a run and its resumption.
+RESUMABLE = ("timesteps", "wandb_mode", "patience")
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced."""
+
+    run_dir: Path
+    steps: int
+    wall_seconds: float
+    stopped_early: bool
+    best_ratio: float
+    policy_dir: Path
+    results: list[Result] = field(default_factory=list)
+
+
+def make_env(sampler: TaskSampler, cost_model: str, max_devices: int) -> gym.Env:
+    """One training environment through the registered id (importable in subprocesses)."""
+    import envs  # noqa: F401  (registers the id)
+
+    return gym.make(ENV_ID, sampler=sampler, cost_model=cost_model, max_devices=max_devices,
+                    report=False)
+
+
+def _run_state(cfg: TrainConfig, resume: bool) -> tuple[RunState, int]:
+    """The saved state and step count to resume from, or a fresh state."""
+    ckpt = cfg.out_dir / "checkpoints"
+    if not resume:
+        if (ckpt / "last.zip").exists():
+            raise InputError("the run folder already holds a checkpoint; pass --resume to "
+                             "continue it or choose another --out", field="out", value=cfg.out)
+        return RunState(), 0
+    if not (ckpt / "last.zip").exists() or not (ckpt / "state.json").exists():
+        raise InputError("nothing to resume: no checkpoint", source=str(ckpt))
+    saved = TrainConfig.from_dict(json.loads((cfg.out_dir / "config.json").read_text()),
+                                  source=str(cfg.out_dir / "config.json"))
+    for name, value in cfg.to_dict().items():
+        if name not in RESUMABLE and getattr(saved, name) != value:
+            raise InputError(f"differs from the run being resumed ({getattr(saved, name)!r})",
+                             field=name, value=value)
+    doc = json.loads((ckpt / "state.json").read_text())
+    return RunState.from_dict(doc), int(doc["num_timesteps"])
+
+
+def _build_model(cfg: TrainConfig, vec: Any, resume: bool, seed: int) -> Any:
+    from sb3_contrib import MaskablePPO
+
+    from training.sb3_policy import PlacementPolicy
+
+    if resume:
+        model = MaskablePPO.load(cfg.out_dir / "checkpoints" / "last.zip", env=vec, device="cpu")
+        model.set_random_seed(seed)
+        return model
+    return MaskablePPO(
+        PlacementPolicy, vec, learning_rate=_schedule(cfg), n_steps=cfg.n_steps,
+        batch_size=cfg.batch_size, n_epochs=cfg.n_epochs, gamma=cfg.gamma,
+        gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range, ent_coef=cfg.ent_coef,
+        vf_coef=cfg.vf_coef, policy_kwargs={"buckets": N_BUCKETS, "hidden": cfg.hidden},
+        seed=seed, device="cpu", verbose=0)
+
+
+def _schedule(cfg: TrainConfig) -> Any:
+    """The learning rate, or SB3's schedule of it (progress goes from 1 to 0)."""
+    if not cfg.anneal_lr:
+        return cfg.learning_rate
+    return partial(_linear, cfg.learning_rate)
+
+
+def _linear(start: float, progress_remaining: float) -> float:
+    return start * progress_remaining
+
+
+def _raise_on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None) -> TrainResult:
+    """Trains (or resumes) a run in ``cfg.out``; see the module docstring."""
+    from stable_baselines3.common.callbacks import CallbackList
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    run_dir = cfg.out_dir
+    state, done_steps = _run_state(cfg, resume)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        atomic_write_text(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=1) + "\n")
+
+    # Seeding: everything random below derives from this one seed (a resumed run moves on).
+    seed = cfg.seed + done_steps
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(cfg.torch_threads)
+
+    name = f"{cfg.experiment}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    tracker = Tracker(cfg, run_dir, name)
+    cost_model = load_cost_model(cfg.cost_model)
+    train_pool = default_pools(cfg.pool_seed)[0]
+    sampler = TaskSampler(pool=train_pool, tables=cfg.train_tables, devices=cfg.train_devices,
+                          hbm_fraction=cfg.hbm_fraction)
+    vec = make_vec_env(partial(make_env, sampler, cfg.cost_model, cfg.max_devices),
+                       n_envs=cfg.n_envs, seed=seed,
+                       vec_env_cls=SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv)
+    tasks = eval_tasks(cfg.eval_tables, cfg.eval_devices, cfg.eval_hbm_fraction,
+                       cfg.eval_repeats, cfg.pool_seed)
+    greedy_results, _ = compare(tasks, cost_model, GREEDY)
+    greedy: dict[str, dict[str, float]] = {}
+    for r in greedy_results:
+        greedy.setdefault(r.task, {})[r.sharder] = (
+            r.cost_ratio if r.cost_ratio is not None else float("inf"))
+
+    model = _build_model(cfg, vec, resume, seed)
+    policy_dir = run_dir / "policy"
+    evaluator = HeldOutEvalCallback(cfg, state, tracker, tasks, greedy, cost_model, MULTIPLIERS,
+                                    policy_dir)
+    checkpoints = CheckpointCallback(cfg.checkpoint_every, run_dir / "checkpoints", state,
+                                     {"run_name": name})
+    remaining = cfg.timesteps - model.num_timesteps
+    wall_before, started = state.wall_seconds, time.perf_counter()
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        if remaining > 0 and not state.stopped_early:
+            model.learn(total_timesteps=remaining, reset_num_timesteps=False,
+                        callback=CallbackList([CurveCallback(state, tracker), evaluator,
+                                               checkpoints]))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        state.wall_seconds = wall_before + time.perf_counter() - started
+        save_checkpoint(model, run_dir / "checkpoints", state, {"run_name": name})
+        vec.close()
+    if not (policy_dir / "weights.pt").exists():  # no evaluation ran: keep the last policy
+        save_policy(model.policy.net, policy_dir, MULTIPLIERS,
+                    {"trained": {"steps": int(model.num_timesteps), "config": cfg.to_dict()}})
+    result = TrainResult(run_dir, int(model.num_timesteps), state.wall_seconds,
+                         state.stopped_early, state.best_ratio, policy_dir)
+    result.results = _finish(cfg, result, tasks, greedy_results, cost_model, state, tracker)
+    if export is not None:
+        export_run(run_dir, export)
+    return result
+
+
+def _finish(cfg: TrainConfig, result: TrainResult, tasks: list, greedy_results: list[Result],
+            cost_model: Any, state: RunState, tracker: Tracker) -> list[Result]:
+    """Final comparison of the best policy with the greedy sharders; figures and logs."""
+    net, multipliers, _ = load_policy(result.policy_dir)
+    results = []
+    for item in tasks:
+        start = time.perf_counter()
+        plan = plan_task(net, multipliers, item.task, cost_model)
+        results.append(run_sharder("ppo", plan, item, cost_model, time.perf_counter() - start))
+    results += greedy_results
+    run_dir = result.run_dir
+    atomic_write_text(run_dir / "history.json", json.dumps(state.history, indent=1) + "\n")
+    summary = {"steps": result.steps, "wall_seconds": round(result.wall_seconds, 1),
+               "stopped_early": result.stopped_early, "best_held_out_ratio": result.best_ratio,
+               "n_envs": cfg.n_envs, "vec_env": cfg.vec_env, "machine": describe_machine()}
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1) + "\n")
+    atomic_write_text(run_dir / "eval.csv", results_csv(results))
+    curve = training_curve(state.history, run_dir / "training_curve.png",
+                           f"{cfg.experiment}, seed {cfg.seed}: {result.steps:,} steps")
+    plot = comparison(results, run_dir / "comparison.png", "held-out tasks (test tables)")
+    step = result.steps
+    tracker.table("final/cost_ratio_by_sharder", list(asdict(results[0])),
+                  [list(asdict(r).values()) for r in results], step)
+    tracker.image("final/comparison", plot, step)
+    tracker.image("final/training_curve", curve, step)
+    ppo = float(np.mean([r.cost_ratio for r in results if r.sharder == "ppo"]))
+    tracker.summary({"final/ppo_cost_ratio": ppo, "steps": step,
+                     "wall_seconds": result.wall_seconds, "stopped_early": result.stopped_early})
+    tracker.finish()
+    return results
+
+
+def results_csv(results: list[Result]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(list(Result.__dataclass_fields__))
+    for r in results:
+        writer.writerow(list(asdict(r).values()))
+    return out.getvalue()
+
+
+def export_run(run_dir: Path, dest: Path) -> None:
+    """Copies the policy, history, evaluation and figures of a run to ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if (dest / "policy").exists():
+        shutil.rmtree(dest / "policy")
+    shutil.copytree(run_dir / "policy", dest / "policy")
+    for name in ("history.json", "training_curve.png", "comparison.png", "eval.csv",
+                 "config.json", "summary.json"):
+        if (run_dir / name).exists():
+            shutil.copy2(run_dir / name, dest / ("train_" + name if name != "training_curve.png"
+                                                 else name))
