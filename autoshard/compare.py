@@ -7,7 +7,6 @@ resumes where it stopped: rows already in the file are kept and not recomputed.
 from __future__ import annotations
 
 import csv
-import io
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
@@ -17,7 +16,7 @@ from typing import Protocol
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import CostReport, evaluate
-from autoshard.fileio import atomic_write_text, read_structured, write_structured
+from autoshard.fileio import atomic_write_text, csv_text, read_structured, write_structured
 from autoshard.plan import Plan
 from autoshard.sharders import get_sharder, sharder_info, sharder_names
 from autoshard.task import ShardingTask
@@ -99,12 +98,7 @@ def _append(path: Path, row: CompareRow) -> None:
 
 def _rewrite(path: Path, rows: Iterable[CompareRow]) -> None:
     """Rewrites the CSV with only complete rows (drops a torn last line before appending)."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
-    writer.writeheader()
-    for row in rows:
-        writer.writerow(asdict(row))
-    atomic_write_text(path, buf.getvalue())
+    atomic_write_text(path, csv_text((asdict(r) for r in rows), COLUMNS))
 
 
 def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_model: CostModel,

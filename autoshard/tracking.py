@@ -18,27 +18,67 @@ def run_name(experiment: str, seed: int | None = None) -> str:
     return f"{experiment}-s{seed}-{stamp}" if seed is not None else f"{experiment}-{stamp}"
 
 
-def start_run(experiment: str, config: dict[str, Any], mode: str, directory: Path,
-              seed: int | None = None, project: str = "autoshard") -> Any | None:
-    """Starts a W&B run (None when ``mode`` is disabled). Offline runs need no account.
+class Tracker:
+    """A W&B run; every method is a no-op when ``mode`` is ``disabled``. Offline runs need no
+    account (``wandb sync`` uploads them later).
 
     Args:
-        experiment: Experiment name (job type and name prefix).
-        config: The whole configuration, logged once.
-        mode: ``offline`` (default elsewhere), ``online`` or ``disabled``.
+        mode: ``offline``, ``online`` or ``disabled``.
         directory: Folder under which W&B writes its ``wandb/`` run directory.
-        seed: Seed, part of the run name.
+        name: The run's display name (see :func:`run_name`).
+        config: The whole configuration, logged once.
         project: W&B project.
+        job_type: Kind of run (``train``, ``compare``, ...).
     """
-    if mode not in WANDB_MODES:
-        raise InputError(f"must be one of {', '.join(WANDB_MODES)}", field="wandb_mode",
-                         value=mode)
-    if mode == "disabled":
-        return None
-    os.environ.setdefault("WANDB_SILENT", "true")
-    import wandb
 
-    directory.mkdir(parents=True, exist_ok=True)
-    return wandb.init(project=project, name=run_name(experiment, seed), job_type=experiment,
-                      config=config, mode=cast(Any, mode), dir=str(directory),
-                      reinit="finish_previous")
+    def __init__(self, mode: str, directory: Path, name: str, config: dict[str, Any],
+                 project: str = "autoshard", job_type: str | None = None) -> None:
+        if mode not in WANDB_MODES:
+            raise InputError(f"must be one of {', '.join(WANDB_MODES)}", field="wandb_mode",
+                             value=mode)
+        self.run: Any = None
+        self.name = name
+        if mode == "disabled":
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        os.environ["WANDB_DIR"] = str(directory)
+        os.environ.setdefault("WANDB_SILENT", "true")
+        import wandb
+
+        settings = wandb.Settings(console="off", x_disable_stats=True)
+        self.run = wandb.init(project=project, name=name, job_type=job_type, config=config,
+                              mode=cast(Any, mode), dir=str(directory), settings=settings)
+
+    @property
+    def enabled(self) -> bool:
+        return self.run is not None
+
+    def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        if self.run is not None:
+            self.run.log(metrics, step=step)
+
+    def table(self, key: str, columns: list[str], rows: list[list[Any]],
+              step: int | None = None) -> None:
+        if self.run is not None:
+            import wandb
+
+            self.run.log({key: wandb.Table(columns=list[Any](columns), data=rows)}, step=step)
+
+    def image(self, key: str, path: Path, step: int | None = None) -> None:
+        if self.run is not None:
+            import wandb
+
+            self.run.log({key: wandb.Image(str(path))}, step=step)
+
+    def summary(self, values: dict[str, Any]) -> None:
+        if self.run is not None:
+            for k, v in values.items():
+                self.run.summary[k] = v
+
+    def finish(self) -> None:
+        if self.run is not None:
+            import wandb
+
+            self.run.finish()
+            self.run = None
+            wandb.teardown()  # stops the W&B service, which flushes the run files

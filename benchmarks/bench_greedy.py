@@ -12,8 +12,6 @@ ratio to round-robin, measured in the same run. Writes ``<out>/greedy_<T>x<D>.cs
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import statistics
 import sys
 import time
@@ -23,7 +21,7 @@ import numpy as np
 
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.evaluator import evaluate
-from autoshard.fileio import atomic_write_text
+from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
 from autoshard.sharders import get_sharder
 from autoshard.task import ShardingTask
@@ -78,14 +76,6 @@ def run(tables: int, devices: int, repeats: int) -> list[dict]:
     return rows
 
 
-def to_csv(rows: list[dict]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
 def to_markdown(rows: list[dict], title: str, command: str, machine: str,
                 repeats: int) -> str:
     lines = [f"# {title}", "", f"Command: `{command}`", "", f"Machine: {machine}", "",
@@ -113,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     machine = describe_machine()
     rows = run(args.tables, args.devices, args.repeats)
     stem = args.out / f"greedy_{args.tables}x{args.devices}"
-    atomic_write_text(stem.with_suffix(".csv"), to_csv(rows))
+    atomic_write_text(stem.with_suffix(".csv"), csv_text(rows, COLUMNS))
     title = (f"Baseline sharders: planning time for {args.tables} tables on {args.devices} "
              "devices")
     markdown = to_markdown(rows, title, command, machine, args.repeats)

@@ -23,8 +23,6 @@ and reused by a rerun with the same settings.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import statistics
@@ -39,7 +37,7 @@ import numpy as np
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
-from autoshard.fileio import atomic_write_text
+from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.hardware import HardwareProfile, Tier
 from autoshard.machine import describe_machine
 from autoshard.plan import Plan
@@ -239,14 +237,6 @@ def correlations(rows: list[dict], runs: dict[str, list[dict[str, Any]]]
     return out
 
 
-def to_csv(rows: list[dict]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
 def to_markdown(rows: list[dict], corr: dict[str, tuple[float, float]], setup: str,
                 command: str, machine: str) -> str:
     lines = ["# Measured vs modelled step cost (autoshard run-plan)", "",
@@ -320,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
              "CPU cores and both tiers are the same DRAM, so measured costs do not see the "
              "HBM/host split the planning profile prices; absolute ratios measured / modelled "
              "compare a CPU with an H100 model and mean little, the rankings are the point.")
-    atomic_write_text(args.out / "benchmark.csv", to_csv(rows))
+    atomic_write_text(args.out / "benchmark.csv", csv_text(rows, COLUMNS))
     markdown = to_markdown(rows, corr, setup, command, machine)
     atomic_write_text(args.out / "benchmark.md", markdown)
     partial.unlink(missing_ok=True)

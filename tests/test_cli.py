@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli as run
 
-from autoshard.cli import main
 from autoshard.tables import Table, save_tables
 
 TABLES = (Table("a", rows=1000, dim=16, pooling_factor=3.0, zipf_alpha=1.0),
@@ -17,14 +17,6 @@ TABLES = (Table("a", rows=1000, dim=16, pooling_factor=3.0, zipf_alpha=1.0),
           Table("c", rows=200, dim=8, coverage=0.5))
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +100,19 @@ def test_compare_cli_rejects_unknown_suite(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "suite" in proc.stderr and "nope" in proc.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_compare_logs_an_offline_wandb_run(tmp_path: Path) -> None:
+    from training.tracking import offline_history
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoshard", "compare", "--suite", "tiny", "--out", "cmp",
+         "--sharders", "size_greedy,lookup_greedy", "--wandb-mode", "offline"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env={**os.environ, "WANDB_MODE": "offline"})
+    assert proc.returncode == 0, proc.stderr
+    config, history, summary = offline_history(tmp_path / "runs")
+    assert json.loads(config["suite"]) == "tiny"
+    logged = {key.split("/_")[0].split("/artifact")[0] for row in history for key in row}
+    assert {"compare/rows", "compare/tiny", "compare/tiny.devices"} <= logged
+    assert {"size_greedy/mean_cost_ratio", "lookup_greedy/mean_cost_ratio"} <= set(summary)

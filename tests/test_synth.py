@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli as run
 
-from autoshard.cli import main
 from autoshard.stats import profile_trace_file
 from autoshard.stats.calibrate import distances, expected_reuse, read_locality_stats
 from autoshard.stats.profile import merged_reuse
@@ -34,14 +34,6 @@ def rank_shares(rows: int, alpha: float) -> np.ndarray:
     return np.diff(cdf)
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_draws_are_deterministic() -> None:

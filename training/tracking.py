@@ -6,70 +6,19 @@ wandb is imported only when tracking is on.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from autoshard.tracking import Tracker
 from training.config import TrainConfig
 
+__all__ = ["Tracker", "offline_history", "offline_records", "training_tracker"]
 
-class Tracker:
-    """Logs a run to W&B in ``cfg.wandb_mode``; every method is a no-op when disabled.
 
-    Args:
-        cfg: The run's configuration (logged in full).
-        run_dir: The run folder; W&B writes under ``run_dir/wandb``.
-        name: The run's display name.
-    """
-
-    def __init__(self, cfg: TrainConfig, run_dir: Path, name: str) -> None:
-        self.run: Any = None
-        self.name = name
-        if cfg.wandb_mode == "disabled":
-            return
-        run_dir.mkdir(parents=True, exist_ok=True)
-        os.environ["WANDB_DIR"] = str(run_dir)
-        os.environ.setdefault("WANDB_SILENT", "true")
-        import wandb
-
-        mode: Any = cfg.wandb_mode
-        settings = wandb.Settings(console="off", x_disable_stats=True)
-        self.run = wandb.init(project=cfg.wandb_project, name=name, dir=str(run_dir), mode=mode,
-                              config=cfg.to_dict(), settings=settings)
-
-    @property
-    def enabled(self) -> bool:
-        return self.run is not None
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        if self.run is not None:
-            self.run.log(metrics, step=step)
-
-    def table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
-        if self.run is not None:
-            import wandb
-
-            self.run.log({key: wandb.Table(columns=list[Any](columns), data=rows)}, step=step)
-
-    def image(self, key: str, path: Path, step: int) -> None:
-        if self.run is not None:
-            import wandb
-
-            self.run.log({key: wandb.Image(str(path))}, step=step)
-
-    def summary(self, values: dict[str, Any]) -> None:
-        if self.run is not None:
-            for k, v in values.items():
-                self.run.summary[k] = v
-
-    def finish(self) -> None:
-        if self.run is not None:
-            import wandb
-
-            self.run.finish()
-            self.run = None
-            wandb.teardown()  # stops the W&B service, which flushes the run files
+def training_tracker(cfg: TrainConfig, run_dir: Path, name: str) -> Tracker:
+    """The tracker of a training run: ``cfg.wandb_mode``, the whole config, under ``run_dir``."""
+    return Tracker(cfg.wandb_mode, run_dir, name, cfg.to_dict(), cfg.wandb_project, "train")
 
 
 _BLOCK, _HEADER = 32768, 7

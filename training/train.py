@@ -40,7 +40,7 @@ from training.config import TrainConfig
 from training.evaluation import GREEDY, Result, compare, eval_tasks, plan_task, run_sharder
 from training.plots import comparison, training_curve
 from training.policy import load_policy, save_policy
-from training.tracking import Tracker
+from training.tracking import Tracker, training_tracker
 
 #: Fields that may differ between a run and its resumption.
 RESUMABLE = ("timesteps", "wandb_mode", "patience")
@@ -139,7 +139,7 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None) ->
     torch.set_num_threads(cfg.torch_threads)
 
     name = f"{cfg.experiment}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    tracker = Tracker(cfg, run_dir, name)
+    tracker = training_tracker(cfg, run_dir, name)
     cost_model = load_cost_model(cfg.cost_model)
     train_pool = default_pools(cfg.pool_seed)[0]
     sampler = TaskSampler(pool=train_pool, tables=cfg.train_tables, devices=cfg.train_devices,

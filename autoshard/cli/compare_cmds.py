@@ -19,7 +19,7 @@ from autoshard.fileio import atomic_write_text, read_structured
 from autoshard.machine import describe_machine
 from autoshard.sharders import sharder_names
 from autoshard.suites import SUITES, get_suite
-from autoshard.tracking import start_run
+from autoshard.tracking import Tracker, run_name
 
 
 @app.command()
@@ -41,9 +41,9 @@ def compare(
     specs = get_suite(suite)
     names = _sharder_list(sharders)
     model = load_cost_model(cost_model)
-    run = start_run("compare", {"suite": suite, "cost_model": model.name, "sharders": names,
-                                "time_limit": time_limit, "seed": seed}, wandb_mode,
-                    Path("runs"), seed)
+    tracker = Tracker(wandb_mode, Path("runs"), run_name(f"compare-{suite}", seed),
+                      {"suite": suite, "cost_model": model.name, "sharders": names,
+                       "time_limit": time_limit, "seed": seed}, job_type="compare")
 
     def show(row: CompareRow) -> None:
         ratio = "" if row.status != "ok" else f"cost/bound {row.cost_ratio:.3f}"
@@ -64,8 +64,8 @@ def compare(
     console.print(table)
     console.print(f"wrote {out / (suite + '.csv')}, {out / (suite + '.md')}, "
                   + ", ".join(str(p) for p in plots))
-    if run is not None:
-        _log_wandb(run, rows, plots)
+    if tracker.enabled:
+        _log_wandb(tracker, rows, plots)
 
 
 def _sharder_list(spec: str | None) -> list[str]:
@@ -98,13 +98,13 @@ def _markdown(suite: str, model: str, table: str, rows: list[CompareRow], second
             + "\n".join(per_task) + "\n")
 
 
-def _log_wandb(run: object, rows: list[CompareRow], plots: list[Path]) -> None:
+def _log_wandb(tracker: Tracker, rows: list[CompareRow], plots: list[Path]) -> None:
     from dataclasses import asdict
 
-    import wandb
-
-    columns: list[str | int] = list(asdict(rows[0])) if rows else []
-    table = wandb.Table(columns=columns, data=[list(asdict(r).values()) for r in rows])
-    run.log({"compare/rows": table,  # type: ignore[attr-defined]
-             **{f"compare/{p.stem}": wandb.Image(str(p)) for p in plots}})
-    run.finish()  # type: ignore[attr-defined]
+    columns = list(asdict(rows[0])) if rows else []
+    tracker.table("compare/rows", columns, [list(asdict(r).values()) for r in rows])
+    for path in plots:
+        tracker.image(f"compare/{path.stem}", path)
+    tracker.summary({f"{s.sharder}/mean_cost_ratio": s.mean_cost_ratio
+                     for s in summarize(rows) if s.ok})
+    tracker.finish()
