@@ -7,22 +7,10 @@ compared on tables they were not trained on; the 856-table suite uses the whole 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 from autoshard.errors import InputError
-from autoshard.tables import Table
 from autoshard.task import ShardingTask
-from autoshard.workloads import constrained_task, dlrm_tables, split_pool
-
-#: The fixed pool every suite, and the agent's training, draws from.
-POOL_SIZE = 856
-POOL_SEED = 0
-
-
-@cache
-def table_pools() -> tuple[tuple[Table, ...], tuple[Table, ...]]:
-    """(train pool, test pool): disjoint halves of the fixed 856-table DLRM-like pool."""
-    return split_pool(dlrm_tables(POOL_SIZE, seed=POOL_SEED), seed=POOL_SEED)
+from autoshard.workloads import constrained_task, default_pools
 
 
 @dataclass(frozen=True)
@@ -54,7 +42,7 @@ class TaskSpec:
     def build(self) -> ShardingTask:
         import numpy as np
 
-        train, test = table_pools()
+        train, test = default_pools()
         pool = test if self.pool == "test" else train + test
         if self.tables > len(pool):
             raise InputError(f"pool has {len(pool)} tables", field="tables", value=self.tables)

@@ -8,6 +8,7 @@ sample, partial coverage, and skewed (Zipf-like) row popularity.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
 import numpy as np
 
@@ -36,6 +37,17 @@ def dlrm_tables(count: int, seed: int = 0, prefix: str = "t") -> tuple[Table, ..
               zipf_alpha=round(float(alpha[i]), 3))
         for i in range(count)
     )
+
+
+#: Tables in the fixed generated pool, as many as Meta's open DLRM dataset (REFERENCES.md).
+POOL_SIZE = 856
+
+
+@cache
+def default_pools(seed: int = 0) -> tuple[tuple[Table, ...], tuple[Table, ...]]:
+    """(train pool, test pool): disjoint halves of the fixed 856-table pool that the agent's
+    training, its evaluation and the comparison suites all draw from."""
+    return split_pool(dlrm_tables(POOL_SIZE, seed=seed), seed=seed)
 
 
 def split_pool(tables: Sequence[Table], seed: int = 0) -> tuple[tuple[Table, ...],

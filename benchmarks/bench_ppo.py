@@ -31,9 +31,8 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
 from autoshard.sharders import get_sharder, sharder_names
-from autoshard.workloads import constrained_task, dlrm_tables
+from autoshard.workloads import POOL_SIZE, constrained_task, dlrm_tables
 from envs import PlacementEnv
-from envs.sampler import POOL_SIZE
 from training.evaluation import BENCH_SEED, GREEDY, Result, compare, eval_tasks
 from training.plots import comparison
 from training.train import results_csv

@@ -13,15 +13,7 @@ from autoshard.errors import InputError
 from autoshard.hardware import load_hardware
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
-from autoshard.workloads import dlrm_tables, split_pool
-
-#: Tables in the generated pool, as many as Meta's open DLRM dataset (REFERENCES.md).
-POOL_SIZE = 856
-
-
-def default_pools(seed: int = 0) -> tuple[tuple[Table, ...], tuple[Table, ...]]:
-    """The generated 856-table pool split into disjoint (train, test) halves."""
-    return split_pool(dlrm_tables(POOL_SIZE, seed=seed), seed=seed)
+from autoshard.workloads import default_pools
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,15 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.compare import COLUMNS, read_rows, run_suite
 from autoshard.compare_report import markdown_table, summarize
 from autoshard.sharders import sharder_names
-from autoshard.suites import SUITES, TaskSpec, get_suite, table_pools
+from autoshard.suites import SUITES, TaskSpec, get_suite
+from autoshard.workloads import default_pools
 
 BASELINES = ["random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy",
              "size_lookup_greedy"]
 
 
 def test_pools_are_disjoint_halves() -> None:
-    train, test = table_pools()
+    train, test = default_pools()
     assert len(train) + len(test) == 856
     assert not {t.name for t in train} & {t.name for t in test}
 
