@@ -15,7 +15,7 @@ from autoshard.evaluator import evaluate
 from autoshard.placement import PlacementState
 from autoshard.task import ShardingTask
 from envs.buckets import MULTIPLIERS, bucket_rows
-from envs.observation import DEVICE, OPTION, TABLE, ObsLayout
+from envs.observation import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
 from envs.sampler import TaskSampler
 
 #: Costs and bytes in the observation are clipped to this magnitude (in units of the bound or
@@ -99,11 +99,11 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         if not (0 <= a < self._mask.size and self._mask[a]):
             raise ValueError(self._illegal(a))
         d, k = divmod(a, self.buckets)
-        t = int(self._order[self._i])
-        state = self._state
+        t = self._order_list[self._i]
         before = self._top
-        state.place(t, d, self._rows_of(t, d, k), price=float(self._total[t, d, k]))
-        self._update_device(d, float(self._total[t, d, k]), self._parts[t, d, k])
+        price = float(self._total[t, d, k])
+        self._state.place(t, d, self._rows_of(t, d, k), price=price)
+        self._update_device(d, price, self._parts[t, d, k])
         reward = -(self._top - before) / self._lb
         self._i += 1
         done = self._i == self.task.num_tables
@@ -146,6 +146,8 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
             n_t, n_d, n_v, 3)
         self._total = self._parts.sum(axis=-1)
         self._fill_rows = np.zeros(n_d, dtype=np.int64)
+        self._bucket_rows = np.empty((n_k, n_d), dtype=np.int64)  # HBM rows each fit test asks
+        self._devices = np.arange(n_d)
         self._lb = max(lower_bound_ms(task, model), 1e-12)
         self.task, self._rows, self._i = task, rows, 0
         self._state = PlacementState(task, model)
@@ -172,6 +174,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self._set_order_and_features(task, rows, bytes_k)
         head = self.layout.head
         self._obs[:] = 0.0
+        self._mask[:] = False
         devices = self._obs[head:].reshape(self.max_devices, self.layout.device_block)
         devices[:n_d, 0] = 1.0
         self._dev_view = devices[:n_d, 1:1 + len(DEVICE)]
@@ -185,6 +188,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         ref = self.multipliers.index(1.0) if 1.0 in self.multipliers else self.buckets // 2
         ref_cost = self._total[:, :, ref].mean(axis=1)
         self._order = np.argsort(-ref_cost, kind="stable")
+        self._order_list: list[int] = self._order.tolist()
         a = task.table_arrays
         mean_cap = float(self._hbm_cap.mean())
         idx = np.arange(task.num_tables)
@@ -206,6 +210,15 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         # Work and bytes still to place from step i on (relaxation estimates), suffix sums.
         self._work_left = np.append(np.cumsum(ref_cost[self._order][::-1])[::-1], 0.0)
         self._bytes_left = np.append(np.cumsum(bytes_k[self._order, ref][::-1])[::-1], 0.0)
+        # The SUMMARY entries that depend on the step alone (the others are set at each step).
+        n_t, n_d = task.num_tables, task.num_devices
+        step = np.arange(n_t + 1)
+        self._summary = np.zeros((n_t + 1, len(SUMMARY)))
+        self._summary[:, 0] = (n_t - step) / n_t
+        self._summary[:, 1] = self._work_left / (n_d * self._lb)
+        self._summary[:, 5] = n_d / 16.0
+        self._summary[:, 6] = 1.0 / n_d
+        self._summary[:, 7] = step / n_t
 
     def _update_device(self, d: int, price: float, parts: np.ndarray) -> None:
         """Refreshes device ``d``'s observation row after a table was placed on it."""
@@ -217,7 +230,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         raw[6] += 1.0
         raw[7] = max(raw[7], price)
         self._top = max(self._top, raw[3])
-        self._dev_view[d, :8] = raw * self._dev_scale[d]
+        np.multiply(raw, self._dev_scale[d], out=self._dev_view[d, :8])
 
     def _observe(self) -> np.ndarray:
         """Writes the observation and the action mask for the next table."""
@@ -227,23 +240,23 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         dv = self._dev_view
         load = dv[:, 3]
         top = self._top / lb
-        dv[:, 8] = top - load
+        np.subtract(top, load, out=dv[:, 8])
         n_tab = len(TABLE)
-        self._obs[n_tab:self.layout.head] = (
-            (n_t - i) / n_t, self._work_left[i] / (n_d * lb),
-            min(self._bytes_left[i] / max(float(state.free_hbm.sum()), 1.0), CLIP),
-            top, float(state.load_ms.sum()) / (n_d * lb), n_d / 16.0, 1.0 / n_d, i / n_t)
-        self._mask[:] = False
+        summary = self._obs[n_tab:self.layout.head]
+        summary[:] = self._summary[i]
+        summary[2] = min(self._bytes_left[i] / max(float(state.free_hbm.sum()), 1.0), CLIP)
+        summary[3] = top
+        summary[4] = float(state.load_ms.sum()) / (n_d * lb)
         if i == n_t:
+            self._mask[:] = False
             self._obs[:n_tab] = 0.0
             self._opt_view[:] = 0.0
-            return np.clip(self._obs, -LIMIT, LIMIT)
-        t = int(self._order[i])
+            return self._bounded()
+        t = self._order_list[i]
         self._obs[:n_tab] = self._table_feats[i]
-        fits = np.empty((n_d, self.buckets), dtype=bool)
-        fits[:, :-1] = state.fits(t, self._rows[t][:, None]).T
-        fits[:, -1] = self._offer_fill(t)
+        fits = self._fits(t)
         if not fits.any():
+            self._mask[:] = False
             raise PlannerError("capacity", f"table '{task.tables[t].name}' fits on no device "
                                f"(largest free host memory {gib(state.free_host.max())})")
         ov = self._opt_view
@@ -256,29 +269,51 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         np.subtract(dv[:, 4:5], ov[:, :, 3], out=free_after)
         np.maximum(free_after, -CLIP, out=free_after)
         ov[:, :, 5] = fits
-        self._mask[:n_d * self.buckets] = fits.ravel()
-        return np.clip(self._obs, -LIMIT, LIMIT)
+        self._mask[:n_d * self.buckets] = fits.ravel()  # beyond the task's devices: False
+        return self._bounded()
+
+    def _bounded(self) -> np.ndarray:
+        """A copy of the observation with every entry within [-LIMIT, LIMIT] (np.clip's result,
+        without its per-call overhead)."""
+        out = np.minimum(self._obs, LIMIT)
+        np.maximum(out, -LIMIT, out=out)
+        return out
+
+    def _fits(self, t: int) -> np.ndarray:
+        """Offers the fill bucket of table ``t`` and tests every bucket on every device in one
+        call; returns where each fits, [devices, buckets]."""
+        hbm_rows = self._bucket_rows
+        hbm_rows[:-1] = self._rows[t][:, None]
+        hbm_rows[-1] = self._offer_fill(t)
+        fits: np.ndarray = self._state.fits(t, hbm_rows).T
+        return fits
 
     def _offer_fill(self, t: int) -> np.ndarray:
         """Prices the fill bucket of table ``t`` on every device (the most hottest rows its
-        free HBM holds) and writes its static option features; returns where it fits."""
+        free HBM holds), writes its static option features and returns its HBM rows.
+
+        Where those rows are one of the table's value buckets (all rows where the whole table
+        fits, none where HBM is full, ...), that bucket's price is taken; only the other
+        devices are priced, in one call to the cost model.
+        """
         assert self.task is not None
-        state = self._state
-        rows = state.max_hbm_rows(t)
+        rows = self._state.max_hbm_rows(t)
         self._fill_rows = rows
-        # Where the whole table fits, "fill" is the all-rows bucket, already priced.
-        self._parts[t, :, -1] = self._parts[t, :, -2]
-        split = np.flatnonzero(rows < self.task.table_arrays.rows[t])
-        if split.size:
-            p = self.cost_model.price(self.task, np.full(split.size, t), split, rows[split])
-            self._parts[t, split, -1] = np.stack([p.hbm_ms, p.uvm_ms, p.comm_ms], axis=-1)
-        total = self._parts[t, :, -1].sum(axis=-1)
+        same = rows[:, None] == self._rows[t]  # [devices, value buckets]
+        bucket = same.argmax(axis=1)  # the first equal one, or 0 where none is
+        parts = self._parts[t]
+        parts[:, -1] = parts[self._devices, bucket]
+        new = (~same[self._devices, bucket]).nonzero()[0]
+        if new.size:
+            p = self.cost_model.price(self.task, np.full(new.size, t), new, rows[new])
+            parts[new, -1] = np.array((p.hbm_ms, p.uvm_ms, p.comm_ms)).T
+        total = parts[:, -1].sum(axis=-1)
         self._total[t, :, -1] = total
         per_row = self.task.table_arrays.memory_bytes_per_row[t]
-        self._static[t, :, -1, 0] = np.minimum(total / self._lb, CLIP)
-        self._static[t, :, -1, 3] = np.minimum(rows * per_row / self._hbm_cap, CLIP)
-        fits: np.ndarray = state.fits(t, rows)
-        return fits
+        static = self._static[t, :, -1]
+        static[:, 0] = np.minimum(total / self._lb, CLIP)
+        static[:, 3] = np.minimum(rows * per_row / self._hbm_cap, CLIP)
+        return rows
 
     def _rows_of(self, t: int, d: int, k: int) -> int:
         """HBM rows of bucket ``k`` of table ``t`` on device ``d``."""
