@@ -10,11 +10,13 @@ from pathlib import Path
 
 @cache
 def cpu_model() -> str:
-    info = Path("/proc/cpuinfo")
-    if info.is_file():
-        for line in info.read_text().splitlines():
+    """The CPU's model name from /proc/cpuinfo, else what the platform module knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
     return platform.processor() or platform.machine()
 
 

@@ -26,6 +26,7 @@ from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.export_torchrec import torchrec_unavailable
 from autoshard.fileio import atomic_write_text
+from autoshard.machine import cpu_model
 from autoshard.sharders import get_sharder, sharder_info
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
@@ -41,16 +42,9 @@ HBM_FRACTION = 0.3
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import os
 
+    model = cpu_model()
     return f"{model}, {os.cpu_count()} cores, {platform.machine()}, no GPU used"
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import io
-import platform
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -28,6 +27,7 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text
+from autoshard.machine import cpu_model
 from cost_models.grid import BenchConfig, grid_configs
 from cost_models.operators import build_operator, fbgemm_available, make_lookups
 
@@ -59,7 +59,7 @@ def environment(device: str) -> dict[str, Any]:
     """Hardware name and library versions recorded with every row."""
     import torch
 
-    hardware = torch.cuda.get_device_name(0) if device.startswith("cuda") else _cpu_model()
+    hardware = torch.cuda.get_device_name(0) if device.startswith("cuda") else cpu_model()
     try:
         from importlib.metadata import version
 
@@ -79,16 +79,6 @@ def _has_dist(name: str) -> bool:
     except PackageNotFoundError:
         return False
     return True
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def clock_name(device: str) -> str:
