@@ -21,7 +21,7 @@ from autoshard.tables import Table
 from autoshard.task import ShardingTask
 
 #: Where the committed learned cost model lives (relative to the repository root).
-COMMITTED_MODEL = Path(__file__).resolve().parents[2] / "results" / "cost_model" / "model"
+COMMITTED_MODEL = Path(__file__).resolve().parents[1] / "data" / "cost_model"
 
 
 @app.command()

@@ -2,7 +2,7 @@
 
 The policy is read safely: a JSON config and a plain state dict of tensors
 (``torch.load(weights_only=True)``), never a pickle. By default it is the policy committed
-under ``results/ppo/policy`` next to the package; ``policy=`` names another folder (e.g. the
+as package data under ``autoshard/data/ppo_policy``; ``policy=`` names another folder (e.g. the
 ``policy`` folder of an ``autoshard train`` run).
 """
 
@@ -18,8 +18,8 @@ from autoshard.errors import InputError
 from autoshard.plan import Plan
 from autoshard.task import ShardingTask
 
-#: Where ``autoshard train --export results/ppo`` puts the committed policy.
-DEFAULT_POLICY = Path(autoshard.__file__).resolve().parents[1] / "results" / "ppo" / "policy"
+#: The committed policy, shipped as package data (``autoshard train --export`` writes one).
+DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_policy"
 
 
 def _missing(folder: Path) -> str | None:
