@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.bounds import lower_bound_ms
-from autoshard.cost import CostModel, Pricing
+from autoshard.cost import CostModel, Pricing, device_compute
 from autoshard.plan import Plan, check_plan, memory_use
 from autoshard.task import ShardingTask
 
@@ -96,6 +96,7 @@ def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
 
     hbm_ms, uvm_ms, comm_ms = per_dev(pricing.hbm_ms), per_dev(pricing.uvm_ms), per_dev(
         pricing.comm_ms)
+    hbm_ms, uvm_ms = device_compute(task, cost_model, device, hbm, hbm_ms, uvm_ms)
     total = hbm_ms + uvm_ms + comm_ms
     lookups, uvm_lookups = per_dev(a.lookups), per_dev(a.lookups * (1.0 - share))
     used_hbm, used_host = memory_use(task, device, hbm)
