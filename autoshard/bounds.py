@@ -51,6 +51,28 @@ def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool
     With ``whole_tables`` the bound holds only for plans that place every table whole, and is
     also at least the dearest single table's cheapest cost on any device.
     """
+    relaxed = relax(task, cost_model, whole_tables)
+    spread = float(relaxed.cost_ms.sum()) / task.num_devices
+    return max(relaxed.single_ms, spread) if whole_tables else spread
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """The spread-work relaxation behind :func:`lower_bound_ms`.
+
+    Args:
+        cost_ms: Each table's cost in the relaxation's optimum ([T]).
+        hbm_bytes: HBM bytes it gives each table ([T]).
+        single_ms: The dearest table's cheapest whole cost on any device.
+    """
+
+    cost_ms: np.ndarray
+    hbm_bytes: np.ndarray
+    single_ms: float
+
+
+def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False) -> Relaxation:
+    """Solves the fractional knapsack of :func:`lower_bound_ms` (see there)."""
     dev = task.device_arrays
     kinds = device_kinds(task).representative
     # A whole table uses at most one device's HBM; a split one may use every device's.
@@ -66,28 +88,32 @@ def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool
         best_cost = cost if best_cost is None else np.minimum(best_cost, cost)
         best_bytes = used
     assert best_cost is not None and best_bytes is not None
-    spread = _least_work(best_cost, best_bytes, float(dev.hbm_capacity.sum())) / task.num_devices
-    return max(float(single.max()), spread) if whole_tables else spread
+    cost_ms, hbm = _least_work(best_cost, best_bytes, float(dev.hbm_capacity.sum()))
+    return Relaxation(cost_ms, hbm, float(single.max()))
 
 
-def _least_work(cost: np.ndarray, used: np.ndarray, budget: float) -> float:
-    """Least total cost of all tables when their HBM bytes together stay within ``budget``,
-    relaxed to a fractional knapsack over the curves' segments (cost [T, G], bytes [T, G])."""
+def _least_work(cost: np.ndarray, used: np.ndarray, budget: float
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Each table's cost and HBM bytes when, together, their bytes stay within ``budget`` and
+    their total cost is least, relaxed to a fractional knapsack over the curves' segments
+    (cost [T, G], bytes [T, G])."""
     saving = cost[:, :-1] - cost[:, 1:]
     extra = used[:, 1:] - used[:, :-1]
+    owner = np.broadcast_to(np.arange(cost.shape[0])[:, None], saving.shape)
     useful = (extra > 0) & (saving > 0)
-    saving, extra = saving[useful], extra[useful]
+    saving, extra, owner = saving[useful], extra[useful], owner[useful]
     order = np.argsort(-saving / extra, kind="stable")
-    saving, extra = saving[order], extra[order]
+    saving, extra, owner = saving[order], extra[order], owner[order]
     filled = np.cumsum(extra)
-    whole = filled <= budget
-    total_saving = float(saving[whole].sum())
-    partial = np.flatnonzero(~whole)
+    bought = np.where(filled <= budget, 1.0, 0.0)
+    partial = np.flatnonzero(filled > budget)
     if partial.size:
         i = partial[0]
-        room = budget - (filled[i - 1] if i > 0 else 0.0)
-        total_saving += float(saving[i] * room / extra[i])
-    return float(cost[:, 0].sum()) - total_saving
+        bought[i] = (budget - (filled[i - 1] if i > 0 else 0.0)) / extra[i]
+    n = cost.shape[0]
+    total_saving = np.bincount(owner, weights=saving * bought, minlength=n)
+    hbm = np.bincount(owner, weights=extra * bought, minlength=n) + used[:, 0]
+    return cost[:, 0] - total_saving, hbm
 
 
 @dataclass(frozen=True)
