@@ -28,7 +28,7 @@ from autoshard.cli.common import (
     print_json,
 )
 from autoshard.cli.report import show_report
-from autoshard.cost import load_cost_model
+from autoshard.cost import load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.hardware import BUNDLED, load_hardware
@@ -63,6 +63,8 @@ def plan(
     with options_named():
         model = load_cost_model(cost_model)
         chosen = get_sharder(sharder, seed=seed, time_limit=time_limit)
+    if note := machine_warning(model):
+        typer.echo(f"warning: {note}", err=True)
     start = time.perf_counter()
     try:
         result = chosen.shard(task, model)
