@@ -96,8 +96,9 @@ def evaluate_cmd(
     mode: ModeOpt = None,
     cost_model: CostModelOpt = "analytical",
     bound: Annotated[str, typer.Option(
-        "--bound", help="Lower bound: 'simple' (fast) or 'lp' (adds the MILP's LP relaxation, "
-        "tighter with mixed devices).")] = "simple",
+        "--bound", help="Lower bound: 'simple' (fast, valid for every plan, split tables "
+        "included) or 'lp' (adds the MILP's LP relaxation over whole-table plans, tighter; not "
+        "used for a plan that splits tables).")] = "simple",
     json_out: JsonOpt = False,
 ) -> None:
     """Price a plan: per-device cost, step cost, lower bound, balance and UVM share."""
@@ -112,11 +113,11 @@ def evaluate_cmd(
     if bound not in ("simple", "lp"):
         raise InputError("must be 'simple' or 'lp'", field="--bound", value=bound)
     bound_ms = None
-    if bound == "lp":
+    if bound == "lp" and not loaded.is_split:
         from autoshard.sharders.recshard import recshard_bound
 
         bound_ms = recshard_bound(task, model)
-    report = evaluate(loaded, task, model, bound_ms=bound_ms)
+    report = evaluate(loaded, task, model, bound_ms=bound_ms, source=str(plan_file))
     if json_out:
         print_json(report.to_dict())
     else:
