@@ -14,7 +14,7 @@ from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.plan import Plan
-from autoshard.sharders import get_sharder, sharder_info
+from autoshard.sharders import common_options, get_sharder, sharder_info
 from autoshard.task import ShardingTask
 from envs.placement import PlacementEnv
 from envs.sampler import TaskSampler, default_pools
@@ -115,7 +115,7 @@ def compare(items: list[EvalTask], model: CostModel, sharders: tuple[str, ...],
         if reason:
             skipped[name] = reason
             continue
-        sharder = get_sharder(name, **(options or {}))
+        sharder = get_sharder(name, **common_options(name, options or {}))
         for item in items:
             start = time.perf_counter()
             try:

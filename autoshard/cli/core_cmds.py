@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Annotated
@@ -19,12 +20,16 @@ from autoshard.cli.common import (
     JsonOpt,
     ModeOpt,
     NodesOpt,
+    OptOpt,
+    PolicyOpt,
     TablesOpt,
     build_task,
     check_options,
     check_output_path,
     console,
     options_named,
+    opts_named,
+    parse_opts,
     print_json,
 )
 from autoshard.cli.report import show_report
@@ -34,7 +39,13 @@ from autoshard.evaluator import evaluate
 from autoshard.hardware import BUNDLED, load_hardware
 from autoshard.limits import check_finite_costs
 from autoshard.plan import Plan
-from autoshard.sharders import get_sharder, list_sharders
+from autoshard.sharders import (
+    accepted_options,
+    check_sharder_options,
+    common_options,
+    get_sharder,
+    list_sharders,
+)
 
 
 @app.command()
@@ -53,17 +64,33 @@ def plan(
     seed: Annotated[int, typer.Option(help="Seed for randomised sharders.")] = 0,
     time_limit: Annotated[float, typer.Option(
         help="Time limit for sharders that take one (recshard), s.")] = 60.0,
+    opt: OptOpt = None,
+    policy: PolicyOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Plan a task with a sharder and write the plan (JSON/YAML)."""
+    """Plan a task with a sharder and write the plan (JSON/YAML).
+
+    --seed and --time-limit go to the sharder when it takes them; --opt and --policy must be
+    options it takes.
+    """
     check_output_path(output)
-    if not time_limit > 0:
+    if not (math.isfinite(time_limit) and time_limit > 0):
         raise InputError("must be > 0", source="command line", field="--time-limit",
                          value=time_limit)
+    with options_named():
+        options = common_options(sharder, {"seed": seed, "time_limit": time_limit})
+    given = parse_opts(opt, [sharder]).get(sharder, {})
+    if policy is not None:
+        if "policy" not in accepted_options(sharder):
+            raise InputError(f"sharder '{sharder}' takes no policy (the ppo sharder does)",
+                             source="command line", field="--policy", value=str(policy))
+        given["policy"] = str(policy)
+    with opts_named():
+        check_sharder_options(sharder, given)
     task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode)
     with options_named():
         model = load_cost_model(cost_model)
-        chosen = get_sharder(sharder, seed=seed, time_limit=time_limit)
+        chosen = get_sharder(sharder, **{**options, **given})
     start = time.perf_counter()
     try:
         result = chosen.shard(task, model)

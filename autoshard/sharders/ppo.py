@@ -55,8 +55,9 @@ class PPOSharder:
         self._load()  # load (and import torch) now, so that shard() is planning only
 
     @classmethod
-    def unavailable(cls) -> str | None:
-        return _missing(DEFAULT_POLICY)
+    def unavailable(cls, policy: str | Path | None = None) -> str | None:
+        """Why the policy in ``policy`` (default: the committed one) cannot be loaded here."""
+        return _missing(Path(policy) if policy is not None else DEFAULT_POLICY)
 
     def _load(self) -> None:
         reason = _missing(self.policy)
