@@ -129,27 +129,17 @@ def _scalar(text: str, item: str) -> Any:
 
 
 @contextlib.contextmanager
-def opts_named() -> Iterator[None]:
-    """Attributes input errors about sharder options to the command line's ``--opt``."""
+def options_named(sharder_options: bool = False) -> Iterator[None]:
+    """Attributes input errors that name no file to the command line: as ``--option``, or, for
+    ``sharder_options``, as ``--opt SHARDER.KEY``."""
     try:
         yield
     except InputError as exc:
         if exc.source:
             raise
-        raise InputError(exc.reason, source="command line", field=f"--opt {exc.field}",
-                         value=exc.value) from exc
-
-
-@contextlib.contextmanager
-def options_named() -> Iterator[None]:
-    """Attributes input errors that name no file to the command line, as ``--option``."""
-    try:
-        yield
-    except InputError as exc:
-        if exc.source:
-            raise
-        option = "--" + (exc.field or "").replace("_", "-")
-        raise InputError(exc.reason, source="command line", field=option,
+        field = (f"--opt {exc.field}" if sharder_options
+                 else "--" + (exc.field or "").replace("_", "-"))
+        raise InputError(exc.reason, source="command line", field=field,
                          value=exc.value) from exc
 
 

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from autoshard.cli import app
-from autoshard.cli.common import CostModelOpt, OptOpt, console, opts_named, parse_opts
+from autoshard.cli.common import CostModelOpt, OptOpt, console, options_named, parse_opts
 from autoshard.compare import CompareRow, model_identity, read_rows, run_suite, sharder_options
 from autoshard.compare_report import markdown_table, summarize, write_plots
 from autoshard.cost import load_cost_model
@@ -53,7 +53,7 @@ def compare(
         raise InputError("must be > 0", source="command line", field="--time-limit",
                          value=time_limit)
     given = parse_opts(opt, names)
-    with opts_named():
+    with options_named(sharder_options=True):
         sharder_options(names, {"seed": seed, "time_limit": time_limit}, given)
     model = load_cost_model(cost_model)
     model_id = model_identity(cost_model)

@@ -28,7 +28,6 @@ from autoshard.cli.common import (
     check_output_path,
     console,
     options_named,
-    opts_named,
     parse_opts,
     print_json,
 )
@@ -85,7 +84,7 @@ def plan(
             raise InputError(f"sharder '{sharder}' takes no policy (the ppo sharder does)",
                              source="command line", field="--policy", value=str(policy))
         given["policy"] = str(policy)
-    with opts_named():
+    with options_named(sharder_options=True):
         check_sharder_options(sharder, given)
     task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode)
     with options_named():

@@ -122,6 +122,9 @@ def get_sharder(name: str, **options: Any) -> Sharder:
     check_sharder_options(name, options)
     reason = _unavailable(cls, options)
     if reason:
+        checked = [key for key in options if key in _check_parameters(cls)]
+        if checked:  # the options given are at fault (a policy folder that is not there)
+            raise InputError(reason, field=checked[0], value=options[checked[0]])
         raise PlannerError("unavailable", f"sharder '{name}' is unavailable: {reason}")
     try:
         sharder: Sharder = cls(**options)
@@ -139,9 +142,15 @@ def _unavailable(cls: Any, options: dict[str, Any]) -> str | None:
     check = getattr(cls, "unavailable", None)
     if check is None:
         return None
-    takes = inspect.signature(check).parameters
+    takes = _check_parameters(cls)
     reason: str | None = check(**{k: v for k, v in options.items() if k in takes})
     return reason
+
+
+def _check_parameters(cls: Any) -> tuple[str, ...]:
+    """The options a sharder class's ``unavailable`` check takes."""
+    check = getattr(cls, "unavailable", None)
+    return tuple(inspect.signature(check).parameters) if check is not None else ()
 
 
 def _same_kind(default: Any, value: Any) -> bool:
