@@ -9,6 +9,7 @@ task, sharder and model made with other options is stale and is recomputed.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -157,12 +158,9 @@ def sharder_options(names: Iterable[str], common: dict[str, object],
                          field="sharder", value=unknown[0])
     out: dict[str, dict[str, object]] = {}
     for name in names:
-        try:
-            out[name] = dict(common_options(name, common), **given.get(name, {}))
-        except PlannerError:  # cannot be imported here; run_one records it as skipped
-            out[name] = dict(given.get(name, {}))
-            continue
-        check_sharder_options(name, out[name])
+        out[name] = dict(common_options(name, common), **given.get(name, {}))
+        with contextlib.suppress(PlannerError):  # not importable here: run_one says so
+            check_sharder_options(name, out[name])
     return out
 
 

@@ -84,8 +84,16 @@ def accepted_options(name: str) -> dict[str, Any]:
 def common_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """The part of a set of *common* settings (``seed``, ``time_limit``) that sharder ``name``
     takes, for harnesses that run many sharders under the same settings. Options a user gave
-    for one sharder go to :func:`get_sharder` unfiltered, so that a misspelt one fails."""
-    accepted = accepted_options(name)
+    for one sharder go to :func:`get_sharder` unfiltered, so that a misspelt one fails.
+    A sharder that cannot be imported here takes none (:func:`get_sharder` says why).
+
+    Raises:
+        InputError: Unknown name.
+    """
+    try:
+        accepted = accepted_options(name)
+    except PlannerError:
+        return {}
     return {key: value for key, value in options.items() if key in accepted}
 
 
