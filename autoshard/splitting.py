@@ -29,11 +29,13 @@ class SplitChoice:
     Args:
         geometry: The shards, tables in task order (a table not split is one whole shard).
         whole_ms: Each table's cost whole, with its relaxed share of rows in HBM ([T]).
+        hbm_share: That share of each table's rows, from the bound's relaxation ([T]).
         target_ms: The cost above which a table was split.
     """
 
     geometry: ShardGeometry
     whole_ms: np.ndarray
+    hbm_share: np.ndarray
     target_ms: float
 
     @property
@@ -99,4 +101,4 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
         ok = np.flatnonzero(dearest <= target)
         pick = int(ok[np.argmin(total[ok])]) if ok.size else int(np.argmin(dearest))
         pieces.append(options[pick])
-    return SplitChoice(ShardGeometry.concat(pieces), whole, target)
+    return SplitChoice(ShardGeometry.concat(pieces), whole, share, target)
