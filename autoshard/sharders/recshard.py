@@ -201,7 +201,8 @@ class RecShard:
         pairs = task.num_tables * task.num_devices
         whole = pairs <= self.max_pairs
         lines_budget = int(np.clip(20000 // pairs, 8, 48)) if whole else 24
-        lines = curves.lines(self.max_lines or lines_budget, focus)
+        lines = curves.lines(self.max_lines or lines_budget, focus,
+                             deadline=start + 0.2 * budget)
         search_end = start + budget * (0.5 if whole else 1.0)
         ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound)
         name, device, rows = self._warm_start(ctx, relaxed)
@@ -228,11 +229,14 @@ class RecShard:
         task, model = ctx.task, ctx.cost_model
         starts: list[tuple[str, np.ndarray, np.ndarray]] = []
         for name in WARM_STARTS:
+            if starts and _past(ctx.deadline):
+                break
             try:
                 starts.append((name, *get_sharder(name).shard(task, model).arrays(task)))
             except PlannerError:
                 continue
-        packed = lp_packing(task, model, ctx.kinds, ctx.full, relaxed)
+        packed = None if starts and _past(ctx.deadline) else lp_packing(
+            task, model, ctx.kinds, ctx.full, relaxed)
         if packed is not None:
             starts.append(("lp_packing", *packed))
         if not starts:
@@ -243,6 +247,8 @@ class RecShard:
         everything, devices = np.arange(task.num_tables), np.arange(task.num_devices)
         for name, device, rows in starts:
             scored.append((step_cost(task, model, device, rows), name, device, rows))
+            if _past(ctx.deadline):
+                continue
             better = polish(task, ctx.kinds, ctx.full, everything, devices, device,
                             min(_left(ctx.deadline), 10.0))
             if better is not None and feasible(task, device, better):
@@ -356,6 +362,10 @@ class _Context:
     full: CostLines
     deadline: float
     bound: float
+
+
+def _past(deadline: float) -> bool:
+    return time.perf_counter() >= deadline
 
 
 def _left(deadline: float) -> float:
