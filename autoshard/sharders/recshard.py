@@ -67,6 +67,11 @@ from autoshard.task import ShardingTask
 #: plan is kept): first only the tables that alone exceed the per-device mean, then finer.
 SPLIT_TARGETS = (1.0, 0.5, 0.25)
 
+#: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
+#: :data:`LARGE_TASK_LINES` evenly spaced ones (a weaker but still valid relaxation).
+FULL_LINES_LIMIT = 200_000
+LARGE_TASK_LINES = 32
+
 #: Greedy sharders tried as warm starts (the best feasible one is kept).
 WARM_STARTS = ("lookup_greedy", "size_lookup_greedy", "size_greedy", "dim_greedy")
 
@@ -192,7 +197,10 @@ class RecShard:
         kinds = device_kinds(task)
         curves = cost_curves(task, cost_model, kinds)
         full = curves.lines()
-        relaxed = milp_model.solve(aggregated(task, kinds), full, time_limit=_left(deadline))
+        if int(full.count.sum()) > FULL_LINES_LIMIT:  # keep the LPs small enough to stop in time
+            full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
+        relaxed = milp_model.solve(aggregated(task, kinds), full,
+                                   time_limit=min(_left(deadline), 0.3 * budget))
         bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full),
                     lower_bound_ms(task, cost_model, whole_tables=True))
         focus = None
