@@ -35,7 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from autoshard.bounds import lower_bound_ms
+from autoshard.bounds import lower_bound_ms, relax
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.plan import Plan
@@ -161,20 +161,20 @@ class RecShard:
             return self._result(Plan.from_arrays(task, found.device, found.rows, self.name),
                                 found, found.bound, start)
         # Valid for every plan, split tables included (the table-wise bounds are not).
-        bound = lower_bound_ms(task, cost_model)
+        relaxed = relax(task, cost_model)
+        bound = float(relaxed.cost_ms.sum()) / task.num_devices
+        choices: list[ShardGeometry] = []
+        for share in SPLIT_TARGETS:
+            g = split_heavy_tables(task, cost_model, share * bound, relaxed=relaxed).geometry
+            if not any(_same(g, h) for h in choices):
+                choices.append(g)
         best: tuple[Plan, _Found] | None = None
-        tried: list[ShardGeometry] = []
-        for i, share in enumerate(SPLIT_TARGETS):
+        for i, g in enumerate(choices):
             if best is not None and (_left(deadline) < 0.25 * self.time_limit
                                      or best[1].cost - bound <= self.mip_rel_gap * best[1].cost):
                 break
-            choice = split_heavy_tables(task, cost_model, share * bound)
-            g = choice.geometry
-            if any(_same(g, h) for h in tried) or (i > 0 and choice.split_tables.size == 0):
-                continue
-            tried.append(g)
-            last = i == len(SPLIT_TARGETS) - 1
-            stop = deadline if last or best is not None else start + 0.6 * self.time_limit
+            more = i < len(choices) - 1
+            stop = time.perf_counter() + _left(deadline) * (0.6 if more else 1.0)
             found = self._solve_tables(pricing_task(task, g), cost_model, stop)
             if best is None or found.cost < best[1].cost:
                 plan = ShardLayout(g, found.device, found.rows).to_plan(task, self.name)
