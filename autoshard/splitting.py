@@ -4,7 +4,8 @@ A table whose cost exceeds a target (by default the per-device mean of the task'
 :func:`autoshard.bounds.lower_bound_ms`) caps any table-wise plan at its own cost.
 :func:`split_heavy_tables` prices, through the cost model, every candidate split of each such
 table (column-wise into 2, 4, 8... blocks of equal width; row-wise over 2..N devices), each
-shard with the share of its rows in HBM that the bound's relaxation gives its table, and keeps
+shard with the share of its rows in HBM that the bound's relaxation gives its table (capped at
+one device's HBM: a table too big for one device's HBM pays for it until split), and keeps
 per table the cheapest split (least total work) whose dearest shard meets the target, else the
 split with the cheapest dearest shard. Sharders then place the shards like tables.
 """
@@ -47,10 +48,13 @@ class SplitChoice:
 
 def _price_at_share(task: ShardingTask, cost_model: CostModel, g: ShardGeometry,
                     share: np.ndarray) -> np.ndarray:
-    """Each shard's total cost with the hottest ``share`` (per shard) of its rows in HBM, on
-    device 0."""
+    """Each shard's total cost with the hottest ``share`` (per shard) of its rows in HBM (at
+    most what one device's HBM holds), on device 0."""
     sub = shard_task(task, g)
-    rows = np.floor(share * sub.table_arrays.rows)
+    a = sub.table_arrays
+    # No shard holds more HBM rows than one device's HBM can.
+    fit = np.floor(float(task.device_arrays.hbm_capacity.max()) / a.memory_bytes_per_row)
+    rows = np.minimum(np.floor(share * a.rows), fit)
     return cost_model.price(sub, np.arange(g.num_shards), np.zeros(g.num_shards, dtype=np.int64),
                             rows).total_ms
 
