@@ -56,8 +56,9 @@ def test_description_round_trips_and_bad_entries_are_named(tmp_path: Path) -> No
     doc["tables"][1]["compute_kernel"] = "dense"
     with pytest.raises(InputError, match=r"tables\[1\].compute_kernel"):
         read_export(doc)
-    doc["tables"][1].update(compute_kernel="fused", rank=5)
-    with pytest.raises(InputError, match=r"tables\[1\].rank"):
+    doc["tables"][1]["compute_kernel"] = "fused"
+    doc["tables"][1]["shards"][0]["rank"] = 5
+    with pytest.raises(InputError, match=r"tables\[1\].shards\[0\].rank"):
         read_export(doc)
 
 
