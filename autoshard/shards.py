@@ -18,11 +18,12 @@ How a shard derives from its table (ids are hashed, so hot rows spread evenly ov
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from autoshard.errors import InputError, PlannerError
+from autoshard.cost import CostModel, Pricing
+from autoshard.errors import InputError, PlannerError, gib
 from autoshard.plan import (
     COLUMN_WISE,
     ROW_SHARDINGS,
@@ -34,6 +35,7 @@ from autoshard.plan import (
     Shard,
     check_placement,
 )
+from autoshard.tables import Table
 from autoshard.task import ShardingTask, TableArrays
 
 KIND = {name: code for code, name in enumerate(SHARDINGS)}
@@ -189,9 +191,9 @@ def plan_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLa
         for j, s in enumerate(pieces):
             if s.device >= task.num_devices:
                 field = f"{where}.device" if not p.is_split else f"{where}.shards[{j}].device"
-                raise InputError(f"the hardware '{task.hardware.name}' has devices "
-                                 f"0..{task.num_devices - 1}", source=source, field=field,
-                                 value=s.device)
+                raise InputError(f"device {s.device} of {task.num_devices}: the hardware "
+                                 f"'{task.hardware.name}' has devices 0..{task.num_devices - 1}",
+                                 source=source, field=field, value=s.device)
             for name, value in (("table", t), ("kind", KIND[p.sharding]),
                                 ("parts", len(pieces)), ("row_start", s.row_start),
                                 ("row_end", s.row_end), ("col_start", s.col_start),
@@ -211,8 +213,8 @@ def plan_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLa
 class ShardTask(ShardingTask):
     """A task whose rows are shards of another task's tables (see the module docstring).
 
-    ``tables`` holds each shard's table (repeated for every shard); :attr:`table_arrays` holds
-    the shards' derived columns. Only pricing reads a shard task.
+    ``tables`` holds each shard as a table of its own name, rows and dim; :attr:`table_arrays`
+    holds the shards' derived columns (the access curve is its table's).
 
     Args:
         parent: The task whose tables were split.
@@ -254,12 +256,30 @@ def shard_task(task: ShardingTask, geometry: ShardGeometry) -> ShardTask:
     )
     twrw = g.kind == KIND[TABLE_ROW_WISE]
     parts = g.parts.astype(np.float64)
-    sub = ShardTask(tuple(task.tables[i] for i in t), task.hardware, task.workload,
+    sub = ShardTask(_shard_tables(task, g, arrays), task.hardware, task.workload,
                     parent=task, geometry=g,
                     a2a_scale=np.where(twrw, 1.0 / parts, 1.0),
                     reduce_scale=np.where(twrw, (parts - 1.0) / parts, 0.0))
     sub.__dict__["table_arrays"] = arrays
     return sub
+
+
+def _shard_tables(task: ShardingTask, g: ShardGeometry, arrays: TableArrays
+                  ) -> tuple[Table, ...]:
+    """Each shard as a table named ``<table>@<row_start>:<col_start>``, with its rows, dim and
+    lookups (so sharders that read tables see shards)."""
+    out = []
+    for i, t in enumerate(g.table.tolist()):
+        table = task.tables[t]
+        if g.kind[i] == KIND[TABLE_WISE]:
+            out.append(table)
+            continue
+        used = None if table.rows_used is None else max(int(arrays.rows_used[i]), 1)
+        out.append(replace(table, name=f"{table.name}@{g.row_start[i]}:{g.col_start[i]}",
+                           rows=int(arrays.rows[i]), dim=int(arrays.dim[i]),
+                           pooling_factor=float(arrays.pooling_factor[i]), pooling_std=None,
+                           rows_used=used, reuse_hist=None))
+    return tuple(out)
 
 
 def comm_scales(task: ShardingTask, table_idx: np.ndarray) -> tuple[np.ndarray | float,
@@ -272,10 +292,30 @@ def comm_scales(task: ShardingTask, table_idx: np.ndarray) -> tuple[np.ndarray |
     return 1.0, 0.0
 
 
+def is_whole(task: ShardingTask, geometry: ShardGeometry) -> bool:
+    """Whether the shards are the task's tables, whole and in order."""
+    return (geometry.num_shards == task.num_tables
+            and bool((geometry.table == np.arange(task.num_tables)).all())
+            and bool((geometry.kind == KIND[TABLE_WISE]).all()))
+
+
+def pricing_task(task: ShardingTask, geometry: ShardGeometry) -> ShardingTask:
+    """The task to price these shards on: ``task`` itself when they are its whole tables in
+    order (so cost models keep their per-task caches), else their :class:`ShardTask`."""
+    return task if is_whole(task, geometry) else shard_task(task, geometry)
+
+
+def price_layout(task: ShardingTask, cost_model: CostModel, layout: ShardLayout) -> Pricing:
+    """Per-shard prices of a layout (one cost-model call)."""
+    priced = pricing_task(task, layout.geometry)
+    return cost_model.price(priced, np.arange(layout.num_shards), layout.device,
+                            layout.hbm_rows)
+
+
 def shard_memory(task: ShardingTask, layout: ShardLayout) -> tuple[np.ndarray, np.ndarray]:
     """Bytes used per device in (HBM, host) by a layout's shards, optimizer state included in
     train mode."""
-    per_row = shard_task(task, layout.geometry).table_arrays.memory_bytes_per_row
+    per_row = pricing_task(task, layout.geometry).table_arrays.memory_bytes_per_row
     d = task.num_devices
     hbm = np.bincount(layout.device, weights=layout.hbm_rows * per_row, minlength=d)
     host = np.bincount(layout.device, weights=(layout.geometry.rows - layout.hbm_rows) * per_row,
@@ -283,5 +323,27 @@ def shard_memory(task: ShardingTask, layout: ShardLayout) -> tuple[np.ndarray, n
     return hbm, host
 
 
-__all__ = ["COLUMN_WISE", "KIND", "ShardGeometry", "ShardLayout", "ShardTask", "comm_scales",
-           "even_split", "plan_layout", "shard_memory", "shard_task", "whole_tables"]
+def check_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLayout:
+    """:func:`plan_layout`, then every device's HBM and host memory checked against capacity.
+
+    Raises:
+        PlannerError: A tier is over capacity (the message names the device and the bytes).
+    """
+    layout = plan_layout(plan, task, source)
+    used_hbm, used_host = shard_memory(task, layout)
+    dev = task.device_arrays
+    for tier, used, cap in (("HBM", used_hbm, dev.hbm_capacity),
+                            ("host", used_host, dev.host_capacity)):
+        over = np.flatnonzero(used > cap + 1e-6)
+        if over.size:
+            d = int(over[0])
+            on = layout.geometry.table[layout.device == d]
+            names = [task.tables[i].name for i in dict.fromkeys(on.tolist())][:5]
+            raise PlannerError("capacity", f"device {d} {tier} holds {gib(used[d])} but has "
+                               f"{gib(cap[d])} (tables {', '.join(names)}...)")
+    return layout
+
+
+__all__ = ["COLUMN_WISE", "KIND", "ShardGeometry", "ShardLayout", "ShardTask", "check_layout",
+           "comm_scales", "even_split", "plan_layout", "price_layout", "pricing_task",
+           "shard_memory", "shard_task", "whole_tables"]

@@ -175,8 +175,12 @@ def done_ids(path: Path) -> set[str]:
 
 
 def sweep(configs: Iterable[BenchConfig], output: Path, device: str = "cpu",
-          timing: Timing = Timing(), progress: bool = True) -> int:
+          timing: Timing = Timing(), progress: bool = True, budget_s: float | None = None
+          ) -> int:
     """Measures every configuration not yet in ``output``, appending a flushed row per config.
+
+    Args:
+        budget_s: Stop starting new configurations after this many seconds of wall time.
 
     Returns:
         The number of rows added.
@@ -186,15 +190,19 @@ def sweep(configs: Iterable[BenchConfig], output: Path, device: str = "cpu",
     todo = [c for c in configs if c.config_id not in done]
     env = environment(device)
     new_file = not output.exists() or output.stat().st_size == 0
+    start, added = time.perf_counter(), 0
     with output.open("a", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         if new_file:
             writer.writeheader()
             fh.flush()
         for cfg in _progress(todo, progress, f"{len(done)} done"):
+            if budget_s is not None and time.perf_counter() - start > budget_s:
+                break
             writer.writerow({**measure(cfg, device, timing), **env})
             fh.flush()
-    return len(todo)
+            added += 1
+    return added
 
 
 def _progress(items: list[BenchConfig], show: bool, note: str) -> Iterable[BenchConfig]:

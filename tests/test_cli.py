@@ -135,6 +135,7 @@ def test_evaluate_bad_plan(tmp_path: Path, tables_file: Path,
         {"table": n, "device": 9, "hbm_rows": 0} for n in ("a", "b", "c")]}))
     code, _, err = run(["evaluate", wrong, "-t", str(tables_file), "--devices", "2"], capsys)
     assert code == 2 and "device 9 of 2" in err
+    assert f"{wrong}, field 'placements[0].device', value 9" in err
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

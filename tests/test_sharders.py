@@ -211,3 +211,24 @@ def test_best_split_prefers_most_free_hbm_then_least_load() -> None:
     assert (device, rows) == (1, 555)  # devices 1 and 2 tie on 20,000 B; 1 comes first
     state.place(0, device, rows)
     assert state.best_split(2) == (2, 500)
+
+
+def test_split_greedy_variant_splits_only_tables_above_the_device_mean() -> None:
+    from autoshard.bounds import lower_bound_ms
+    from autoshard.shards import check_layout
+    from autoshard.tables import Table
+    from autoshard.workloads import constrained_task, dlrm_tables
+
+    tables = (*dlrm_tables(10, seed=3),
+              Table("huge", rows=2_000_000, dim=128, pooling_factor=100.0, zipf_alpha=1.05))
+    task = constrained_task(tables, 4, hbm_fraction=0.3)
+    plain = get_sharder("lookup_greedy").shard(task, MODEL)
+    split = get_sharder("split_lookup_greedy").shard(task, MODEL)
+    assert not plain.is_split and get_sharder("lookup_greedy", split=True).shard(
+        task, MODEL) == split.__class__(split.placements, "lookup_greedy", split.workload,
+                                        split.hardware)
+    assert [p.table for p in split.placements if p.is_split] == ["huge"]
+    check_layout(split, task)
+    cost = evaluate(split, task, MODEL).step_cost_ms
+    assert cost < 0.8 * evaluate(plain, task, MODEL).step_cost_ms
+    assert cost >= lower_bound_ms(task, MODEL)
