@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.errors import InputError, PlannerError, gib
+from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
-from autoshard.plan import COLUMN_WISE, ROW_WISE, Plan, check_plan
+from autoshard.plan import COLUMN_WISE, ROW_WISE, Plan
 from autoshard.task import ShardingTask
 
 TORCHREC_EXTRA = ('pip install "autoshard[torchrec]" (torchrec 1.8.0 with fbgemm-gpu-cpu 1.8.0 '
@@ -140,13 +140,9 @@ def table_shardings(plan: Plan, task: ShardingTask) -> list[TableSharding]:
     rows on the others. A table keeps one compute kernel and cache load factor in TorchRec: its
     share of rows (of bytes, for column blocks) in HBM.
     """
-    from autoshard.shards import plan_layout
+    from autoshard.shards import check_layout
 
-    layout = plan_layout(plan, task)
-    if plan.is_split:
-        _check_capacity(task, layout)
-    else:
-        check_plan(plan, task)
+    layout = check_layout(plan, task)
     g = layout.geometry
     by_place = {p.table: p for p in plan.placements}
     local = min(task.hardware.devices_per_node, task.num_devices)
@@ -217,19 +213,6 @@ def from_parameter_sharding(table: str, ps: Any, rows: int, dim: int,
                              int(m.shard_sizes[1])) for m in ps.sharding_spec.shards)
     return TableSharding(table, rows, dim, data_type, ps.sharding_type, ps.compute_kernel, clf,
                          shards)
-
-
-def _check_capacity(task: ShardingTask, layout: Any) -> None:
-    from autoshard.shards import shard_memory
-
-    dev = task.device_arrays
-    for tier, used, cap in zip(("HBM", "host"), shard_memory(task, layout),
-                               (dev.hbm_capacity, dev.host_capacity), strict=True):
-        over = np.flatnonzero(used > cap)
-        if over.size:
-            d = int(over[0])
-            raise PlannerError("capacity", f"device {d} {tier} holds {gib(used[d])} but has "
-                               f"{gib(cap[d])}")
 
 
 def _table_kernel(rows: np.ndarray, cols: np.ndarray, hbm: np.ndarray, table_rows: int,

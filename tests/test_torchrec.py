@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import builtins
 import importlib.util
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoshard.analytical import AnalyticalCostModel
+from autoshard.cli import main
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.export_torchrec import SHARDING_TYPES, torchrec_unavailable
 from autoshard.sharders import get_sharder, sharder_info
 from autoshard.sharders.torchrec_planner import TorchRecSharder
+from autoshard.tables import save_tables
 from autoshard.torchrec_estimate import estimate_plan
 from autoshard.workloads import constrained_task, dlrm_tables
 
@@ -107,3 +111,27 @@ def test_roomy_hbm_keeps_every_row_in_hbm() -> None:
         assert all(s.hbm_rows == s.rows for s in p.pieces(t.rows, t.dim))
     assert len({s.device for p in plan.placements
                 for s in p.pieces(1, 1)}) == 2
+
+
+@needs_torchrec
+def test_evaluate_prices_a_split_plan_with_torchrecs_estimators_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    task = constrained_task(dlrm_tables(8, seed=2), 2, hbm_fraction=0.5)
+    plan = TorchRecSharder().shard(task, MODEL)
+    assert plan.is_split
+    tables, path = tmp_path / "t.json", tmp_path / "p.json"
+    save_tables(tables, task.tables)
+    plan.save(path)
+    hbm_gb = str(task.device_arrays.hbm_capacity[0] / 1e9)
+    main(["evaluate", str(path), "-t", str(tables), "--devices", "2", "--hbm-gb", hbm_gb,
+          "--estimator", "torchrec", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    ours = evaluate(plan, task, MODEL)
+    assert doc["step_cost_ms"] == pytest.approx(ours.step_cost_ms)
+    theirs = estimate_plan(plan, task)
+    assert doc["torchrec"]["step_cost_ms"] == pytest.approx(theirs.step_ms)
+    assert [r["rank"] for r in doc["torchrec"]["per_rank"]] == [0, 1]
+    assert doc["torchrec"]["fits"] is True  # TorchRec's own plan fits its own estimate
+    main(["evaluate", str(path), "-t", str(tables), "--devices", "2", "--hbm-gb", hbm_gb,
+          "--estimator", "torchrec"])
+    assert "TorchRec's" in capsys.readouterr().out

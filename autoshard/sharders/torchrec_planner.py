@@ -29,6 +29,7 @@ from autoshard.export_torchrec import (
     FUSED,
     FUSED_UVM,
     FUSED_UVM_CACHING,
+    SHARDING_TYPES,
     from_parameter_sharding,
     meta_collection,
     to_plan,
@@ -52,8 +53,8 @@ class TorchRecSharder:
             HBM, and also from 0.2 when that is larger, and keeps the plan TorchRec rates
             best.
         use_stats: Pass the access curves as cache statistics (and run the cache-size search).
-        sharding_types: Sharding types TorchRec may choose, among :data:`SHARDING_TYPES` (all
-            it has that our plans hold); by default table-wise only.
+        sharding_types: Sharding types TorchRec may choose (default: all it has that our plans
+            hold).
 
     After :meth:`shard`, ``last_sharding_plan`` holds TorchRec's own ShardingPlan,
     ``last_cache_load_factor`` the starting load factor it came from and ``last_rating_ms``
@@ -65,7 +66,7 @@ class TorchRecSharder:
                               "search, converted")
 
     def __init__(self, cache_load_factor: float | None = None, use_stats: bool = True,
-                 sharding_types: tuple[str, ...] = ("table_wise",)) -> None:
+                 sharding_types: tuple[str, ...] = SHARDING_TYPES) -> None:
         self.cache_load_factor = cache_load_factor
         self.use_stats = use_stats
         self.sharding_types = tuple(sharding_types)
