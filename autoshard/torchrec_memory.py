@@ -13,8 +13,9 @@ pipeline) charges each shard more HBM than our memory model's weights and optimi
 
 Our plans leave none of that room, so a plan that fills HBM exactly overfills it under TorchRec.
 :func:`fit_shardings` lowers the HBM caches on the ranks that overfill (their tables' cache load
-factors, coldest rows first, which is the only thing a cache load factor can drop) until every
-rank fits TorchRec's count, and says what it changed; the export does this before writing. This
+factors, coldest rows first, which is what a cache load factor drops; across tables, the rows
+that serve the fewest looked-up bytes per byte freed) until every rank fits TorchRec's count,
+and says what it changed; the export does this before writing. This
 module mirrors TorchRec's formulas and needs no TorchRec; tests check it against the estimator.
 """
 
@@ -97,19 +98,20 @@ def rank_hbm(shardings: Sequence[TableSharding], task: ShardingTask) -> np.ndarr
     """TorchRec's HBM bytes per rank of ``shardings`` (one per task table, in task order)."""
     used = np.zeros(task.num_devices, dtype=np.int64)
     for s, t in zip(shardings, task.tables, strict=True):
-        for x, size in zip(s.shards, shard_hbm_bytes(s, t, task), strict=True):
-            used[x.rank] += size
+        used += _per_rank(s, t, task)
     return used
 
 
 def fit_shardings(shardings: Sequence[TableSharding], task: ShardingTask,
-                  max_rounds: int = 50) -> tuple[list[TableSharding], list[str]]:
-    """``shardings`` with the HBM caches on overfull ranks lowered until every rank fits
-    TorchRec's count; returns them and the names of the tables changed.
+                  step: float = 0.1) -> tuple[list[TableSharding], list[str]]:
+    """``shardings`` with HBM caches lowered until every rank fits TorchRec's count; returns
+    them and the names of the tables changed.
 
-    On each overfull rank, the tables with HBM rows there keep a common share of their HBM
-    bytes there (a whole table in HBM becomes a cache); a table whose cache would drop below
-    one row goes to host memory whole (``fused_uvm``).
+    While a rank overfills, the table on it whose next cut (``step`` of its share of rows in
+    HBM, coldest rows first; a whole table in HBM becomes a cache) loses the fewest looked-up
+    bytes per byte it frees on that rank is cut; a cache that would drop below one row goes to
+    host memory whole (``fused_uvm``). A table's load factor holds for all its shards, so a cut
+    frees HBM on every rank holding one.
 
     Raises:
         PlannerError: A rank overfills with no HBM rows left to drop (its I/O buffers alone
@@ -119,40 +121,56 @@ def fit_shardings(shardings: Sequence[TableSharding], task: ShardingTask,
 
     out = list(shardings)
     cap = task.device_arrays.hbm_capacity
+    per_table = [_per_rank(s, t, task) for s, t in zip(out, task.tables, strict=True)]
+    used = np.sum(per_table, axis=0) if per_table else np.zeros(task.num_devices)
     changed: set[str] = set()
-    for _ in range(max_rounds):
-        used = rank_hbm(out, task)
+    while True:
         over = np.flatnonzero(used > cap)
         if not over.size:
             return out, sorted(changed, key=task.index.__getitem__)
         r = int(over[np.argmax(used[over] - cap[over])])
-        on = [i for i, s in enumerate(out) if s.compute_kernel != FUSED_UVM
-              and any(x.rank == r and x.rows * x.cols for x in s.shards)]
-        if not on:
+        best: tuple[float, int, TableSharding, np.ndarray] | None = None
+        for i, s in enumerate(out):
+            if s.compute_kernel == FUSED_UVM or per_table[i][r] == 0:
+                continue
+            t = task.tables[i]
+            cut = _scaled(s, 1.0 - step)
+            after = _per_rank(cut, t, task)
+            freed = per_table[i][r] - after[r]
+            if freed <= 0:
+                continue
+            loss = t.lookups_per_sample * t.row_bytes * float(
+                t.access_curve().share_at(_share(s)) - t.access_curve().share_at(_share(cut)))
+            if best is None or loss / freed < best[0]:
+                best = (loss / freed, i, cut, after)
+        if best is None:
             raise PlannerError("capacity", f"rank {r}: TorchRec counts {gib(used[r])} of HBM "
                                f"with no table rows in HBM left to move, over its "
                                f"{gib(cap[r])}")
-        weights = sum(_weight_bytes(out[i], task.tables[i], task, r) for i in on)
-        keep = max(0.0, 1.0 - float(used[r] - cap[r]) / max(weights, 1.0)) * 0.999
-        for i in on:
-            out[i] = _scaled(out[i], keep)
-            changed.add(out[i].table)
-    raise PlannerError("capacity", f"could not fit TorchRec's HBM count in {max_rounds} rounds")
+        _, i, out[i], after = best
+        used += after - per_table[i]
+        per_table[i] = after
+        changed.add(out[i].table)
 
 
-def _weight_bytes(s: TableSharding, table: Table, task: ShardingTask, rank: int) -> float:
-    """HBM bytes of ``s``'s shards on ``rank`` that scale with its cache size."""
-    mult = 1.0 + _optimizer_multiplier(table, task.workload.train)
-    share = s.cache_load_factor if s.compute_kernel == FUSED_UVM_CACHING else 1.0
-    extra = _CACHE_SLOT_BYTES if task.workload.train else 0.0
-    return sum(x.rows * (x.cols * table.bytes_per_element * mult + extra) * float(share or 0.0)
-               for x in s.shards if x.rank == rank)
+def _per_rank(s: TableSharding, table: Table, task: ShardingTask) -> np.ndarray:
+    """TorchRec's HBM bytes of one table's shards, per rank."""
+    used = np.zeros(task.num_devices, dtype=np.int64)
+    for x, size in zip(s.shards, shard_hbm_bytes(s, table, task), strict=True):
+        used[x.rank] += size
+    return used
+
+
+def _share(s: TableSharding) -> float:
+    """The table's share of rows in HBM."""
+    if s.compute_kernel == FUSED_UVM:
+        return 0.0
+    return float(s.cache_load_factor or 0.0) if s.compute_kernel == FUSED_UVM_CACHING else 1.0
 
 
 def _scaled(s: TableSharding, keep: float) -> TableSharding:
     """``s`` with its share of rows in HBM multiplied by ``keep``."""
-    share = (s.cache_load_factor or 0.0) if s.compute_kernel == FUSED_UVM_CACHING else 1.0
-    new = share * keep
+    new = _share(s) * keep
     if new * s.rows < 1.0:
         return replace(s, compute_kernel=FUSED_UVM, cache_load_factor=None)
     return replace(s, compute_kernel=FUSED_UVM_CACHING, cache_load_factor=new)
