@@ -135,3 +135,23 @@ def test_evaluate_prices_a_split_plan_with_torchrecs_estimators_too(
     main(["evaluate", str(path), "-t", str(tables), "--devices", "2", "--hbm-gb", hbm_gb,
           "--estimator", "torchrec"])
     assert "TorchRec's" in capsys.readouterr().out
+
+
+@needs_torchrec
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_our_mirror_of_torchrecs_hbm_count_is_exact(mode: str) -> None:
+    from autoshard.export_torchrec import table_shardings
+    from autoshard.torchrec_estimate import estimate_shardings
+    from autoshard.torchrec_memory import fit_shardings, rank_hbm
+
+    task = constrained_task(dlrm_tables(10, seed=6), 2, hbm_fraction=0.3, mode=mode)
+    for plan in (TorchRecSharder().shard(task, MODEL),  # splits and caches
+                 get_sharder("lookup_greedy").shard(task, MODEL)):
+        shardings = table_shardings(plan, task)
+        theirs = [r.hbm_bytes for r in estimate_shardings(shardings, task).per_rank]
+        assert rank_hbm(shardings, task).tolist() == theirs
+        fitted, changed = fit_shardings(shardings, task)
+        assert estimate_shardings(fitted, task).fits  # checked by TorchRec's estimator
+        for before, after in zip(shardings, fitted, strict=True):
+            assert after.hbm_rows <= before.hbm_rows
+            assert (after.hbm_rows < before.hbm_rows) == (after.table in changed)
