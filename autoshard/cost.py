@@ -55,6 +55,25 @@ class CostModel(Protocol):
         ...
 
 
+def device_compute(task: ShardingTask, model: CostModel, device: np.ndarray,
+                   hbm_rows: np.ndarray, hbm_ms: np.ndarray, uvm_ms: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-device compute by tier ([D] each) of a placement given in task order.
+
+    ``hbm_ms`` and ``uvm_ms`` are the sums of the tables' prices per device. A model that prices
+    a device's whole table set (an optional ``device_compute_ms(task, table_idx, device_idx,
+    hbm_rows) -> [D]`` method, e.g. the set model in ``cost_models``) replaces their total,
+    split between the tiers in the sums' proportion; for other models they are returned as is.
+    """
+    priced = getattr(model, "device_compute_ms", None)
+    if priced is None:
+        return hbm_ms, uvm_ms
+    total = np.asarray(priced(task, np.arange(task.num_tables), device, hbm_rows))
+    summed = hbm_ms + uvm_ms
+    share = np.divide(hbm_ms, summed, out=np.ones_like(summed), where=summed > 0)
+    return total * share, total * (1.0 - share)
+
+
 #: Learned cost models by the ``kind`` their folder's metadata names: ``module:Class`` strings,
 #: imported only when such a folder is loaded (core never imports the packages built on it). The
 #: class's ``load(directory, communication=...)`` reads and verifies the folder.

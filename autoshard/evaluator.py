@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.bounds import lower_bound_ms
-from autoshard.cost import CostModel, Pricing
+from autoshard.cost import CostModel, Pricing, device_compute
 from autoshard.plan import Plan
 from autoshard.shards import check_layout, pricing_task, shard_memory
 from autoshard.task import ShardingTask
@@ -106,6 +106,8 @@ def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
 
     hbm_ms, uvm_ms, comm_ms = per_dev(pricing.hbm_ms), per_dev(pricing.uvm_ms), per_dev(
         pricing.comm_ms)
+    hbm_ms, uvm_ms = device_compute(priced, cost_model, device, layout.hbm_rows, hbm_ms,
+                                    uvm_ms)
     total = hbm_ms + uvm_ms + comm_ms
     lookups, uvm_lookups = per_dev(lookup), per_dev(lookup * (1.0 - share))
     used_hbm, used_host = shard_memory(task, layout)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard.bounds import relax
+from autoshard.bounds import Relaxation, relax
 from autoshard.cost import CostModel
 from autoshard.plan import COLUMN_WISE, ROW_WISE
 from autoshard.shards import ShardGeometry, even_split, shard_task, whole_tables
@@ -70,7 +70,8 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int) -> list[Sha
 
 
 def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: float | None = None,
-                       max_parts: int | None = None) -> SplitChoice:
+                       max_parts: int | None = None, relaxed: Relaxation | None = None
+                       ) -> SplitChoice:
     """Splits every table dearer than ``target_ms`` (default: the spread-work bound, the
     per-device mean of the least work).
 
@@ -79,8 +80,9 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
         cost_model: Prices the candidates.
         target_ms: Cost above which a table is split.
         max_parts: Most shards per table (default: the device count).
+        relaxed: The task's :func:`autoshard.bounds.relax` (computed when not given).
     """
-    relaxed = relax(task, cost_model)
+    relaxed = relaxed or relax(task, cost_model)
     a = task.table_arrays
     share = np.minimum(relaxed.hbm_bytes / (a.rows * a.memory_bytes_per_row), 1.0)
     whole = _price_at_share(task, cost_model, whole_tables(task), share)

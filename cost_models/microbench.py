@@ -155,8 +155,13 @@ def device_configs(grid: str, device: str) -> tuple[list[BenchConfig], list[str]
     return configs, notes
 
 
-def done_ids(path: Path) -> set[str]:
+def done_ids(path: Path, columns: list[str] = COLUMNS, complete: str = "bwd_p90_ms"
+             ) -> set[str]:
     """Config ids already measured in ``path``; drops a truncated last line (and nothing else).
+
+    Args:
+        columns: The header the file must have.
+        complete: A column that a fully written row fills.
 
     Raises:
         InputError: the file exists but its header is not this harness's.
@@ -168,10 +173,10 @@ def done_ids(path: Path) -> set[str]:
         text = text[: text.rfind("\n") + 1]
         atomic_write_text(path, text)
     reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames != COLUMNS:
+    if reader.fieldnames != columns:
         raise InputError("not a microbenchmark CSV of this version (header differs)",
                          source=str(path), field="header", value=",".join(reader.fieldnames or []))
-    return {row["config_id"] for row in reader if row.get("bwd_p90_ms")}
+    return {row["config_id"] for row in reader if row.get(complete)}
 
 
 def sweep(configs: Iterable[BenchConfig], output: Path, device: str = "cpu",

@@ -237,7 +237,8 @@ class LightGBMCostModel:
         return model
 
 
-def read_metadata(src: Path, fmt: str) -> dict[str, Any]:
+def read_metadata(src: Path, fmt: str, feature_names: tuple[str, ...] = FEATURE_NAMES
+                  ) -> dict[str, Any]:
     """A model folder's metadata, checked to be of format ``fmt`` with this package's features.
 
     Raises:
@@ -254,7 +255,7 @@ def read_metadata(src: Path, fmt: str) -> dict[str, Any]:
     if not isinstance(meta, dict) or meta.get("format") != fmt:
         raise InputError(f"not a {fmt}", source=str(src / META_FILE), field="format",
                          value=meta.get("format") if isinstance(meta, dict) else None)
-    if meta.get("feature_names", list(FEATURE_NAMES)) != list(FEATURE_NAMES):
+    if meta.get("feature_names", list(feature_names)) != list(feature_names):
         raise InputError("model was trained on other features", source=str(src / META_FILE),
                          field="feature_names", value=meta.get("feature_names"))
     return meta

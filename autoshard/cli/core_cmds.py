@@ -32,6 +32,7 @@ from autoshard.cost import load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.hardware import BUNDLED, load_hardware
+from autoshard.limits import check_finite_costs
 from autoshard.plan import Plan
 from autoshard.sharders import get_sharder, list_sharders
 
@@ -72,6 +73,8 @@ def plan(
         raise PlannerError(exc.kind, f"{tables}: {exc}") from exc
     seconds = time.perf_counter() - start
     report = evaluate(result, task, model, bound_ms=getattr(chosen, "last_bound_ms", None))
+    check_finite_costs({"step_cost_ms": report.step_cost_ms,
+                        "lower_bound_ms": report.lower_bound_ms}, f"{tables}: {sharder}'s plan")
     result.save(output)
     if json_out:
         print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output)))

@@ -234,8 +234,8 @@ def compare_cmd(
 def calibrate_cmd(
     model_dir: Annotated[Path, typer.Argument(help="LightGBM model directory to calibrate.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="New model directory.")],
-    budget_s: Annotated[float, typer.Option(help="Seconds of measuring at most.")] = 100.0,
-    size: Annotated[int, typer.Option(help="Configurations in the sample at most.")] = 240,
+    budget_s: Annotated[float, typer.Option(help="Seconds of measuring at most.")] = 85.0,
+    size: Annotated[int, typer.Option(help="Configurations in the sample at most.")] = 400,
     grid: Annotated[str, typer.Option(help="Grid the sample is drawn from.")] = "default",
     seed: Annotated[int, typer.Option(help="Sample seed.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,

@@ -1,4 +1,5 @@
-"""HBM-split buckets: how many of a table's hottest rows an action keeps in HBM.
+"""HBM-split buckets of the placement policy: how many of a table's hottest rows an action
+keeps in HBM.
 
 A bucket is a multiple of the task's HBM value threshold (the saving per HBM byte at which the
 fractional relaxation behind :func:`autoshard.bounds.lower_bound_ms` fills the cluster's HBM).
