@@ -19,6 +19,7 @@ from autoshard.sharders import (
     sharder_info,
     sharder_names,
 )
+from autoshard.shards import check_layout, shard_memory
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 
@@ -141,12 +142,8 @@ def check_sharder_on(name: str, task: ShardingTask) -> None:
         assert dev.host_capacity.min() < need.sum(), f"{name} failed with ample host memory"
         return
     assert need.sum() <= (dev.hbm_capacity + dev.host_capacity).sum()
-    device, hbm = check_plan(plan, task)
-    per_row = a.memory_bytes_per_row
-    for d in range(task.num_devices):
-        on = device == d
-        assert (hbm[on] * per_row[on]).sum() <= dev.hbm_capacity[d]
-        assert ((a.rows[on] - hbm[on]) * per_row[on]).sum() <= dev.host_capacity[d]
+    used_hbm, used_host = shard_memory(task, check_layout(plan, task))  # splits included
+    assert (used_hbm <= dev.hbm_capacity).all() and (used_host <= dev.host_capacity).all()
     report = evaluate(plan, task, MODEL)
     assert report.step_cost_ms >= report.lower_bound_ms * (1 - 1e-9)
     assert report.step_cost_ms == pytest.approx(max(d.total_ms for d in report.per_device))
