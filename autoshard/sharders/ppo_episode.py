@@ -135,7 +135,8 @@ class PlacementEpisode:
 
     An action is ``device * buckets + bucket``. The buckets are the value buckets of
     :mod:`autoshard.sharders.ppo_buckets` (no row, ..., all rows in HBM) and a last "fill"
-    bucket: as many hottest rows as the device's free HBM holds. :attr:`mask` says which
+    bucket: as many hottest rows as the device's free HBM holds (at most the rows ever used).
+    :attr:`mask` says which
     actions fit; :attr:`obs` is the observation of the next table (see
     :mod:`autoshard.sharders.ppo_features`). The reward of a step is the increase of the step
     cost (max over devices) over the task's lower bound, negated, so an episode's return is
@@ -165,6 +166,7 @@ class PlacementEpisode:
         self._fill_total = np.zeros(n_d)
         self._bucket_rows = np.empty((self.buckets, n_d), dtype=np.int64)
         self._devices = np.arange(n_d)
+        self._rows_used = task.table_arrays.rows_used
         dev = task.device_arrays
         self._hbm_cap = np.maximum(dev.hbm_capacity, 1.0)
         self._init_device_features(n_t, n_d)
@@ -337,13 +339,13 @@ class PlacementEpisode:
 
     def _offer_fill(self, t: int) -> np.ndarray:
         """Prices the fill bucket of table ``t`` on every device (the most hottest rows its
-        free HBM holds) and returns its HBM rows.
+        free HBM holds, at most the rows ever used) and returns its HBM rows.
 
         Where those rows are one of the table's value buckets (all rows where the whole table
         fits, none where HBM is full, ...), that bucket's price is taken; only the other
         devices are priced, in one call to the cost model.
         """
-        rows = self.state.max_hbm_rows(t)
+        rows = np.minimum(self.state.max_hbm_rows(t), self._rows_used[t])
         self._fill_rows = rows
         same = rows[:, None] == self.priced.rows[t]  # [devices, value buckets]
         bucket = same.argmax(axis=1)  # the first equal one, or 0 where none is
