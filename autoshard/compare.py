@@ -17,6 +17,7 @@ from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import CostReport, evaluate
 from autoshard.fileio import atomic_write_text, csv_text, read_structured, write_structured
+from autoshard.limits import check_finite_costs
 from autoshard.plan import Plan
 from autoshard.sharders import get_sharder, sharder_info, sharder_names
 from autoshard.task import ShardingTask
@@ -117,6 +118,8 @@ def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_mo
         plan = sharder.shard(task, cost_model)
         seconds = time.perf_counter() - start
         report = evaluate(plan, task, cost_model, bound_ms=bound_ms)
+        check_finite_costs({"step_cost_ms": report.step_cost_ms,
+                            "lower_bound_ms": report.lower_bound_ms}, f"{name}'s plan")
     except (PlannerError, InputError) as exc:
         return CompareRow(status="failed", reason=str(exc), plan_seconds=time.perf_counter()
                           - start, **base), None, None  # type: ignore[arg-type]

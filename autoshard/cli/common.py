@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,6 +13,7 @@ from rich.console import Console
 
 from autoshard.errors import InputError
 from autoshard.hardware import load_hardware
+from autoshard.limits import MAX_BATCH_SIZE, MAX_CAPACITY_GB, MAX_DEVICES, int_in, number_in
 from autoshard.tables import Table, load_tables
 from autoshard.task import MODES, ShardingTask, Workload
 
@@ -62,11 +62,14 @@ def check_options(devices: int | None = None, nodes: int | None = None,
                   mode: str | None = None) -> None:
     """Rejects out-of-range command-line values before any file is read."""
     rules: list[tuple[str, Any, bool, str]] = [
-        ("--devices", devices, devices is None or devices >= 1, "must be >= 1"),
-        ("--nodes", nodes, nodes is None or nodes >= 1, "must be >= 1"),
-        ("--hbm-gb", hbm_gb, hbm_gb is None or (math.isfinite(hbm_gb) and hbm_gb >= 0),
-         "must be a number >= 0"),
-        ("--batch-size", batch_size, batch_size is None or batch_size >= 1, "must be >= 1"),
+        ("--devices", devices, devices is None or int_in(devices, 1, MAX_DEVICES),
+         f"must be in [1, {MAX_DEVICES:,}]"),
+        ("--nodes", nodes, nodes is None or int_in(nodes, 1, MAX_DEVICES),
+         f"must be in [1, {MAX_DEVICES:,}] (and nodes x devices per node at most that)"),
+        ("--hbm-gb", hbm_gb, hbm_gb is None or number_in(hbm_gb, 0, MAX_CAPACITY_GB),
+         f"must be a number in [0, {MAX_CAPACITY_GB:g}]"),
+        ("--batch-size", batch_size, batch_size is None
+         or int_in(batch_size, 1, MAX_BATCH_SIZE), f"must be in [1, {MAX_BATCH_SIZE:,}]"),
         ("--mode", mode, mode is None or mode in MODES, f"must be one of {', '.join(MODES)}"),
     ]
     for option, value, ok, rule in rules:

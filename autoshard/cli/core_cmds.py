@@ -28,10 +28,11 @@ from autoshard.cli.common import (
     print_json,
 )
 from autoshard.cli.report import show_report
-from autoshard.cost import load_cost_model
+from autoshard.cost import load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.hardware import BUNDLED, load_hardware
+from autoshard.limits import check_finite_costs
 from autoshard.plan import Plan
 from autoshard.sharders import get_sharder, list_sharders
 
@@ -63,6 +64,8 @@ def plan(
     with options_named():
         model = load_cost_model(cost_model)
         chosen = get_sharder(sharder, seed=seed, time_limit=time_limit)
+    if note := machine_warning(model):
+        typer.echo(f"warning: {note}", err=True)
     start = time.perf_counter()
     try:
         result = chosen.shard(task, model)
@@ -70,6 +73,8 @@ def plan(
         raise PlannerError(exc.kind, f"{tables}: {exc}") from exc
     seconds = time.perf_counter() - start
     report = evaluate(result, task, model, bound_ms=getattr(chosen, "last_bound_ms", None))
+    check_finite_costs({"step_cost_ms": report.step_cost_ms,
+                        "lower_bound_ms": report.lower_bound_ms}, f"{tables}: {sharder}'s plan")
     result.save(output)
     if json_out:
         print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output)))
@@ -91,8 +96,9 @@ def evaluate_cmd(
     mode: ModeOpt = None,
     cost_model: CostModelOpt = "analytical",
     bound: Annotated[str, typer.Option(
-        "--bound", help="Lower bound: 'simple' (fast) or 'lp' (adds the MILP's LP relaxation, "
-        "tighter with mixed devices).")] = "simple",
+        "--bound", help="Lower bound: 'simple' (fast, valid for every plan, split tables "
+        "included) or 'lp' (adds the MILP's LP relaxation over whole-table plans, tighter; not "
+        "used for a plan that splits tables).")] = "simple",
     json_out: JsonOpt = False,
 ) -> None:
     """Price a plan: per-device cost, step cost, lower bound, balance and UVM share."""
@@ -107,11 +113,11 @@ def evaluate_cmd(
     if bound not in ("simple", "lp"):
         raise InputError("must be 'simple' or 'lp'", field="--bound", value=bound)
     bound_ms = None
-    if bound == "lp":
+    if bound == "lp" and not loaded.is_split:
         from autoshard.sharders.recshard import recshard_bound
 
         bound_ms = recshard_bound(task, model)
-    report = evaluate(loaded, task, model, bound_ms=bound_ms)
+    report = evaluate(loaded, task, model, bound_ms=bound_ms, source=str(plan_file))
     if json_out:
         print_json(report.to_dict())
     else:

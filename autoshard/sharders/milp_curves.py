@@ -17,47 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoshard.access import GRID
+from autoshard.bounds import DeviceKinds, device_kinds
 from autoshard.cost import CostModel
 from autoshard.task import ShardingTask
 
+__all__ = ["UNIT_BYTES", "CostCurves", "CostLines", "DeviceKinds", "cost_curves", "device_kinds"]
+
 #: Bytes per unit of the MILP's memory variables (GB keeps coefficients near 1).
 UNIT_BYTES = 1e9
-
-
-@dataclass(frozen=True)
-class DeviceKinds:
-    """Devices grouped into interchangeable kinds (same capacities, bandwidths, link shares).
-
-    Args:
-        kind: Kind of each device ([D]).
-        representative: One device index per kind ([K]).
-    """
-
-    kind: np.ndarray
-    representative: np.ndarray
-
-    @property
-    def count(self) -> int:
-        return int(self.representative.size)
-
-    def members(self, k: int) -> np.ndarray:
-        return np.flatnonzero(self.kind == k)
-
-
-def device_kinds(task: ShardingTask) -> DeviceKinds:
-    """Groups the task's devices by every attribute a cost model or a capacity can see."""
-    dev = task.device_arrays
-    keys: dict[tuple[float, ...], int] = {}
-    kind = np.empty(task.num_devices, dtype=np.int64)
-    reps: list[int] = []
-    for d in range(task.num_devices):
-        key = tuple(float(v[d]) for v in (dev.hbm_capacity, dev.host_capacity, dev.hbm_gbps,
-                                           dev.host_gbps, dev.intra_share))
-        if key not in keys:
-            keys[key] = len(reps)
-            reps.append(d)
-        kind[d] = keys[key]
-    return DeviceKinds(kind, np.array(reps, dtype=np.int64))
 
 
 @dataclass(frozen=True)

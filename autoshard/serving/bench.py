@@ -1,0 +1,191 @@
+"""Measured serving on this machine: one process per server, torch.distributed.rpc (TensorPipe).
+
+The requests are the simulator's own seeded sample (same tables touched, same arrival gaps),
+so each measured percentile stands next to the simulated one for the same stream. Tables are
+real ``EmbeddingBag`` s with their rows capped (``max_rows``) to keep the run small; lookups
+per touched table follow the model. A process that dies, or makes no progress for
+``timeout_s``, ends the run with an error naming it (main server or sparse server N); every
+process is stopped before the error is raised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoshard.errors import InputError
+from autoshard.runner.launch import RunError, free_port, stop, watch
+from autoshard.serving.mapping import Mapping
+from autoshard.serving.model import INDEX_BYTES, ServingModel
+from autoshard.serving.planning import percentiles
+from autoshard.serving.simulate import sample_requests, simulate
+from autoshard.serving.task import ServingTask
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """A measured run.
+
+    Args:
+        qps: Request rates, run one after the other in one launch.
+        requests: Requests per rate.
+        max_rows: Rows per table held for real (larger tables are capped).
+        timeout_s: Longest time a process may go without progress.
+        seed: Seed of the request sample (the simulator uses the same one).
+    """
+
+    qps: tuple[float, ...]
+    requests: int = 300
+    max_rows: int = 20_000
+    timeout_s: float = 30.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.qps or any(not (np.isfinite(q) and q > 0) for q in self.qps):
+            raise InputError("request rates must be numbers > 0", field="qps", value=self.qps)
+        if not 10 <= self.requests <= 100_000:
+            raise InputError("must be in [10, 100000]", field="requests", value=self.requests)
+        if self.timeout_s <= 0:
+            raise InputError("must be > 0", field="timeout", value=self.timeout_s)
+
+
+def bench_spec(model: ServingModel, mapping: Mapping, config: BenchConfig) -> dict[str, Any]:
+    """What every process needs: tables, mapping and the sampled requests."""
+    sample = sample_requests(model, config.requests, config.seed)
+    bags = np.where(np.asarray(model.per_item), model.items, 1)
+    return {"rows": [min(t.rows, config.max_rows) for t in model.tables],
+            "dims": [t.dim for t in model.tables], "assign": list(mapping.assign),
+            "lookups": [float(v) for v in model.lookups()], "bags": [int(b) for b in bags],
+            "touched": [np.flatnonzero(row).tolist() for row in sample.touched],
+            "gaps": sample.gaps.tolist(), "qps": list(config.qps), "seed": config.seed,
+            "timeout_s": config.timeout_s}
+
+
+def process_name(rank: int) -> str:
+    return "main server" if rank == 0 else f"sparse server {rank - 1}"
+
+
+def launch(spec: dict[str, Any], world: int, timeout_s: float,
+           logs: Path | None = None) -> dict[str, Any]:
+    """Runs ``world`` processes (rank 0 the main server) and returns rank 0's result.
+
+    Raises:
+        RunError: A process died or stalled (named); every process has been stopped.
+    """
+    if logs is not None:
+        logs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="autoshard-serve-", dir=logs))
+    spec = dict(spec, world_size=world, init_method=f"tcp://127.0.0.1:{free_port()}")
+    (work / "spec.json").write_text(json.dumps(spec))
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    procs: list[subprocess.Popen[bytes]] = []
+    ok = False
+    try:
+        for rank in range(world):
+            with (work / f"rank{rank}.log").open("wb") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "autoshard.serving.bench_worker",
+                     str(work / "spec.json"), str(rank)], stdout=log, stderr=subprocess.STDOUT,
+                    env=env, start_new_session=True))
+        try:
+            watch(procs, work, timeout_s)
+        except RunError as exc:
+            raise RunError(_named(str(exc), world)) from exc
+        result: dict[str, Any] = json.loads((work / "result.json").read_text())
+        ok = True
+        return result
+    finally:
+        stop(procs)
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _named(message: str, world: int) -> str:
+    """The launcher's message with ranks named as servers."""
+    for rank in reversed(range(world)):
+        message = message.replace(f"rank {rank} ", f"{process_name(rank)} (rank {rank}) ")
+    return message
+
+
+def run_bench(task: ServingTask, mapping: Mapping, config: BenchConfig,
+              logs: Path | None = None) -> list[dict[str, Any]]:
+    """Serves ``mapping`` for real at each rate; one row per rate, measured beside simulated."""
+    mapping.check_fits(task.model, task.profile)
+    result = launch(bench_spec(task.model, mapping, config), mapping.servers + 1,
+                    config.timeout_s, logs)
+    sample = sample_requests(task.model, config.requests, config.seed)
+    rows = []
+    for qps in config.qps:
+        measured = np.asarray(result["latencies_us"][str(qps)])
+        sim = simulate(task.model, task.profile, mapping, qps, sample, task.costs)
+        row: dict[str, Any] = {"strategy": mapping.strategy, "servers": mapping.servers,
+                               "qps": qps, "requests": config.requests}
+        row.update({f"measured_{k}": v for k, v in percentiles(measured).items()})
+        row.update({f"simulated_{k}": v for k, v in percentiles(sim.end_to_end_us).items()})
+        row["calls_per_request"] = round(float(sim.calls.mean()), 3)
+        rows.append(row)
+    return rows
+
+
+def calibrate(calls: int = 40, pause_s: float = 0.01, logs: Path | None = None
+              ) -> dict[str, Any]:
+    """Measures this machine's serving constants for a profile.
+
+    Local lookups (:func:`fit_lookup_costs`) give ``lookup_ns``, ``table_overhead_us`` and
+    ``memory_bandwidth_gbps``. Spaced remote calls (``pause_s`` apart, as in a request stream)
+    of 1-8 tables and 16-512 lookups per table are timed end to end (median of ``calls``) and
+    fitted by least squares as ``a + b * tables + c * lookups``: ``call_overhead_us = a``,
+    ``call_table_overhead_us = b`` less the local per-table cost, and ``network_gbps`` from
+    what ``c`` adds to a local lookup (an 8-byte index sent per lookup).
+    """
+    spec = {"rows": [20_000] * 8, "dims": [32] * 8, "assign": [0] * 8, "calls": calls,
+            "pause_s": pause_s, "timeout_s": 60.0, "mode": "calibrate"}
+    points = np.asarray(launch(spec, 2, 120.0, logs)["points"], float)
+    design = np.c_[np.ones(len(points)), points[:, 0], points[:, 1]]
+    (a, b, c), *_ = np.linalg.lstsq(design, points[:, 2], rcond=None)
+    local = fit_lookup_costs()
+    local_ns = local["lookup_ns"] + 32 * 4 / local["memory_bandwidth_gbps"]
+    extra_ns = max(float(c) * 1e3 - local_ns, 0.1)
+    return {"call_overhead_us": round(max(float(a), 1.0), 2),
+            "call_table_overhead_us": round(max(float(b) - local["table_overhead_us"], 0.0), 2),
+            "network_gbps": round(INDEX_BYTES / extra_ns, 4), **local,
+            "points": points.tolist()}
+
+
+def fit_lookup_costs(rows: int = 20_000, repeats: int = 30) -> dict[str, float]:
+    """Times EmbeddingBag lookups over dims and counts (thread CPU time, 10th percentile) and
+    fits ``time = lookups * (lookup_ns + row_bytes / bandwidth) + fixed``."""
+    import time
+
+    import torch
+
+    torch.set_num_threads(1)
+    gen = np.random.default_rng(0)
+    xs, ys = [], []
+    for dim in (16, 64, 128):
+        bag = torch.nn.EmbeddingBag(rows, dim, mode="sum")
+        for count in (64, 512, 2048):
+            idx = torch.from_numpy(gen.integers(0, rows, count))
+            offs = torch.arange(0, count, 8)
+            times = []
+            with torch.no_grad():
+                for _ in range(repeats):
+                    t0 = time.thread_time()
+                    bag(idx, offs)
+                    times.append(time.thread_time() - t0)
+            xs.append((count, count * dim * 4, 1.0))
+            ys.append(float(np.percentile(times, 10)) * 1e9)
+    coef, *_ = np.linalg.lstsq(np.asarray(xs, float), np.asarray(ys), rcond=None)
+    per_lookup, per_byte = max(coef[0], 1.0), max(coef[1], 1e-3)
+    return {"lookup_ns": round(float(per_lookup), 2),
+            "memory_bandwidth_gbps": round(1.0 / float(per_byte), 3),
+            "table_overhead_us": round(max(float(coef[2]), 0.0) / 1e3, 3)}

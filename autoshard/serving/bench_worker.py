@@ -1,0 +1,178 @@
+"""One process of a measured serving run (``python -m autoshard.serving.bench_worker SPEC RANK``).
+
+Rank 0 is the main server: it replays the sampled requests at their arrival times, calls the
+sparse servers (ranks 1..S) over torch.distributed.rpc (TensorPipe) in parallel, looks up its
+own tables in-line, and records each request's latency from its scheduled arrival. Sparse
+servers hold their tables as ``torch.nn.EmbeddingBag`` and answer :func:`lookup`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed.rpc as rpc
+
+_TABLES: dict[int, torch.nn.EmbeddingBag] = {}
+HEARTBEAT_S = 0.5
+SPIN_S = 0.002
+
+
+def lookup(ids: list[int], indices: list[torch.Tensor],
+           offsets: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Pooled embeddings of one call: per table, one bag per offset (sum pooling)."""
+    with torch.no_grad():
+        return [_TABLES[t](i, o) for t, i, o in zip(ids, indices, offsets, strict=True)]
+
+
+def build_tables(spec: dict[str, Any], server: int) -> None:
+    gen = torch.Generator().manual_seed(1234 + server)
+    for t, (rows, dim, where) in enumerate(zip(spec["rows"], spec["dims"], spec["assign"],
+                                               strict=True)):
+        if where == server:
+            bag = torch.nn.EmbeddingBag(rows, dim, mode="sum")
+            with torch.no_grad():
+                bag.weight.copy_(torch.rand(rows, dim, generator=gen))
+            _TABLES[t] = bag
+
+
+def requests_of(spec: dict[str, Any], qps: float) -> list[dict[int, tuple[list[Any], ...]]]:
+    """Per request: server -> (table ids, indices, offsets), drawn from the seeded sample."""
+    rng = np.random.default_rng([spec["seed"], int(qps)])
+    out = []
+    for touched in spec["touched"]:
+        calls: dict[int, tuple[list[Any], ...]] = {}
+        for t in touched:
+            bags = spec["bags"][t]
+            per_bag = max(1, round(spec["lookups"][t] / bags))
+            idx = torch.from_numpy(rng.integers(0, spec["rows"][t], bags * per_bag))
+            offs = torch.arange(0, bags * per_bag, per_bag)
+            ids, indices, offsets = calls.setdefault(spec["assign"][t], ([], [], []))
+            ids.append(t)
+            indices.append(idx)
+            offsets.append(offs)
+        out.append(calls)
+    return out
+
+
+def serve_requests(spec: dict[str, Any], qps: float, progress: Any) -> list[float]:
+    """Replays the requests at ``qps``; returns each one's latency, microseconds."""
+    reqs = requests_of(spec, qps)
+    arrivals = np.cumsum(spec["gaps"]) / qps
+    done = np.zeros(len(reqs))
+    futures = []
+    start = time.perf_counter() + 0.05
+    for n, calls in enumerate(reqs):
+        due = start + arrivals[n]
+        pause = due - time.perf_counter()
+        if pause > SPIN_S:
+            time.sleep(pause - SPIN_S)
+        while time.perf_counter() < due:  # spin the last stretch: sleeps overshoot here
+            pass
+        remote = [rpc.rpc_async(f"server{s}", lookup, args=c) for s, c in calls.items() if s >= 0]
+        if -1 in calls:
+            lookup(*calls[-1])
+        done[n] = time.perf_counter()
+        if remote:
+            def finish(_: Any, n: int = n) -> None:
+                done[n] = max(done[n], time.perf_counter())
+
+            futures.append(torch.futures.collect_all(remote).then(finish))
+            futures.extend(remote)
+        if n % 20 == 0:
+            progress(f"qps {qps:g}: request {n}")
+    for fut in futures:
+        fut.wait()  # raises the error of a failed call
+    return list((done - start - arrivals) * 1e6)
+
+
+def calibrate_calls(spec: dict[str, Any]) -> dict[str, Any]:
+    """Median round trip of spaced remote calls over (tables per call, lookups per table);
+    the configurations are interleaved so that load from elsewhere falls on all alike."""
+    rng = np.random.default_rng(0)
+    configs = [(tables, pooling) for tables in (1, 2, 4, 8) for pooling in (4, 32, 128)]
+    times: list[list[float]] = [[] for _ in configs]
+    for _ in range(spec["calls"]):
+        for k, (tables, pooling) in enumerate(configs):
+            args = (list(range(tables)),
+                    [torch.from_numpy(rng.integers(0, spec["rows"][t], pooling * 4))
+                     for t in range(tables)],
+                    [torch.arange(0, pooling * 4, pooling)] * tables)
+            time.sleep(spec["pause_s"])
+            t0 = time.perf_counter()
+            rpc.rpc_async("server0", lookup, args=args).wait()
+            times[k].append(time.perf_counter() - t0)
+    return {"points": [[t, t * p * 4, float(np.median(ts)) * 1e6]
+                       for (t, p), ts in zip(configs, times, strict=True)]}
+
+
+def run(spec: dict[str, Any], rank: int, progress: Any) -> dict[str, Any] | None:
+    server = rank - 1 if rank else -1
+    build_tables(spec, server)
+    progress("tables built")
+    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=4, rpc_timeout=spec["timeout_s"],
+                                           init_method=spec["init_method"])
+    name = "main" if rank == 0 else f"server{rank - 1}"
+    rpc.init_rpc(name, rank=rank, world_size=spec["world_size"], rpc_backend_options=opts)
+    progress("connected")
+    result = None
+    if rank == 0:
+        if spec.get("mode") == "calibrate":
+            result = calibrate_calls(spec)
+        else:
+            result = {"latencies_us": {str(q): serve_requests(spec, q, progress)
+                                       for q in spec["qps"]}}
+    else:
+        beat = threading.Event()
+
+        def heartbeat() -> None:
+            while not beat.wait(HEARTBEAT_S):
+                progress("serving")
+
+        threading.Thread(target=heartbeat, daemon=True).start()
+    rpc.shutdown()
+    return result
+
+
+def main(argv: list[str]) -> int:
+    spec_path, rank = Path(argv[0]), int(argv[1])
+    work = spec_path.parent
+    (work / f"rank{rank}.pid").write_text(str(os.getpid()))
+    progress_file = work / f"rank{rank}.progress"
+
+    def progress(stage: str) -> None:
+        progress_file.write_text(stage)
+
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(1, 15)  # PR_SET_PDEATHSIG: SIGTERM when the parent dies
+    except (OSError, AttributeError):
+        pass
+    torch.set_num_threads(1)
+    try:
+        progress("started")
+        spec = json.loads(spec_path.read_text())
+        result = run(spec, rank, progress)
+        if result is not None:
+            tmp = work / "result.json.tmp"
+            tmp.write_text(json.dumps(result))
+            tmp.replace(work / "result.json")
+        progress("done")
+        return 0
+    except BaseException as exc:  # reported to the launcher, which names this process
+        (work / f"rank{rank}.error").write_text(f"{type(exc).__name__}: {exc}".splitlines()[0]
+                                                + "\n" + traceback.format_exc())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,161 @@
+"""Serving hardware: CPU servers (memory, bandwidth, cores) and the network between them.
+
+A serving cluster has one main server, which runs the dense part of the model and fans each
+request out, and up to ``max_servers`` sparse servers that hold embedding tables. Profiles are
+bundled by name (:data:`BUNDLED`) or read from YAML/JSON (``kind: serving_profile``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from autoshard.errors import InputError
+from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+
+GB = 1e9
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class ServingProfile:
+    """A serving cluster of identical CPU servers.
+
+    Args:
+        name: Profile name.
+        server_memory_gb: Memory per sparse server available to embedding tables, GB.
+        main_memory_gb: Memory on the main server available to embedding tables, GB (the rest
+            holds the dense model and the serving runtime).
+        memory_bandwidth_gbps: Bandwidth of one lookup stream, GB/s (one core's share).
+        cores: Cores per server serving calls in parallel (each call runs on one core).
+        lookup_ns: Fixed CPU cost of one embedding-row lookup, nanoseconds.
+        table_overhead_us: Fixed cost of looking up one table in a call (operator dispatch,
+            one more tensor to send), microseconds.
+        call_overhead_us: Fixed cost of one remote call (serialisation, scheduling, the network
+            round trip), microseconds.
+        call_table_overhead_us: Extra cost of each table carried by a remote call (its tensors
+            serialised and sent), microseconds.
+        network_gbps: Network bandwidth between the main server and a sparse server, GB/s.
+        dense_us_per_item: Dense compute on the main server per scored item, microseconds.
+        tail_sigma: Sigma of the lognormal (mean 1) factor each service time is drawn with;
+            0 makes service times deterministic.
+        max_servers: Most sparse servers a plan may use.
+    """
+
+    name: str
+    server_memory_gb: float = 256.0
+    main_memory_gb: float = 128.0
+    memory_bandwidth_gbps: float = 10.0
+    cores: int = 16
+    lookup_ns: float = 60.0
+    table_overhead_us: float = 5.0
+    call_overhead_us: float = 400.0
+    call_table_overhead_us: float = 5.0
+    network_gbps: float = 3.0
+    dense_us_per_item: float = 20.0
+    tail_sigma: float = 0.5
+    max_servers: int = 32
+
+    def __post_init__(self) -> None:
+        for name, value, ok, rule in self._checks():
+            if not ok:
+                raise InputError(rule, field=name, value=value)
+
+    def _checks(self) -> list[tuple[str, Any, bool, str]]:
+        positive = ("server_memory_gb", "memory_bandwidth_gbps", "network_gbps")
+        non_negative = ("main_memory_gb", "lookup_ns", "table_overhead_us", "call_overhead_us",
+                        "call_table_overhead_us", "dense_us_per_item",
+                        "tail_sigma")
+        checks: list[tuple[str, Any, bool, str]] = [
+            ("name", self.name, isinstance(self.name, str) and bool(self.name),
+             "must be a non-empty string")]
+        checks += [(k, getattr(self, k), _finite(getattr(self, k)) and getattr(self, k) > 0,
+                    "must be a number > 0") for k in positive]
+        checks += [(k, getattr(self, k), _finite(getattr(self, k)) and getattr(self, k) >= 0,
+                    "must be a number >= 0") for k in non_negative]
+        checks += [(k, getattr(self, k), _is_int(getattr(self, k)) and 1 <= getattr(self, k)
+                    <= 4096, "must be an integer in [1, 4096]") for k in ("cores", "max_servers")]
+        checks.append(("tail_sigma", self.tail_sigma, self.tail_sigma <= 3,
+                       "must be <= 3 (a wider tail is not a service-time distribution)"))
+        return checks
+
+    @property
+    def server_bytes(self) -> float:
+        return self.server_memory_gb * GB
+
+    @property
+    def main_bytes(self) -> float:
+        return self.main_memory_gb * GB
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "kind": "serving_profile", **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, doc: Any, source: str = "<serving profile>") -> ServingProfile:
+        """Builds a profile; errors name the source and the field."""
+        doc = dict(check_schema(doc, "serving_profile", source))
+        doc.pop("schema_version", None)
+        doc.pop("kind", None)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(doc) - known)
+        if unknown:
+            raise InputError(f"unknown field (known: {', '.join(sorted(known))})",
+                             source=source, field=unknown[0])
+        if "name" not in doc:
+            doc["name"] = Path(source).stem
+        for key, value in doc.items():
+            if key != "name" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise InputError("must be a number", source=source, field=key, value=value)
+        try:
+            return cls(**doc)
+        except InputError as exc:
+            raise exc.located(source) from exc
+
+
+#: Bundled profiles. ``cpu-256gb``: dual-socket CPU servers with 256 GB for tables (the scale of
+#: Lui et al.'s servers), a datacenter network with a 400 us remote-call overhead (serialisation,
+#: RPC stack, round trip).
+#: ``cpu-64gb``: the same servers with 64 GB, so mid-size models need several.
+BUNDLED: dict[str, ServingProfile] = {
+    "cpu-256gb": ServingProfile(name="cpu-256gb"),
+    "cpu-64gb": ServingProfile(name="cpu-64gb", server_memory_gb=64.0, main_memory_gb=32.0),
+    "local-cpu": ServingProfile(name="local-cpu", server_memory_gb=0.05, main_memory_gb=0.03,
+                                memory_bandwidth_gbps=5.0, cores=1, lookup_ns=100.0,
+                                call_overhead_us=300.0, network_gbps=1.0, dense_us_per_item=0.0,
+                                tail_sigma=0.5, max_servers=3),
+}
+
+
+def load_serving_profile(spec: str | Path, *, server_gb: float | None = None,
+                         max_servers: int | None = None) -> ServingProfile:
+    """A bundled profile by name, or one read from a YAML/JSON file, with overrides.
+
+    Raises:
+        InputError: Unknown name, unreadable or malformed file, or a bad override.
+    """
+    key = str(spec)
+    if key in BUNDLED and not Path(key).exists():
+        profile = BUNDLED[key]
+    elif Path(key).suffix.lower() in (".yaml", ".yml", ".json"):
+        profile = ServingProfile.from_dict(read_structured(key), key)
+    else:
+        raise InputError(f"unknown serving profile (bundled: {', '.join(BUNDLED)}; or a YAML "
+                         "file)", field="profile", value=key)
+    if server_gb is not None:
+        profile = replace(profile, server_memory_gb=server_gb)
+    if max_servers is not None:
+        profile = replace(profile, max_servers=max_servers)
+    return profile
+
+
+def save_serving_profile(path: str | Path, profile: ServingProfile) -> None:
+    write_structured(path, profile.to_dict())

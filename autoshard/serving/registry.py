@@ -1,0 +1,62 @@
+"""Registry of serving mapping strategies by name (``module:Class`` strings, imported on use).
+
+These are the sharders of the ``serve`` mode: they map tables to CPU serving servers rather
+than to training devices. A new strategy is one class and one line in ``_ENTRIES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+from autoshard.errors import InputError
+from autoshard.serving.mapping import Mapping
+from autoshard.serving.task import ServingTask
+
+MODE = "serve"
+
+_ENTRIES: dict[str, str] = {
+    "singular": "autoshard.serving.strategies:Singular",
+    "capacity_balanced": "autoshard.serving.strategies:CapacityBalanced",
+    "load_balanced": "autoshard.serving.strategies:LoadBalanced",
+    "feature_group": "autoshard.serving.strategies:FeatureGroup",
+    "optimiser": "autoshard.serving.optimiser:Optimiser",
+}
+
+
+class Strategy(Protocol):
+    """A serving mapping strategy."""
+
+    summary: str
+    needs_servers: bool
+
+    def map(self, task: ServingTask, servers: int) -> Mapping: ...
+
+
+def strategy_names() -> list[str]:
+    return list(_ENTRIES)
+
+
+def get_strategy(name: str, **options: Any) -> Strategy:
+    """A strategy by registry name.
+
+    Raises:
+        InputError: Unknown name.
+    """
+    if name not in _ENTRIES:
+        raise InputError(f"unknown serving strategy (known: {', '.join(_ENTRIES)})",
+                         field="strategy", value=name)
+    module, _, attr = _ENTRIES[name].partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    strategy: Strategy = cls(**options)
+    return strategy
+
+
+def parse_strategies(spec: str | None) -> list[str]:
+    """Comma-separated names (all when None), each checked against the registry."""
+    names = strategy_names() if not spec else [s.strip() for s in spec.split(",") if s.strip()]
+    for name in names:
+        if name not in _ENTRIES:
+            raise InputError(f"unknown serving strategy (known: {', '.join(_ENTRIES)})",
+                             field="strategy", value=name)
+    return names

@@ -1,0 +1,99 @@
+"""Serving results as CSV, Markdown and plots (written together, atomically, at the end)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoshard.fileio import atomic_write_text, csv_text
+
+SWEEP_COLUMNS = ("qps", "strategy", "servers", "p50_ms", "p90_ms", "p99_ms", "p99_overhead",
+                 "calls_per_request", "compute_us_per_request", "compute_overhead",
+                 "max_utilisation", "memory_gb_max", "memory_gb_main", "note", "error")
+BENCH_COLUMNS = ("strategy", "servers", "qps", "requests", "measured_p50_ms",
+                 "measured_p90_ms", "measured_p99_ms", "simulated_p50_ms", "simulated_p90_ms",
+                 "simulated_p99_ms", "calls_per_request")
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "/")
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    atomic_write_text(path, csv_text([{c: r.get(c, "") for c in columns} for r in rows],
+                                     columns))
+
+
+def plot_p99_vs_servers(rows: Sequence[dict[str, Any]], path: Path, title: str,
+                        target_ms: float | None = None) -> None:
+    """P99 (left) and calls per request (right) against sparse servers, a line per strategy
+    and rate; ``singular`` is drawn at 0 servers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if "error" not in r or not r.get("error")]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    keys = sorted({(r["strategy"], r["qps"]) for r in ok}, key=lambda k: (k[1], k[0]))
+    for strategy, qps in keys:
+        pts = sorted((r["servers"], r["p99_ms"], r["calls_per_request"]) for r in ok
+                     if r["strategy"] == strategy and r["qps"] == qps)
+        xs, p99, calls = (np.array(v) for v in zip(*pts, strict=True))
+        label = f"{strategy} @ {qps:g} qps"
+        style = "o" if len(xs) == 1 else "-o"
+        axes[0].plot(xs, p99, style, label=label, markersize=4)
+        axes[1].plot(xs, calls, style, label=label, markersize=4)
+    if target_ms is not None:
+        axes[0].axhline(target_ms, color="grey", linestyle="--", linewidth=1, label="P99 target")
+    axes[0].set(xlabel="sparse servers", ylabel="simulated P99 latency (ms)", title=title)
+    axes[1].set(xlabel="sparse servers", ylabel="remote calls per request",
+                title="fan-out")
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_measured_vs_simulated(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+    """Measured against simulated P99 (log-log), a point per (strategy, rate)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    for strategy in sorted({r["strategy"] for r in rows}):
+        pts = [r for r in rows if r["strategy"] == strategy]
+        ax.plot([r["simulated_p99_ms"] for r in pts], [r["measured_p99_ms"] for r in pts], "o",
+                label=strategy)
+        for r in pts:
+            ax.annotate(f"{r['qps']:g}", (r["simulated_p99_ms"], r["measured_p99_ms"]),
+                        fontsize=6)
+    ax.set(xscale="log", yscale="log", xlabel="simulated P99 (ms)", ylabel="measured P99 (ms)",
+           title=title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic)

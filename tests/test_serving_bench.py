@@ -1,0 +1,75 @@
+"""Measured serving with torch.distributed.rpc: a small run, and a killed server ending it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from autoshard.serving.bench import BenchConfig, run_bench
+from autoshard.serving.profile import load_serving_profile
+from autoshard.serving.registry import get_strategy
+from autoshard.serving.suites import suite_model
+from autoshard.serving.task import ServingTask
+
+
+@pytest.mark.slow
+def test_measured_run_reports_beside_the_simulator() -> None:
+    model = suite_model("bench")
+    task = ServingTask(model, load_serving_profile("local-cpu"), qps=100.0, requests=100)
+    mapping = get_strategy("feature_group").map(task, 2)
+    rows = run_bench(task, mapping, BenchConfig(qps=(100.0,), requests=40, timeout_s=60.0))
+    (row,) = rows
+    assert row["servers"] == 2 and row["requests"] == 40
+    assert 0 < row["measured_p50_ms"] <= row["measured_p99_ms"]
+    assert 0 < row["simulated_p50_ms"] <= row["simulated_p99_ms"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_killed_server_ends_the_run_naming_it(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    cmd = [sys.executable, "-m", "autoshard", "serve", "bench", "--model", "bench",
+           "--strategy", "capacity_balanced", "--servers", "2", "--qps", "40",
+           "--requests", "4000", "--timeout", "60", "--logs", str(logs)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        progress = None
+        while time.monotonic() < deadline:
+            found = list(logs.glob("*/rank1.progress"))
+            if found and found[0].read_text() == "serving":
+                progress = found[0]
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        assert progress is not None, "server never started serving"
+        work = progress.parent
+        pids = [int(p.read_text()) for p in work.glob("rank*.pid")]
+        assert len(pids) == 3
+        os.kill(int((work / "rank1.pid").read_text()), signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2
+    assert "sparse server 0" in err
+    time.sleep(0.5)
+    assert not [p for p in pids if _alive(p)]
