@@ -9,8 +9,9 @@ Families (none seen in training, which draws the ``train`` family of :mod:`envs.
   tables on 4, 8 and 16 devices;
 - ``profiled``: ``autoshard demo``'s task (100 tables profiled from an 8,192-sample synthetic
   trace, 8 devices, HBM 30% of the bytes, batch 65,536) for seeds 0 (the demo's own), 1, 2;
-- ``click-log``: 26 one-hot tables with Criteo-Kaggle-like and Criteo-1TB-like hash sizes
-  (a few of tens of millions of rows; Zipf 1.05 assumed, no trace), on 4, 8 and 16 devices.
+- ``public``: the 26 tables of DLRM on Criteo 1TB (one-hot) and of DLRM-DCNv2 (multi-hot),
+  :mod:`autoshard.model_tables` (five of 40 M rows; Zipf 1.05 assumed), on 4, 8 and 16
+  devices.
 
 Every task's HBM holds 30% of its tables' bytes. Per family: mean step cost / lower bound of
 ``ppo`` (its default: greedy decode, best of K sampled rollouts and the greedy sharders' plans),
@@ -46,6 +47,7 @@ from autoshard.compare import COLUMNS, CompareRow, FixedTask, run_one
 from autoshard.evaluator import evaluate
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
+from autoshard.model_tables import MODEL_TABLES, model_tables
 from autoshard.sharders import get_sharder
 from autoshard.sharders.ppo import GREEDY, PPOSharder
 from autoshard.suites import get_suite
@@ -57,15 +59,6 @@ from training.plots import comparison
 
 MODEL = AnalyticalCostModel()
 FRACTION = 0.3
-#: Hash sizes of the 26 categorical features of Criteo's Kaggle and 1 TB (hashed at 40 M)
-#: click logs, as the DLRM reference preprocessing reports them.
-KAGGLE = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-          27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
-TERABYTE = (39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346,
-            10, 2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108,
-            36)
-
-
 @dataclass(frozen=True)
 class Item:
     family: str
@@ -88,12 +81,10 @@ def families(quick: bool) -> list[Item]:
     for seed in (0,) if quick else (0, 1, 2):
         task = constrained_task(profiled_demo_tables(seed), 8, FRACTION)
         items.append(Item("profiled", f"demo-100x8-s{seed}", task))
-    for label, sizes, dim in (("kaggle", KAGGLE, 16), ("1tb", TERABYTE, 128)):
-        tables = [Table(f"c{i}", rows=int(r), dim=dim, zipf_alpha=1.05)
-                  for i, r in enumerate(sizes)]
+    for model in MODEL_TABLES:
         for devices in (4, 8, 16):
-            items.append(Item("click-log", f"{label}-26x{devices}",
-                              constrained_task(tables, devices, FRACTION)))
+            task = constrained_task(model_tables(model), devices, FRACTION)
+            items.append(Item("public", f"{model}-26x{devices}", task))
     return items
 
 
