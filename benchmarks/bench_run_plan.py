@@ -49,7 +49,7 @@ from autoshard.hardware import HardwareProfile, Tier
 from autoshard.machine import describe_machine
 from autoshard.plan import Plan
 from autoshard.runner import RunConfig, run_plan
-from autoshard.sharders import get_sharder, sharder_info, sharder_names
+from autoshard.sharders import common_options, get_sharder, sharder_info, sharder_names
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
@@ -154,7 +154,7 @@ def make_plans(task: ShardingTask) -> tuple[dict[str, Plan], dict[str, str]]:
             skipped[name] = f"unavailable: {reason}"
             continue
         try:
-            plans[name] = get_sharder(name, seed=0).shard(task, model)
+            plans[name] = get_sharder(name, **common_options(name, {"seed": 0})).shard(task, model)
         except PlannerError as exc:
             skipped[name] = f"failed: {exc}"
     return plans, skipped
