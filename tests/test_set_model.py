@@ -106,6 +106,9 @@ def test_calibrate_writes_a_verified_model_recording_both_machines(tmp_path: Pat
         (tmp_path / "cal" / "metadata.json").write_text(json.dumps(dict(meta, scales=scales)))
         with pytest.raises(InputError, match="scales"):
             load_cost_model(str(tmp_path / "cal"))
+    (tmp_path / "cal" / "metadata.json").write_text(json.dumps(dict(meta, linear={"coef": 1})))
+    with pytest.raises(InputError, match="linear"):
+        load_cost_model(str(tmp_path / "cal"))
 
 
 def test_environment_prices_the_episode_with_the_set_model(fitted: SetCostModel) -> None:
@@ -169,3 +172,27 @@ def test_compare_cli_with_a_set_model_folder(fitted: SetCostModel, tmp_path: Pat
         assert step == pytest.approx(evaluate(plan, task, model).step_cost_ms, rel=1e-9)
         summed = evaluate(plan, task, Summed(fitted)).step_cost_ms  # type: ignore[arg-type]
         assert abs(step - summed) > 0.01 * summed
+
+
+def test_linear_correction_fits_a_known_log_error_and_refuses_damage() -> None:
+    from cost_models.features import partition_features
+    from cost_models.log_linear import apply_linear, check_linear, fit_linear
+
+    rng = np.random.default_rng(0)
+    n = 400
+    batch = 2.0 ** rng.integers(6, 13, n)
+    X = partition_features(rng.integers(100, 10**6, n), batch * 4, batch * 2,
+                           2 ** rng.integers(3, 8, n), batch, 4, rng.integers(1, 5, n),
+                           rng.integers(0, 2, n), rng.integers(0, 2, n), 0)
+    base = rng.uniform(0.05, 5.0, n)
+    keys = np.array([f"{int(o)}/{int(t)}" for o, t in X[:, [9, 10]]])
+    target = np.where(keys == "0/0", 0.5 + 0.1 * np.log2(batch), -0.2)
+    params = fit_linear(X, base, target, keys, ridge=1e-6)
+    np.testing.assert_allclose(apply_linear(params, X, base, list(keys)), target, atol=1e-3)
+    assert apply_linear(params, X[:1], base[:1], ["unseen"])[0] == 0.0
+    assert check_linear(json.loads(json.dumps(params)), "m") == params
+    bad = dict(params, mean=[float("nan")] * len(params["mean"]))
+    with pytest.raises(InputError, match="linear"):
+        check_linear(bad, "m")
+    with pytest.raises(InputError, match="linear"):
+        check_linear({"coef": 1}, "m")
