@@ -19,6 +19,7 @@ from autoshard.sharders import (
     sharder_info,
     sharder_names,
 )
+from autoshard.shards import check_layout, shard_memory
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 
@@ -141,12 +142,8 @@ def check_sharder_on(name: str, task: ShardingTask) -> None:
         assert dev.host_capacity.min() < need.sum(), f"{name} failed with ample host memory"
         return
     assert need.sum() <= (dev.hbm_capacity + dev.host_capacity).sum()
-    device, hbm = check_plan(plan, task)
-    per_row = a.memory_bytes_per_row
-    for d in range(task.num_devices):
-        on = device == d
-        assert (hbm[on] * per_row[on]).sum() <= dev.hbm_capacity[d]
-        assert ((a.rows[on] - hbm[on]) * per_row[on]).sum() <= dev.host_capacity[d]
+    used_hbm, used_host = shard_memory(task, check_layout(plan, task))  # splits included
+    assert (used_hbm <= dev.hbm_capacity).all() and (used_host <= dev.host_capacity).all()
     report = evaluate(plan, task, MODEL)
     assert report.step_cost_ms >= report.lower_bound_ms * (1 - 1e-9)
     assert report.step_cost_ms == pytest.approx(max(d.total_ms for d in report.per_device))
@@ -228,3 +225,24 @@ def test_best_split_prefers_most_free_hbm_then_least_load() -> None:
     assert (device, rows) == (1, 555)  # devices 1 and 2 tie on 20,000 B; 1 comes first
     state.place(0, device, rows)
     assert state.best_split(2) == (2, 500)
+
+
+def test_split_greedy_variant_splits_only_tables_above_the_device_mean() -> None:
+    from autoshard.bounds import lower_bound_ms
+    from autoshard.shards import check_layout
+    from autoshard.tables import Table
+    from autoshard.workloads import constrained_task, dlrm_tables
+
+    tables = (*dlrm_tables(10, seed=3),
+              Table("huge", rows=2_000_000, dim=128, pooling_factor=100.0, zipf_alpha=1.05))
+    task = constrained_task(tables, 4, hbm_fraction=0.3)
+    plain = get_sharder("lookup_greedy").shard(task, MODEL)
+    split = get_sharder("split_lookup_greedy").shard(task, MODEL)
+    assert not plain.is_split and get_sharder("lookup_greedy", split=True).shard(
+        task, MODEL) == split.__class__(split.placements, "lookup_greedy", split.workload,
+                                        split.hardware)
+    assert [p.table for p in split.placements if p.is_split] == ["huge"]
+    check_layout(split, task)
+    cost = evaluate(split, task, MODEL).step_cost_ms
+    assert cost < 0.8 * evaluate(plain, task, MODEL).step_cost_ms
+    assert cost >= lower_bound_ms(task, MODEL)

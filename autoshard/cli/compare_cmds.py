@@ -7,7 +7,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -39,6 +39,10 @@ def compare(
     opt: OptOpt = None,
     wandb_mode: Annotated[str, typer.Option(
         help="W&B tracking: offline (default, no account), online or disabled.")] = "offline",
+    torchrec: Annotated[bool, typer.Option(
+        "--torchrec", help="Also price every plan with TorchRec's estimators, as planned and "
+        "as exported (fitted to TorchRec's HBM count): <suite>.torchrec.csv/.md; saves the "
+        "plans under <suite>.plans/ (needs the torchrec extra).")] = False,
 ) -> None:
     """Run every registered sharder on a suite of tasks; write CSV, Markdown and plots.
 
@@ -71,7 +75,7 @@ def compare(
     console.print(f"suite {suite}: {len(specs)} task(s) x {len(names)} sharder(s)")
     rows = run_suite(suite, specs, model, out, names,
                      {"seed": seed, "time_limit": time_limit}, on_row=show, fresh=fresh,
-                     given=given, cost_model_id=model_id)
+                     given=given, cost_model_id=model_id, save_plans=torchrec)
     rows = [r for r in read_rows(out / f"{suite}.csv") if r.cost_model_id == model_id]
     breakdown = read_structured(out / f"{suite}.devices.json") if (
         out / f"{suite}.devices.json").is_file() else {}
@@ -82,8 +86,27 @@ def compare(
     console.print(table)
     console.print(f"wrote {out / (suite + '.csv')}, {out / (suite + '.md')}, "
                   + ", ".join(str(p) for p in plots))
+    if torchrec:
+        _torchrec_opinions(suite, specs, out, names, model, fresh)
     if tracker.enabled:
         _log_wandb(tracker, rows, plots)
+
+
+def _torchrec_opinions(suite: str, specs: Any, out: Path, names: list[str], model: Any,
+                       fresh: bool) -> None:
+    from autoshard.torchrec_compare import opinions_markdown, run_opinions
+
+    path = out / f"{suite}.torchrec.csv"
+    if fresh and path.is_file():
+        path.unlink()
+    rows = run_opinions(suite, specs, out, names, model)
+    command = "autoshard " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    md = (f"# TorchRec's estimators on suite `{suite}`\n\nCommand: `{command}`  \n"
+          f"Machine: {describe_machine()}; torchrec 1.8.0 planner estimators (CPU, simulated "
+          f"topology of the same hardware)\n\n{opinions_markdown(rows)}")
+    atomic_write_text(out / f"{suite}.torchrec.md", md)
+    console.print(opinions_markdown(rows).splitlines()[-1])
+    console.print(f"wrote {path}, {out / (suite + '.torchrec.md')}")
 
 
 def _sharder_list(spec: str | None) -> list[str]:

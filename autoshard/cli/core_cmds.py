@@ -31,7 +31,7 @@ from autoshard.cli.common import (
     parse_opts,
     print_json,
 )
-from autoshard.cli.report import show_report
+from autoshard.cli.report import show_report, show_torchrec_estimate
 from autoshard.cost import load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
@@ -125,6 +125,10 @@ def evaluate_cmd(
         "--bound", help="Lower bound: 'simple' (fast, valid for every plan, split tables "
         "included) or 'lp' (adds the MILP's LP relaxation over whole-table plans, tighter; not "
         "used for a plan that splits tables).")] = "simple",
+    estimator: Annotated[str, typer.Option(
+        "--estimator", help="'ours' (the cost model), or 'torchrec' to also price and size "
+        "the plan with TorchRec's EmbeddingPerfEstimator and EmbeddingStorageEstimator on the "
+        "same topology (needs the torchrec extra).")] = "ours",
     json_out: JsonOpt = False,
 ) -> None:
     """Price a plan: per-device cost, step cost, lower bound, balance and UVM share."""
@@ -138,16 +142,28 @@ def evaluate_cmd(
                    f"'{task.hardware.name}'", err=True)
     if bound not in ("simple", "lp"):
         raise InputError("must be 'simple' or 'lp'", field="--bound", value=bound)
+    if estimator not in ("ours", "torchrec"):
+        raise InputError("must be 'ours' or 'torchrec'", field="--estimator", value=estimator)
     bound_ms = None
     if bound == "lp" and not loaded.is_split:
         from autoshard.sharders.recshard import recshard_bound
 
         bound_ms = recshard_bound(task, model)
     report = evaluate(loaded, task, model, bound_ms=bound_ms, source=str(plan_file))
+    second = None
+    if estimator == "torchrec":
+        from autoshard.torchrec_estimate import estimate_plan
+
+        second = estimate_plan(loaded, task)
     if json_out:
-        print_json(report.to_dict())
-    else:
-        show_report(report)
+        doc = report.to_dict()
+        if second is not None:
+            doc["torchrec"] = second.to_dict()
+        print_json(doc)
+        return
+    show_report(report)
+    if second is not None:
+        show_torchrec_estimate(report, second)
 
 
 hardware_app = typer.Typer(help="Bundled and custom hardware profiles.", no_args_is_help=True)

@@ -21,6 +21,7 @@ _ENTRIES: dict[str, str] = {
     "dim_greedy": "autoshard.sharders.greedy:DimGreedy",
     "lookup_greedy": "autoshard.sharders.greedy:LookupGreedy",
     "size_lookup_greedy": "autoshard.sharders.greedy:SizeLookupGreedy",
+    "split_lookup_greedy": "autoshard.sharders.greedy:SplitLookupGreedy",
     "recshard": "autoshard.sharders.recshard:RecShard",
     "torchrec": "autoshard.sharders.torchrec_planner:TorchRecSharder",
     "ppo": "autoshard.sharders.ppo:PPOSharder",
