@@ -160,3 +160,11 @@ def test_results_written_before_the_key_columns_still_read(tmp_path: Path) -> No
     rows = run_suite("s", TASKS, AnalyticalCostModel(), tmp_path, ["size_greedy"])
     assert len(rows) == 1 and rows[0].options == "{}"  # options unknown: recomputed
     assert json.loads(rows[0].options) == {}
+
+
+def test_run_one_rejects_an_option_instead_of_recording_a_failure() -> None:
+    from autoshard.compare import run_one
+
+    with pytest.raises(InputError, match=r"size_greedy\.seed"):
+        run_one("s", TASKS[0], TASKS[0].task, "size_greedy", AnalyticalCostModel(), None,
+                {"seed": 0})
