@@ -53,8 +53,8 @@ def demo(
     _check_sizes(tables, devices, trace_batch, batch_size, hbm_fraction)
     given: dict[str, dict[str, object]] = (
         {"ppo": {"policy": str(policy)}} if policy is not None else {})
-    reason = sharder_info("ppo", **given.get("ppo", {})).unavailable
-    if policy is not None and reason:
+    reason = sharder_info("ppo", policy=str(policy)).unavailable if policy is not None else None
+    if reason:
         raise InputError(reason, source="command line", field="--policy", value=str(policy))
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
