@@ -174,6 +174,21 @@ def test_plan_never_writes_a_nan_plan(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not out.exists()
 
 
+def test_evaluate_refuses_a_nan_report(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoshard.cli.core_cmds as core_cmds
+
+    tables = tmp_path / "t.yaml"
+    save_tables(tables, [Table("a", 100, 4), Table("b", 50, 4)])
+    plan = tmp_path / "plan.json"
+    code, _, err = run(["plan", "-t", str(tables), "-s", "round_robin", "-o", str(plan)], capsys)
+    assert code == 0, err
+    monkeypatch.setattr(core_cmds, "load_cost_model", lambda spec: NaNModel())
+    code, out, err = run(["evaluate", str(plan), "-t", str(tables), "--json"], capsys)
+    assert code == 2 and "step_cost_ms is nan" in err and str(plan) in err, err
+    assert "step_cost_ms" not in out
+
+
 def test_compare_records_a_nan_plan_as_failed(tmp_path: Path) -> None:
     rows = run_suite("s", [FixedTask("hand", hand_task_of())], NaNModel(), tmp_path,  # type: ignore[arg-type]
                      ["round_robin"])
