@@ -8,10 +8,10 @@ of the base model's prediction in log space:
 
 - a scale per operator and mode (``torch``/``fbgemm`` x inference/training): the median log
   ratio of measured to predicted latency;
-- a residual correction: a few shallow LightGBM trees over the same features (4 or 8 leaves),
-  a robust linear model per operator and mode (:mod:`cost_models.log_linear`), the average of
-  the 8-leaf trees and the linear model, or none: whichever has the lowest error in a
-  cross-validation over the sample.
+- a residual correction: a few shallow LightGBM trees over the same features (4, 8 or 16
+  leaves), a robust linear model per operator and mode (:mod:`cost_models.log_linear`), the
+  average of the 8- or 16-leaf trees and the linear model, or none: whichever has the lowest
+  error in a cross-validation over the sample.
 
 :class:`CalibratedCostModel` is the base model times that correction, a CostModel like the base
 model; its folder holds the base model's files (verified by digest), the residual trees (also
@@ -56,13 +56,14 @@ _BASE_PARAMS = {"objective": "regression_l1", "lambda_l2": 1.0, "deterministic":
 RESIDUALS: dict[str, tuple[dict[str, Any], int]] = {
     "4 leaves x 40": ({"learning_rate": 0.1, "num_leaves": 4, "min_data_in_leaf": 8}, 40),
     "8 leaves x 200": ({"learning_rate": 0.03, "num_leaves": 8, "min_data_in_leaf": 5}, 200),
+    "16 leaves x 300": ({"learning_rate": 0.03, "num_leaves": 16, "min_data_in_leaf": 5}, 300),
 }
 #: Corrections after the scales: name -> (trees of :data:`RESIDUALS` or None, linear or not).
 #: When both, their log corrections are averaged.
 CORRECTIONS: dict[str, tuple[str | None, bool]] = {
     **{name: (name, False) for name in RESIDUALS},
     "linear": (None, True),
-    "8 leaves x 200 + linear": ("8 leaves x 200", True),
+    **{f"{name} + linear": (name, True) for name in list(RESIDUALS)[1:]},
 }
 
 
@@ -137,10 +138,13 @@ def cross_validate(X: np.ndarray, y: np.ndarray, base: np.ndarray, groups: np.nd
         scales = fit_scales(X[train], r[train])
         s_train, s_test = apply_scales(X[train], scales), apply_scales(X[test], scales)
         scaled[test] = base[test] * np.exp(s_test)
-        for name in CORRECTIONS:
-            parts = fit_correction(X[train], base[train], r[train] - s_train, name)
-            full[name][test] = scaled[test] * np.exp(apply_correction(X[test], base[test],
-                                                                      *parts))
+        target = r[train] - s_train
+        trees = {name: _fit_residual(X[train], target, name) for name in RESIDUALS}
+        linear = fit_linear(X[train], base[train], target, np.array(_group_keys(X[train])))
+        for name, (tree, lin) in CORRECTIONS.items():
+            fix = apply_correction(X[test], base[test], trees[tree] if tree else None,
+                                   linear if lin else None)
+            full[name][test] = scaled[test] * np.exp(fix)
     return {"base": _mape(base, y), "scales": _mape(scaled, y), "folds": folds,
             **{f"scales + residual {name}": _mape(v, y) for name, v in full.items()}}
 
