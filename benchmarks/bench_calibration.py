@@ -45,11 +45,14 @@ def _cli(*args: str) -> None:
 
 
 def score(model_dir: Path, csv: Path, stat: str) -> dict[str, Any]:
+    """Metrics of a model on a sample, and its level shift: the median ratio measured /
+    modelled (how much faster or slower the machine ran than the model expects)."""
     import pandas as pd
 
     model: Any = load_cost_model(str(model_dir))
     X, y, _ = dataset(pd.read_csv(csv), source=str(csv), stat=stat)
-    return metrics(model.predict(X), y)
+    pred = model.predict(X)
+    return dict(metrics(pred, y), level_shift=float(np.exp(np.median(np.log(y / pred)))))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -128,17 +131,22 @@ def markdown(doc: dict[str, Any]) -> str:
         + ", ".join(f"{k} {np.exp(v):.2f}x" for k, v in doc["scales"].items()) + ".", "",
         "Held out (measured here after calibrating, none of the calibration configurations):",
         "", "| sample | configurations x modes | MAPE before | MAPE after | Spearman before | "
-        "Spearman after |", "|---|---:|---:|---:|---:|---:|"]
+        "Spearman after | measured / modelled after (median) |",
+        "|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in doc["heldout"].items():
         b, a = r["before"], r["after"]
         lines.append(f"| {name} | {a['samples']} | {100 * b['mape']:.1f}% | "
-                     f"{100 * a['mape']:.1f}% | {b['spearman']:.3f} | {a['spearman']:.3f} |")
+                     f"{100 * a['mape']:.1f}% | {b['spearman']:.3f} | {a['spearman']:.3f} | "
+                     f"{a['level_shift']:.2f} |")
     noise = doc["quick_grid_noise_floor"]
     lines += ["", f"Noise floor: the quick grid measured twice in this run (`heldout_quick.csv`, "
               f"`heldout_quick_repeat.csv`) disagrees with itself by {100 * noise['mape']:.1f}% "
               f"MAPE (median {100 * noise['median_ape']:.1f}%, Spearman "
               f"{noise['spearman']:.3f}): no model can be expected to predict a single "
-              "measurement here more closely."]
+              "measurement here more closely. The last column is the held-out sample's median "
+              "ratio of measured to modelled latency: away from 1.00, the machine ran slower "
+              "(or faster) while measuring it than while measuring the calibration sample "
+              "minutes before, an error no correction fitted to that sample can remove."]
     own = doc["committed_own_heldout"]
     lines += ["", f"The committed model on its own machine's held-out configurations "
               f"(`results/cost_model/metrics.md`): MAPE {100 * own['mape']:.2f}%, Spearman "
