@@ -122,6 +122,7 @@ def calibrate_calls(spec: dict[str, Any]) -> dict[str, Any]:
         for pooling in (4, 32, 128):
             times = []
             cpu0 = rpc.rpc_sync("server0", cpu_seconds)
+            main0 = time.process_time()
             for _ in range(spec["calls"]):
                 args = (list(range(tables)),
                         [torch.from_numpy(rng.integers(0, spec["rows"][t], pooling * 4))
@@ -131,9 +132,10 @@ def calibrate_calls(spec: dict[str, Any]) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 rpc.rpc_async("server0", lookup, args=args).wait()
                 times.append(time.perf_counter() - t0)
+            main = (time.process_time() - main0) / spec["calls"]
             cpu = (rpc.rpc_sync("server0", cpu_seconds) - cpu0) / (spec["calls"] + 1)
             points.append([tables, tables * pooling * 4, cpu * 1e6,
-                           float(np.median(times)) * 1e6])
+                           float(np.median(times)) * 1e6, main * 1e6])
             spreads.append(float(np.std(np.log(times))))
     return {"points": points, "log_spread": float(np.median(spreads))}
 
