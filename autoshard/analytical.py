@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoshard.cost import Pricing
+from autoshard.shards import comm_scales
 from autoshard.task import ShardingTask
 
 _MS_PER_S = 1e3
@@ -26,6 +27,11 @@ class AnalyticalCostModel:
     - all-to-all sends the pooled output (and, in train, receives its gradient), batch x r bytes a
       pass, of which (D-1)/D leave the device, split over intra- and inter-node links by the
       share of peers in each.
+
+    Shards (:mod:`autoshard.shards`) are priced as small tables: a column block with its block
+    of r, a row shard with its share of L and the full r (its partial pooled sums); a
+    table-row-wise shard sends (k-1)/k of its partial sums over the intra-node link (the
+    reduce-scatter in its node) and 1/k of them through the all-to-all.
 
     Args:
         hbm_efficiency: Fraction of the HBM tier's spec-sheet bandwidth achieved (1.0 = spec).
@@ -60,6 +66,8 @@ class AnalyticalCostModel:
         leaving = (task.num_devices - 1) / task.num_devices
         sec_per_byte = leaving * (dev.intra_share[d] / (hw.intra_node_gbps * _BYTES_PER_GB)
                         + dev.inter_share[d] / (hw.inter_node_gbps * _BYTES_PER_GB))
+        a2a, reduce = comm_scales(task, t)
+        sec_per_byte = a2a * sec_per_byte + reduce / (hw.intra_node_gbps * _BYTES_PER_GB)
         return Pricing(
             hbm_ms=hbm_bytes / hbm_bw * _MS_PER_S + overhead_ms,
             uvm_ms=uvm_bytes / host_bw * _MS_PER_S,

@@ -1,6 +1,9 @@
-"""Lower bounds on the step cost of any feasible plan of a task."""
+"""Lower bounds on the step cost of any feasible plan of a task, and the kinds of device they
+(and the MILP) price on."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,60 +31,122 @@ def table_cost_curves(task: ShardingTask, cost_model: CostModel, device: int = 0
     return cost, k * a.memory_bytes_per_row[:, None]
 
 
-def lower_bound_ms(task: ShardingTask, cost_model: CostModel) -> float:
+def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False
+                   ) -> float:
     """A lower bound on the step cost (max over devices) of every feasible plan.
 
-    The larger of (a) the largest single table's cheapest cost on any device, and (b) the least
-    total work of all tables given the cluster's aggregate HBM capacity, spread evenly over the
-    devices. (b) solves a fractional knapsack over the segments of each table's cost curve, each
-    segment bought on its own: a relaxation of every real plan whenever the cost model is linear
-    in the HBM share between grid points (true of the analytical model), whatever the shape of
-    the access curve. With several kinds of device (capacity, bandwidth, link share) each
-    table's curve is the cheapest over kinds on a common row grid.
+    The least total work of all tables given the cluster's aggregate HBM capacity, spread evenly
+    over the devices: a fractional knapsack over the segments of each table's cost curve, each
+    segment bought on its own. It is a relaxation of every real plan whenever the cost model is
+    linear in the HBM share between grid points (true of the analytical model), whatever the
+    shape of the access curve, and whether or not tables are split: a row shard's or a column
+    block's curve segments are its table's scaled by its share of the rows or columns (a column
+    block's own optimizer state only adds cost and bytes), and every shard pays its own kernel
+    overhead and output (a row shard its full partial sums), so a split table does no less
+    work for its HBM bytes than the whole one; but its shards may fill the HBM of several
+    devices, so each curve runs up to the cluster's HBM. With several kinds of device
+    (capacity, bandwidth, link share) each table's curve is the cheapest over kinds on a common
+    row grid.
+
+    With ``whole_tables`` the bound holds only for plans that place every table whole, and is
+    also at least the dearest single table's cheapest cost on any device.
     """
+    relaxed = relax(task, cost_model, whole_tables)
+    spread = float(relaxed.cost_ms.sum()) / task.num_devices
+    return max(relaxed.single_ms, spread) if whole_tables else spread
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """The spread-work relaxation behind :func:`lower_bound_ms`.
+
+    Args:
+        cost_ms: Each table's cost in the relaxation's optimum ([T]).
+        hbm_bytes: HBM bytes it gives each table ([T]).
+        single_ms: The dearest table's cheapest whole cost on any device.
+    """
+
+    cost_ms: np.ndarray
+    hbm_bytes: np.ndarray
+    single_ms: float
+
+
+def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False) -> Relaxation:
+    """Solves the fractional knapsack of :func:`lower_bound_ms` (see there)."""
     dev = task.device_arrays
-    kinds = _device_kinds(task)
-    top = float(dev.hbm_capacity.max())
+    kinds = device_kinds(task).representative
+    # A whole table uses at most one device's HBM; a split one may use every device's.
+    top = float(dev.hbm_capacity.max() if whole_tables else dev.hbm_capacity.sum())
     single = np.full(task.num_tables, np.inf)
     best_cost: np.ndarray | None = None
     best_bytes: np.ndarray | None = None
     for d in kinds:
-        cost, used = table_cost_curves(task, cost_model, d)
+        cost, used = table_cost_curves(task, cost_model, int(d))
         single = np.minimum(single, cost.min(axis=1))
-        if dev.hbm_capacity[d] != top:
-            cost, used = table_cost_curves(task, cost_model, d, hbm_bytes=top)
+        if dev.hbm_capacity[d] != top:  # the same grid for every kind
+            cost, used = table_cost_curves(task, cost_model, int(d), hbm_bytes=top)
         best_cost = cost if best_cost is None else np.minimum(best_cost, cost)
-        best_bytes = used  # the same grid for every kind, capped at the largest capacity
+        best_bytes = used
     assert best_cost is not None and best_bytes is not None
-    work = _least_work(best_cost, best_bytes, float(dev.hbm_capacity.sum()))
-    return max(float(single.max()), work / task.num_devices)
+    cost_ms, hbm = _least_work(best_cost, best_bytes, float(dev.hbm_capacity.sum()))
+    return Relaxation(cost_ms, hbm, float(single.max()))
 
 
-def _least_work(cost: np.ndarray, used: np.ndarray, budget: float) -> float:
-    """Least total cost of all tables when their HBM bytes together stay within ``budget``,
-    relaxed to a fractional knapsack over the curves' segments (cost [T, G], bytes [T, G])."""
+def _least_work(cost: np.ndarray, used: np.ndarray, budget: float
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Each table's cost and HBM bytes when, together, their bytes stay within ``budget`` and
+    their total cost is least, relaxed to a fractional knapsack over the curves' segments
+    (cost [T, G], bytes [T, G])."""
     saving = cost[:, :-1] - cost[:, 1:]
     extra = used[:, 1:] - used[:, :-1]
+    owner = np.broadcast_to(np.arange(cost.shape[0])[:, None], saving.shape)
     useful = (extra > 0) & (saving > 0)
-    saving, extra = saving[useful], extra[useful]
+    saving, extra, owner = saving[useful], extra[useful], owner[useful]
     order = np.argsort(-saving / extra, kind="stable")
-    saving, extra = saving[order], extra[order]
+    saving, extra, owner = saving[order], extra[order], owner[order]
     filled = np.cumsum(extra)
-    whole = filled <= budget
-    total_saving = float(saving[whole].sum())
-    partial = np.flatnonzero(~whole)
+    bought = np.where(filled <= budget, 1.0, 0.0)
+    partial = np.flatnonzero(filled > budget)
     if partial.size:
         i = partial[0]
-        room = budget - (filled[i - 1] if i > 0 else 0.0)
-        total_saving += float(saving[i] * room / extra[i])
-    return float(cost[:, 0].sum()) - total_saving
+        bought[i] = (budget - (filled[i - 1] if i > 0 else 0.0)) / extra[i]
+    n = cost.shape[0]
+    total_saving = np.bincount(owner, weights=saving * bought, minlength=n)
+    hbm = np.bincount(owner, weights=extra * bought, minlength=n) + used[:, 0]
+    return cost[:, 0] - total_saving, hbm
 
 
-def _device_kinds(task: ShardingTask) -> list[int]:
-    """One representative device index per distinct (capacity, bandwidth, link share) kind."""
+@dataclass(frozen=True)
+class DeviceKinds:
+    """Devices grouped into interchangeable kinds (same capacities, bandwidths, link shares).
+
+    Args:
+        kind: Kind of each device ([D]).
+        representative: One device index per kind ([K]).
+    """
+
+    kind: np.ndarray
+    representative: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(self.representative.size)
+
+    def members(self, k: int) -> np.ndarray:
+        return np.flatnonzero(self.kind == k)
+
+
+def device_kinds(task: ShardingTask) -> DeviceKinds:
+    """Groups the task's devices by every attribute a cost model or a capacity can see."""
     dev = task.device_arrays
-    seen: dict[tuple[float, ...], int] = {}
+    keys: dict[tuple[float, ...], int] = {}
+    kind = np.empty(task.num_devices, dtype=np.int64)
+    reps: list[int] = []
     for d in range(task.num_devices):
-        key = (dev.hbm_capacity[d], dev.hbm_gbps[d], dev.host_gbps[d], dev.intra_share[d])
-        seen.setdefault(tuple(float(v) for v in key), d)
-    return list(seen.values())
+        key = tuple(float(v[d]) for v in (dev.hbm_capacity, dev.host_capacity, dev.hbm_gbps,
+                                           dev.host_gbps, dev.intra_share))
+        if key not in keys:
+            keys[key] = len(reps)
+            reps.append(d)
+        kind[d] = keys[key]
+    return DeviceKinds(kind, np.array(reps, dtype=np.int64))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from autoshard.errors import InputError
 from autoshard.task import ShardingTask
 
 
@@ -51,22 +55,112 @@ class CostModel(Protocol):
         ...
 
 
+def device_compute(task: ShardingTask, model: CostModel, device: np.ndarray,
+                   hbm_rows: np.ndarray, hbm_ms: np.ndarray, uvm_ms: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-device compute by tier ([D] each) of a placement given in task order.
+
+    ``hbm_ms`` and ``uvm_ms`` are the sums of the tables' prices per device. A model that prices
+    a device's whole table set (an optional ``device_compute_ms(task, table_idx, device_idx,
+    hbm_rows) -> [D]`` method, e.g. the set model in ``cost_models``) replaces their total,
+    split between the tiers in the sums' proportion; for other models they are returned as is.
+    """
+    priced = getattr(model, "device_compute_ms", None)
+    if priced is None:
+        return hbm_ms, uvm_ms
+    total = np.asarray(priced(task, np.arange(task.num_tables), device, hbm_rows))
+    summed = hbm_ms + uvm_ms
+    share = np.divide(hbm_ms, summed, out=np.ones_like(summed), where=summed > 0)
+    return total * share, total * (1.0 - share)
+
+
+#: Learned cost models by the ``kind`` their folder's metadata names: ``module:Class`` strings,
+#: imported only when such a folder is loaded (core never imports the packages built on it). The
+#: class's ``load(directory, communication=...)`` reads and verifies the folder.
+_LEARNED: dict[str, str] = {
+    "lightgbm": "cost_models.model:LightGBMCostModel",
+    "calibrated": "cost_models.calibrate:CalibratedCostModel",
+    "set": "cost_models.set_model:SetCostModel",
+}
+#: Model folders written before metadata named a kind give their format instead.
+_FORMAT_KINDS = {"autoshard-lightgbm-cost-model": "lightgbm"}
+METADATA_FILE = "metadata.json"
+
+
+def learned_kinds() -> list[str]:
+    return list(_LEARNED)
+
+
+def read_model_metadata(directory: str | Path) -> dict[str, Any]:
+    """The JSON metadata of a learned-model folder, with its ``kind`` resolved.
+
+    Raises:
+        InputError: no folder, no or malformed metadata, an unknown kind.
+    """
+    src = Path(directory)
+    path = src / METADATA_FILE
+    if not src.is_dir():
+        raise InputError("cost model must be 'analytical' or a model directory",
+                         field="cost_model", value=str(directory))
+    if not path.is_file():
+        raise InputError("cost-model file missing", source=str(src), field=METADATA_FILE)
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid JSON ({exc})", source=str(path)) from exc
+    if not isinstance(meta, dict):
+        raise InputError("must be a JSON object", source=str(path))
+    kind = meta.get("kind", _FORMAT_KINDS.get(str(meta.get("format"))))
+    if kind not in _LEARNED:
+        raise InputError(f"unknown cost-model kind (known: {', '.join(_LEARNED)})",
+                         source=str(path), field="kind", value=kind)
+    meta["kind"] = kind
+    return meta
+
+
 def load_cost_model(spec: str | None) -> CostModel:
-    """``analytical`` (or None) for the analytical model, else a directory of a learned model."""
+    """``analytical`` (or None) for the analytical model, else a learned model's directory.
+
+    A learned model's metadata names its ``kind`` (resolved through :data:`_LEARNED`) and the
+    model that prices its communication (``communication``, default ``analytical``); the model
+    verifies its files before use.
+
+    Raises:
+        InputError: unknown spec, a damaged or unverifiable model, a missing dependency.
+    """
     from autoshard.analytical import AnalyticalCostModel
 
     if spec in (None, "", "analytical"):
         return AnalyticalCostModel()
-    from pathlib import Path
-
-    from autoshard.errors import InputError
-
-    if not Path(spec).is_dir():
-        raise InputError("cost model must be 'analytical' or a model directory",
-                         field="cost_model", value=spec)
+    assert spec is not None
+    meta = read_model_metadata(spec)
+    comm_spec = meta.get("communication", "analytical")
+    if comm_spec != "analytical":
+        raise InputError("only 'analytical' communication is known", field="communication",
+                         source=str(Path(spec) / METADATA_FILE), value=comm_spec)
+    module, _, attr = _LEARNED[meta["kind"]].partition(":")
     try:
-        from cost_models.model import LightGBMCostModel
-    except ImportError as exc:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
         raise InputError(f"learned cost model unavailable ({exc})", field="cost_model",
                          value=spec) from exc
-    return LightGBMCostModel.load(spec)
+    model: CostModel = cls.load(spec, communication=AnalyticalCostModel())
+    return model
+
+
+def machine_warning(model: CostModel) -> str | None:
+    """A warning when a learned model was measured on another machine than this one (or on one
+    it did not record); None for models that describe no machine (the analytical model)."""
+    from autoshard.machine import machine_record, same_machine
+
+    if not hasattr(model, "machine"):
+        return None
+    recorded = model.machine
+    here = machine_record()
+    if same_machine(recorded, here):
+        return None
+    what = (f"{recorded.get('cpu_model')} (fingerprint {recorded.get('fingerprint')})"
+            if isinstance(recorded, dict) else "an unrecorded machine")
+    return (f"cost model '{model.name}' was measured on {what}, not on this machine "
+            f"({here['cpu_model']}, fingerprint {here['fingerprint']}): its latencies are that "
+            "machine's; `autoshard cost-model calibrate MODEL` fits it to this one")

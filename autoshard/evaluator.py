@@ -9,14 +9,16 @@ from typing import Any
 import numpy as np
 
 from autoshard.bounds import lower_bound_ms
-from autoshard.cost import CostModel, Pricing
-from autoshard.plan import Plan, check_plan, memory_use
+from autoshard.cost import CostModel, Pricing, device_compute
+from autoshard.plan import Plan
+from autoshard.shards import check_layout, pricing_task, shard_memory
 from autoshard.task import ShardingTask
 
 
 @dataclass(frozen=True)
 class DeviceReport:
-    """One device's share of a step: compute by tier, communication and memory by tier."""
+    """One device's share of a step: compute by tier, communication and memory by tier;
+    ``tables`` counts the whole tables and shards it holds."""
 
     device: int
     tables: int
@@ -62,43 +64,53 @@ class CostReport:
 
 def price_plan(task: ShardingTask, cost_model: CostModel, device: np.ndarray,
                hbm_rows: np.ndarray) -> Pricing:
-    """Per-table prices of a placement given as arrays in task order."""
+    """Per-table prices of a whole-table placement given as arrays in task order."""
     return cost_model.price(task, np.arange(task.num_tables), device, hbm_rows)
 
 
 def device_totals(task: ShardingTask, pricing: Pricing, device: np.ndarray) -> np.ndarray:
-    """Sum of table prices per device, ms ([D])."""
+    """Sum of table (or shard) prices per device, ms ([D])."""
     return np.bincount(device, weights=pricing.total_ms, minlength=task.num_devices)
 
 
 def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
-             bound_ms: float | None = None) -> CostReport:
-    """Validates and prices a plan.
+             bound_ms: float | None = None, source: str = "plan") -> CostReport:
+    """Validates and prices a plan, whole tables and shards alike.
 
     Args:
         plan: The plan to price.
         task: The task it places.
-        cost_model: Prices the tables.
+        cost_model: Prices the tables' shards.
         bound_ms: A known lower bound (e.g. from a MILP relaxation); the report uses the larger of
             it and :func:`autoshard.bounds.lower_bound_ms`.
+        source: Where the plan came from, for error messages.
 
     Raises:
         PlannerError: The plan is invalid or over a capacity.
+        InputError: A shard does not fit its table or names a device the hardware lacks.
     """
-    device, hbm = check_plan(plan, task)
-    pricing = price_plan(task, cost_model, device, hbm)
-    a = task.table_arrays
+    layout = check_layout(plan, task, source)
+    priced = pricing_task(task, layout.geometry)
+    device = layout.device
+    shards = np.arange(layout.num_shards)
+    pricing = cost_model.price(priced, shards, device, layout.hbm_rows)
     n = task.num_devices
-    share = task.hbm_share(np.arange(task.num_tables), hbm)
+    share = priced.hbm_share(shards, layout.hbm_rows)
+    # A column block sees every lookup of its table; weigh it by its share of the columns so
+    # that a table's lookups count once however it is split.
+    g = layout.geometry
+    lookup = priced.table_arrays.lookups * g.cols / task.table_arrays.dim[g.table]
 
     def per_dev(values: np.ndarray) -> np.ndarray:
         return np.bincount(device, weights=values, minlength=n)
 
     hbm_ms, uvm_ms, comm_ms = per_dev(pricing.hbm_ms), per_dev(pricing.uvm_ms), per_dev(
         pricing.comm_ms)
+    hbm_ms, uvm_ms = device_compute(priced, cost_model, device, layout.hbm_rows, hbm_ms,
+                                    uvm_ms)
     total = hbm_ms + uvm_ms + comm_ms
-    lookups, uvm_lookups = per_dev(a.lookups), per_dev(a.lookups * (1.0 - share))
-    used_hbm, used_host = memory_use(task, device, hbm)
+    lookups, uvm_lookups = per_dev(lookup), per_dev(lookup * (1.0 - share))
+    used_hbm, used_host = shard_memory(task, layout)
     dev = task.device_arrays
     counts = np.bincount(device, minlength=n)
     devices = tuple(

@@ -14,6 +14,7 @@ from typing import Any
 from autoshard.errors import InputError
 
 SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION = 2  # plans that split tables into shards; version 1 plans still load
 
 
 def read_structured(path: str | Path) -> Any:
@@ -41,14 +42,17 @@ def read_structured(path: str | Path) -> Any:
         raise InputError(f"cannot parse: {exc}".splitlines()[0], source=str(path)) from exc
 
 
-def check_schema(doc: Any, kind: str, source: str) -> dict[str, Any]:
-    """Checks a document is a mapping of the expected kind and a supported schema version."""
+def check_schema(doc: Any, kind: str, source: str,
+                 versions: tuple[int, ...] = (SCHEMA_VERSION,)) -> dict[str, Any]:
+    """Checks a document is a mapping of the expected kind and one of the schema ``versions``
+    this autoshard reads (a document without a version is taken as the newest)."""
     if not isinstance(doc, dict):
         raise InputError(f"expected a mapping for a {kind} document", source=source)
-    version = doc.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
+    version = doc.get("schema_version", versions[-1])
+    if isinstance(version, bool) or version not in versions:
+        readable = ", ".join(str(v) for v in versions)
         raise InputError(
-            f"unsupported schema version (this autoshard reads {SCHEMA_VERSION})",
+            f"unsupported schema version (this autoshard reads {readable})",
             source=source,
             field="schema_version",
             value=version,

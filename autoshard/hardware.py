@@ -9,6 +9,17 @@ from typing import Any
 
 from autoshard.errors import InputError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.limits import (
+    MAX_BANDWIDTH_GBPS,
+    MAX_CAPACITY_BYTES,
+    MAX_CAPACITY_GB,
+    MAX_DEVICES,
+    MAX_KERNEL_OVERHEAD_US,
+    MIN_BANDWIDTH_GBPS,
+    int_in,
+    is_finite,
+    number_in,
+)
 
 GB = 1e9  # spec sheets quote decimal gigabytes
 
@@ -26,12 +37,10 @@ class Tier:
     bandwidth_gbps: float
 
     def __post_init__(self) -> None:
-        if self.capacity_bytes < 0:
-            raise InputError("capacity must be >= 0", field="capacity_bytes",
-                             value=self.capacity_bytes)
-        if not (self.bandwidth_gbps > 0 and math.isfinite(self.bandwidth_gbps)):
-            raise InputError("bandwidth must be > 0", field="bandwidth_gbps",
-                             value=self.bandwidth_gbps)
+        if not number_in(self.capacity_bytes, 0, MAX_CAPACITY_BYTES):
+            raise InputError(f"capacity must be in [0, {MAX_CAPACITY_BYTES:,}] bytes (2^50)",
+                             field="capacity_bytes", value=self.capacity_bytes)
+        check_bandwidth("bandwidth_gbps", self.bandwidth_gbps)
 
 
 @dataclass(frozen=True)
@@ -66,15 +75,13 @@ class HardwareProfile:
     def __post_init__(self) -> None:
         if not self.devices:
             raise InputError("a profile needs at least one device", field="devices", value=0)
+        check_count("devices", len(self.devices), MAX_DEVICES)
         for key in ("intra_node_gbps", "inter_node_gbps"):
-            if not getattr(self, key) > 0:
-                raise InputError("bandwidth must be > 0", field=key, value=getattr(self, key))
-        if not (isinstance(self.devices_per_node, int) and self.devices_per_node >= 1):
-            raise InputError("must be an integer >= 1", field="devices_per_node",
-                             value=self.devices_per_node)
-        if not (self.kernel_overhead_us >= 0 and math.isfinite(self.kernel_overhead_us)):
-            raise InputError("must be >= 0", field="kernel_overhead_us",
-                             value=self.kernel_overhead_us)
+            check_bandwidth(key, getattr(self, key))
+        check_count("devices_per_node", self.devices_per_node, MAX_DEVICES)
+        if not number_in(self.kernel_overhead_us, 0, MAX_KERNEL_OVERHEAD_US):
+            raise InputError(f"must be a number in [0, {MAX_KERNEL_OVERHEAD_US:g}]",
+                             field="kernel_overhead_us", value=self.kernel_overhead_us)
 
     @property
     def num_devices(self) -> int:
@@ -82,8 +89,7 @@ class HardwareProfile:
 
     def with_devices(self, count: int) -> HardwareProfile:
         """The same kind of device, ``count`` of them, filling nodes of ``devices_per_node``."""
-        if count < 1:
-            raise InputError("device count must be >= 1", field="devices", value=count)
+        check_count("devices", count, MAX_DEVICES)
         template = self.devices[0]
         devices = tuple(replace(template, node=i // self.devices_per_node) for i in range(count))
         name = _base_name(self.name)
@@ -91,12 +97,15 @@ class HardwareProfile:
 
     def with_nodes(self, nodes: int) -> HardwareProfile:
         """``nodes`` full nodes of this profile's device."""
-        if nodes < 1:
-            raise InputError("node count must be >= 1", field="nodes", value=nodes)
+        check_count("nodes", nodes, MAX_DEVICES // self.devices_per_node)
         return self.with_devices(nodes * self.devices_per_node)
 
     def with_hbm_bytes(self, capacity_bytes: int) -> HardwareProfile:
         """Every device's HBM tier capped at ``capacity_bytes`` for embeddings."""
+        if not number_in(capacity_bytes, 0, MAX_CAPACITY_BYTES):
+            raise InputError(f"must be in [0, {MAX_CAPACITY_GB:g}] GB", field="hbm_gb",
+                             value=capacity_bytes / GB if is_finite(capacity_bytes)
+                             else capacity_bytes)
         devices = tuple(replace(d, hbm=replace(d.hbm, capacity_bytes=int(capacity_bytes)))
                         for d in self.devices)
         return replace(self, devices=devices)
@@ -124,19 +133,18 @@ class HardwareProfile:
         doc = check_schema(doc, "hardware", source)
         try:
             per_node = _integer(doc, "devices_per_node", 8)
-            if per_node < 1:
-                raise InputError("must be >= 1", field="devices_per_node", value=per_node)
+            check_count("devices_per_node", per_node, MAX_DEVICES)
             if "devices" in doc:
                 if not isinstance(doc["devices"], list) or not doc["devices"]:
                     raise InputError("expected a non-empty list of devices", field="devices",
                                      value=doc["devices"])
+                check_count("devices", len(doc["devices"]), MAX_DEVICES)
                 devices = tuple(_device(d, f"devices[{i}]", i // per_node)
                                 for i, d in enumerate(doc["devices"]))
             else:
                 _required(doc, "device")
                 count = _integer(doc, "num_devices", per_node)
-                if count < 1:
-                    raise InputError("must be >= 1", field="num_devices", value=count)
+                check_count("num_devices", count, MAX_DEVICES)
                 one = _device(doc["device"], "device", 0)
                 devices = tuple(replace(one, node=i // per_node) for i in range(count))
             return cls(
@@ -149,6 +157,26 @@ class HardwareProfile:
             )
         except InputError as exc:
             raise exc.located(source) from exc
+
+
+def check_count(name: str, value: Any, high: int, low: int = 1) -> None:
+    """Fails unless ``value`` is an integer in ``[low, high]``; the error names ``name``."""
+    if not int_in(value, low, high):
+        raise InputError(f"must be an integer in [{low}, {high:,}]", field=name, value=value)
+
+
+def check_bandwidth(name: str, value: Any) -> None:
+    """Fails unless ``value`` is a bandwidth in GB/s within the documented limits."""
+    if not number_in(value, MIN_BANDWIDTH_GBPS, MAX_BANDWIDTH_GBPS):
+        raise InputError(f"bandwidth must be a number in [{MIN_BANDWIDTH_GBPS:g}, "
+                         f"{MAX_BANDWIDTH_GBPS:g}] GB/s", field=name, value=value)
+
+
+def check_gb(name: str, value: Any) -> None:
+    """Fails unless ``value`` is a capacity in GB within the documented limits."""
+    if not number_in(value, 0, MAX_CAPACITY_GB):
+        raise InputError(f"must be a number in [0, {MAX_CAPACITY_GB:g}] GB", field=name,
+                         value=value)
 
 
 def _required(doc: dict[str, Any], key: str) -> Any:
@@ -187,12 +215,11 @@ def _device(doc: Any, where: str, node: int) -> Device:
         values = {key: _number(doc, key) for key in
                   ("hbm_gb", "hbm_bandwidth_gbps", "host_gb", "host_bandwidth_gbps")}
         node = _integer(doc, "node", node)
+        check_count("node", node, MAX_DEVICES - 1, low=0)
         for key in ("hbm_gb", "host_gb"):
-            if values[key] < 0:
-                raise InputError("must be >= 0", field=key, value=doc[key])
+            check_gb(key, values[key])
         for key in ("hbm_bandwidth_gbps", "host_bandwidth_gbps"):
-            if values[key] <= 0:
-                raise InputError("must be > 0", field=key, value=doc[key])
+            check_bandwidth(key, values[key])
     except InputError as exc:
         raise exc.located("", where) from exc
     return Device(hbm=Tier(int(values["hbm_gb"] * GB), values["hbm_bandwidth_gbps"]),
@@ -262,8 +289,7 @@ def load_hardware(spec: str | Path, *, devices: int | None = None, nodes: int | 
     elif nodes is not None:
         profile = profile.with_nodes(nodes)
     if hbm_gb is not None:
-        if not hbm_gb >= 0:
-            raise InputError("must be >= 0", field="hbm_gb", value=hbm_gb)
+        check_gb("hbm_gb", hbm_gb)
         profile = profile.with_hbm_bytes(int(hbm_gb * GB))
     return profile
 

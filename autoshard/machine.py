@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 
 @cache
@@ -32,3 +34,32 @@ def describe_machine(with_gpu: bool = False) -> str:
         except ImportError:
             pass
     return f"{text}, no GPU" if with_gpu else text
+
+
+@cache
+def fingerprint() -> str:
+    """A short hash telling this machine from others reporting the same CPU name: of the OS's
+    machine id (``/etc/machine-id``), else of the host name. Nothing identifying is recorded."""
+    ident = ""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            ident = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if ident:
+            break
+    ident = ident or platform.node()
+    return hashlib.sha256(f"autoshard:{ident}".encode()).hexdigest()[:12]
+
+
+def machine_record() -> dict[str, Any]:
+    """What a measured dataset or learned model records about the machine that measured it."""
+    return {"cpu_model": cpu_model(), "cpus": os.cpu_count(), "arch": platform.machine(),
+            "fingerprint": fingerprint(), "description": describe_machine()}
+
+
+def same_machine(recorded: object, here: dict[str, Any]) -> bool:
+    """Whether a recorded machine (:func:`machine_record`) is this one; unrecorded is not."""
+    if not isinstance(recorded, dict) or not recorded.get("fingerprint"):
+        return False
+    return all(recorded.get(k) == here.get(k) for k in ("cpu_model", "cpus", "fingerprint"))

@@ -1,4 +1,12 @@
-"""Plans: for every table, a device and how many of its hottest rows stay in HBM."""
+"""Plans: where every table's shards live and how many of their hottest rows stay in HBM.
+
+A table is placed whole (``table_wise``: one device, its hottest ``hbm_rows`` in HBM) or split
+into shards: ``row_wise`` (row ranges covering ``[0, rows)``, every column, on several devices;
+with hashed ids each shard sees its share of the lookups and the same access curve),
+``table_row_wise`` (row-wise with every shard on one node, reduced over the intra-node links) or
+``column_wise`` (column blocks covering ``[0, dim)``, every row, each block seeing every lookup).
+Every shard keeps its own hottest ``hbm_rows`` in HBM.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +17,132 @@ from typing import Any
 import numpy as np
 
 from autoshard.errors import InputError, PlannerError, gib
-from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.fileio import (
+    PLAN_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+    check_schema,
+    read_structured,
+    write_structured,
+)
 from autoshard.task import ShardingTask, Workload
+
+TABLE_WISE = "table_wise"
+ROW_WISE = "row_wise"
+TABLE_ROW_WISE = "table_row_wise"
+COLUMN_WISE = "column_wise"
+SHARDINGS = (TABLE_WISE, ROW_WISE, TABLE_ROW_WISE, COLUMN_WISE)
+ROW_SHARDINGS = (ROW_WISE, TABLE_ROW_WISE)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One piece of a split table: rows ``[row_start, row_end)`` and columns
+    ``[col_start, col_end)`` on ``device``, with its ``hbm_rows`` hottest rows in HBM."""
+
+    device: int
+    row_start: int
+    row_end: int
+    col_start: int
+    col_end: int
+    hbm_rows: int
+
+    @property
+    def rows(self) -> int:
+        return self.row_end - self.row_start
+
+    @property
+    def cols(self) -> int:
+        return self.col_end - self.col_start
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one table lives: ``device`` (rank) and its ``hbm_rows`` hottest rows in HBM."""
+    """Where one table lives.
+
+    Args:
+        table: The table's name.
+        device: Its rank when ``table_wise``; for a split table, the first shard's rank.
+        hbm_rows: Its hottest rows in HBM when ``table_wise``; for a split table, the sum over
+            its shards.
+        sharding: One of :data:`SHARDINGS`.
+        shards: The shards of a split table, in row (or column) order; empty when ``table_wise``.
+    """
 
     table: str
     device: int
     hbm_rows: int
+    sharding: str = TABLE_WISE
+    shards: tuple[Shard, ...] = ()
+
+    @classmethod
+    def split(cls, table: str, sharding: str, shards: tuple[Shard, ...]) -> Placement:
+        """A split placement; ``device`` and ``hbm_rows`` are derived from the shards."""
+        return cls(table, shards[0].device, sum(s.hbm_rows for s in shards), sharding, shards)
+
+    @property
+    def is_split(self) -> bool:
+        return self.sharding != TABLE_WISE
+
+    def pieces(self, rows: int, dim: int) -> tuple[Shard, ...]:
+        """Its shards; a whole table is one shard of every row and column."""
+        if not self.is_split:
+            return (Shard(self.device, 0, rows, 0, dim, self.hbm_rows),)
+        return self.shards
+
+
+def check_placement(p: Placement, where: str, source: str | None = None,
+                    rows: int | None = None, dim: int | None = None) -> None:
+    """Checks a placement's sharding and shard ranges (against the table's ``rows`` and ``dim``
+    when given).
+
+    Raises:
+        InputError: Naming the field, e.g. ``placements[3].shards[1].cols``, and the value.
+    """
+    def bad(field: str, message: str, value: object) -> InputError:
+        return InputError(message, source=source, field=f"{where}.{field}", value=value)
+
+    if p.sharding not in SHARDINGS:
+        raise bad("sharding", f"must be one of {', '.join(SHARDINGS)}", p.sharding)
+    if not p.is_split:
+        if p.shards:
+            raise bad("shards", "a table_wise placement lists no shards", len(p.shards))
+        if rows is not None and p.hbm_rows > rows:
+            raise bad("hbm_rows", f"more than the table's {rows} rows", p.hbm_rows)
+        return
+    if not p.shards:
+        raise bad("shards", f"a {p.sharding} placement needs at least one shard", [])
+    by_rows = p.sharding in ROW_SHARDINGS
+    split_name, full_name = ("rows", "cols") if by_rows else ("cols", "rows")
+    extent = rows if by_rows else dim
+    full = dim if by_rows else rows
+    first = p.shards[0]
+    want_full = (0, full if full is not None
+                 else (first.col_end if by_rows else first.row_end))
+    edge = 0
+    for j, s in enumerate(p.shards):
+        for name, (lo, hi) in (("rows", (s.row_start, s.row_end)),
+                               ("cols", (s.col_start, s.col_end))):
+            if lo < 0 or hi <= lo:
+                raise bad(f"shards[{j}].{name}", "needs 0 <= start < end (no empty shard)",
+                          [lo, hi])
+        split_range = (s.row_start, s.row_end) if by_rows else (s.col_start, s.col_end)
+        full_range = (s.col_start, s.col_end) if by_rows else (s.row_start, s.row_end)
+        if split_range[0] != edge:
+            raise bad(f"shards[{j}].{split_name}",
+                      f"must start at {edge}, where the previous shard ends (shards are "
+                      "listed in order, without overlap or gap)", list(split_range))
+        edge = split_range[1]
+        if full_range != want_full:
+            raise bad(f"shards[{j}].{full_name}", f"a {p.sharding} shard holds every "
+                      f"{'column' if by_rows else 'row'}, {list(want_full)}", list(full_range))
+        if s.device < 0:
+            raise bad(f"shards[{j}].device", "must be an integer >= 0", s.device)
+        if not 0 <= s.hbm_rows <= s.rows:
+            raise bad(f"shards[{j}].hbm_rows", f"must be in [0, {s.rows}], the shard's rows",
+                      s.hbm_rows)
+    if extent is not None and edge != extent:
+        raise bad(f"shards[{len(p.shards) - 1}].{split_name}",
+                  f"shards end at {edge} but the table has {extent} {split_name}", edge)
 
 
 @dataclass(frozen=True)
@@ -46,8 +169,22 @@ class Plan:
                            for t, d, k in zip(task.tables, device, hbm_rows, strict=True))
         return cls(placements, sharder, task.workload, task.hardware.name)
 
+    @property
+    def is_split(self) -> bool:
+        """Whether any table is split into shards."""
+        return any(p.is_split for p in self.placements)
+
     def arrays(self, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
-        """(device, hbm_rows) in task order; checks every table is placed exactly once."""
+        """(device, hbm_rows) in task order; checks every table is placed exactly once.
+
+        Raises:
+            PlannerError: A table is unknown, placed twice or unplaced, or split into shards
+                (read those with :func:`autoshard.shards.plan_layout`).
+        """
+        split = next((p for p in self.placements if p.is_split), None)
+        if split is not None:
+            raise PlannerError("invalid_plan", f"table '{split.table}' is split "
+                               f"({split.sharding}); this step places whole tables only")
         device = np.zeros(task.num_tables, dtype=np.int64)
         hbm = np.zeros(task.num_tables, dtype=np.int64)
         placed = np.zeros(task.num_tables, dtype=bool)
@@ -67,34 +204,24 @@ class Plan:
         return device, hbm
 
     def to_dict(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": "plan",
+        """The plan document: schema version 2 when a table is split, else 1 (which older
+        readers also load)."""
+        version = PLAN_SCHEMA_VERSION if self.is_split else SCHEMA_VERSION
+        doc: dict[str, Any] = {"schema_version": version, "kind": "plan",
                                "sharder": self.sharder, "hardware": self.hardware}
         if self.workload is not None:
             doc["workload"] = {"batch_size": self.workload.batch_size,
                                "mode": self.workload.mode}
-        doc["placements"] = [{"table": p.table, "device": p.device, "hbm_rows": p.hbm_rows}
-                             for p in self.placements]
+        doc["placements"] = [_placement_doc(p) for p in self.placements]
         return doc
 
     @classmethod
     def from_dict(cls, doc: Any, source: str = "<plan>") -> Plan:
-        doc = check_schema(doc, "plan", source)
+        doc = check_schema(doc, "plan", source, (SCHEMA_VERSION, PLAN_SCHEMA_VERSION))
         if not isinstance(doc.get("placements"), list):
             raise InputError("required list missing", source=source, field="placements")
-        placements = []
-        for i, p in enumerate(doc["placements"]):
-            where = f"placements[{i}]"
-            if not isinstance(p, dict):
-                raise InputError("expected a mapping", source=source, field=where, value=p)
-            for key in ("table", "device", "hbm_rows"):
-                if key not in p:
-                    raise InputError("required field missing", source=source,
-                                     field=f"{where}.{key}")
-            for key in ("device", "hbm_rows"):
-                if not isinstance(p[key], int) or isinstance(p[key], bool) or p[key] < 0:
-                    raise InputError("must be an integer >= 0", source=source,
-                                     field=f"{where}.{key}", value=p[key])
-            placements.append(Placement(str(p["table"]), p["device"], p["hbm_rows"]))
+        placements = tuple(_placement_from(p, f"placements[{i}]", source)
+                           for i, p in enumerate(doc["placements"]))
         if doc.get("hardware") is not None and not isinstance(doc["hardware"], str):
             raise InputError("must be a profile name", source=source, field="hardware",
                              value=doc["hardware"])
@@ -110,7 +237,7 @@ class Plan:
             except TypeError as exc:
                 raise InputError("expected only batch_size and mode", source=source,
                                  field="workload", value=doc["workload"]) from exc
-        return cls(tuple(placements), str(doc.get("sharder", "")), workload, doc.get("hardware"))
+        return cls(placements, str(doc.get("sharder", "")), workload, doc.get("hardware"))
 
     def save(self, path: str | Path) -> None:
         write_structured(path, self.to_dict())
@@ -118,6 +245,67 @@ class Plan:
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         return cls.from_dict(read_structured(path), source=str(path))
+
+
+def _placement_doc(p: Placement) -> dict[str, Any]:
+    if not p.is_split:
+        return {"table": p.table, "device": p.device, "hbm_rows": p.hbm_rows}
+    return {"table": p.table, "sharding": p.sharding,
+            "shards": [{"device": s.device, "rows": [s.row_start, s.row_end],
+                        "cols": [s.col_start, s.col_end], "hbm_rows": s.hbm_rows}
+                       for s in p.shards]}
+
+
+def _count(value: Any, source: str, field: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InputError("must be an integer >= 0", source=source, field=field, value=value)
+    return value
+
+
+def _required(doc: Any, keys: tuple[str, ...], source: str, where: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise InputError("expected a mapping", source=source, field=where, value=doc)
+    for key in keys:
+        if key not in doc:
+            raise InputError("required field missing", source=source, field=f"{where}.{key}")
+    return doc
+
+
+def _range(value: Any, source: str, field: str) -> tuple[int, int]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise InputError("expected [start, end]", source=source, field=field, value=value)
+    return _count(value[0], source, field), _count(value[1], source, field)
+
+
+def _placement_from(p: Any, where: str, source: str) -> Placement:
+    """One placement entry of a plan document: ``{table, device, hbm_rows}`` or ``{table,
+    sharding, shards: [{device, rows: [start, end], cols: [start, end], hbm_rows}]}``."""
+    split = isinstance(p, dict) and ("shards" in p or p.get("sharding", TABLE_WISE) != TABLE_WISE)
+    if not split:
+        p = _required(p, ("table", "device", "hbm_rows"), source, where)
+        placement = Placement(str(p["table"]), _count(p["device"], source, f"{where}.device"),
+                              _count(p["hbm_rows"], source, f"{where}.hbm_rows"))
+        check_placement(placement, where, source)
+        return placement
+    p = _required(p, ("table", "sharding", "shards"), source, where)
+    if p["sharding"] not in SHARDINGS:
+        raise InputError(f"must be one of {', '.join(SHARDINGS)}", source=source,
+                         field=f"{where}.sharding", value=p["sharding"])
+    if p["sharding"] == TABLE_WISE or not isinstance(p["shards"], list) or not p["shards"]:
+        raise InputError("a split placement lists its shards (a table_wise one gives device "
+                         "and hbm_rows instead)", source=source, field=f"{where}.shards",
+                         value=p["shards"])
+    shards = []
+    for j, s in enumerate(p["shards"]):
+        at = f"{where}.shards[{j}]"
+        s = _required(s, ("device", "rows", "cols", "hbm_rows"), source, at)
+        rows = _range(s["rows"], source, f"{at}.rows")
+        cols = _range(s["cols"], source, f"{at}.cols")
+        shards.append(Shard(_count(s["device"], source, f"{at}.device"), *rows, *cols,
+                            _count(s["hbm_rows"], source, f"{at}.hbm_rows")))
+    placement = Placement.split(str(p["table"]), p["sharding"], tuple(shards))
+    check_placement(placement, where, source)
+    return placement
 
 
 def memory_use(task: ShardingTask, device: np.ndarray,
@@ -143,8 +331,11 @@ def check_plan(plan: Plan, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
     bad = (device < 0) | (device >= task.num_devices) | (hbm < 0) | (hbm > a.rows)
     for i in np.flatnonzero(bad):
         t = task.tables[i]
-        raise PlannerError("invalid_plan", f"table '{t.name}': device {device[i]} of "
-                           f"{task.num_devices}, hbm_rows {hbm[i]} of {t.rows}")
+        where = next(j for j, p in enumerate(plan.placements) if p.table == t.name)
+        field = "device" if not 0 <= device[i] < task.num_devices else "hbm_rows"
+        raise PlannerError("invalid_plan", f"field 'placements[{where}].{field}': table "
+                           f"'{t.name}': device {device[i]} of {task.num_devices} on hardware "
+                           f"'{task.hardware.name}', hbm_rows {hbm[i]} of {t.rows}")
     used_hbm, used_host = memory_use(task, device, hbm)
     dev = task.device_arrays
     for tier, used, cap in (("HBM", used_hbm, dev.hbm_capacity),

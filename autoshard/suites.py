@@ -1,7 +1,9 @@
 """Named suites of sharding tasks for the comparison harness.
 
 Tables come from the held-out (test) half of a fixed DLRM-like pool, so that learned sharders are
-compared on tables they were not trained on; the 856-table suite uses the whole pool.
+compared on tables they were not trained on; the 856-table suite uses the whole pool. The
+``dcnv2`` and ``criteo1tb`` suites place the tables of published models
+(:mod:`autoshard.model_tables`): a few huge, hot tables among small ones.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoshard.errors import InputError
+from autoshard.model_tables import MODEL_TABLES, model_tables
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, default_pools
 
@@ -26,7 +29,8 @@ class TaskSpec:
         mode: ``train`` or ``infer``.
         batch_size: Global batch size.
         hardware: Bundled hardware profile.
-        pool: ``test`` (held-out half) or ``all`` (the whole pool).
+        pool: ``test`` (held-out half), ``all`` (the whole pool) or the name of a published
+            model's table set (:data:`autoshard.model_tables.MODEL_TABLES`; all its tables).
     """
 
     name: str
@@ -42,6 +46,13 @@ class TaskSpec:
     def build(self) -> ShardingTask:
         import numpy as np
 
+        if self.pool in MODEL_TABLES:
+            tables = model_tables(self.pool)
+            if self.tables != len(tables):
+                raise InputError(f"model '{self.pool}' has {len(tables)} tables",
+                                 field="tables", value=self.tables)
+            return constrained_task(tables, self.devices, self.hbm_fraction, self.hardware,
+                                    self.batch_size, self.mode)
         train, test = default_pools()
         pool = test if self.pool == "test" else train + test
         if self.tables > len(pool):
@@ -71,6 +82,9 @@ SUITES: dict[str, tuple[TaskSpec, ...]] = {
     "constrained-856x128": (TaskSpec("c-856x128", 856, 128, CONSTRAINED, 0, pool="all"),),
     "rich-100x8": _seeds("r", 100, 8, RICH, 3),
     "infer-100x8": _seeds("i", 100, 8, CONSTRAINED, 3, mode="infer"),
+    "dcnv2-8": (TaskSpec("dcnv2-26x8", 26, 8, CONSTRAINED, pool="dcnv2"),),
+    "dcnv2-16": (TaskSpec("dcnv2-26x16", 26, 16, CONSTRAINED, pool="dcnv2"),),
+    "criteo1tb-8": (TaskSpec("criteo1tb-26x8", 26, 8, CONSTRAINED, pool="criteo1tb"),),
 }
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -13,6 +12,16 @@ from typing import Any
 from autoshard.access import AccessCurve
 from autoshard.errors import InputError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.limits import (
+    MAX_DIM,
+    MAX_OPTIMIZER_BYTES_PER_ROW,
+    MAX_POOLING,
+    MAX_ROWS,
+    MAX_ZIPF_ALPHA,
+    int_in,
+    is_int,
+    number_in,
+)
 
 #: Power-of-two reuse bins of DreamShard's features and Meta's locality stats: a row accessed
 #: n times falls in bin 0 for n = 1, bin i for 2^(i-1) < n <= 2^i, bin 16 for n > 32768.
@@ -63,31 +72,35 @@ class Table:
         return [
             ("name", self.name, isinstance(self.name, str) and bool(self.name),
              "must be a non-empty string"),
-            ("rows", self.rows, _is_int(self.rows) and self.rows > 0,
-             "must be a positive integer"),
-            ("dim", self.dim, _is_int(self.dim) and self.dim > 0, "must be a positive integer"),
+            ("rows", self.rows, int_in(self.rows, 1, MAX_ROWS),
+             f"must be an integer in [1, {MAX_ROWS:,}] (2^40)"),
+            ("dim", self.dim, int_in(self.dim, 1, MAX_DIM),
+             f"must be an integer in [1, {MAX_DIM:,}]"),
             ("bytes_per_element", self.bytes_per_element,
-             _is_int(self.bytes_per_element) and self.bytes_per_element in (1, 2, 4, 8),
+             is_int(self.bytes_per_element) and self.bytes_per_element in (1, 2, 4, 8),
              "must be 1, 2, 4 or 8"),
             ("optimizer_bytes_per_row", self.optimizer_bytes_per_row,
-             _is_int(self.optimizer_bytes_per_row) and self.optimizer_bytes_per_row >= 0,
-             "must be an integer >= 0"),
+             int_in(self.optimizer_bytes_per_row, 0, MAX_OPTIMIZER_BYTES_PER_ROW),
+             f"must be an integer in [0, {MAX_OPTIMIZER_BYTES_PER_ROW:,}]"),
             ("pooling_factor", self.pooling_factor,
-             _finite(self.pooling_factor) and self.pooling_factor > 0, "must be a number > 0"),
+             number_in(self.pooling_factor, 0, MAX_POOLING, open_low=True),
+             f"must be a number in (0, {MAX_POOLING:g}]"),
             ("pooling_std", self.pooling_std, self.pooling_std is None
-             or (_finite(self.pooling_std) and self.pooling_std >= 0), "must be a number >= 0"),
-            ("coverage", self.coverage, _finite(self.coverage) and 0 < self.coverage <= 1,
+             or number_in(self.pooling_std, 0, MAX_POOLING),
+             f"must be a number in [0, {MAX_POOLING:g}]"),
+            ("coverage", self.coverage, number_in(self.coverage, 0, 1, open_low=True),
              "must be a number in (0, 1]"),
             ("rows_used", self.rows_used, self.rows_used is None
-             or (_is_int(self.rows_used) and 0 < self.rows_used <= self.rows),
+             or (is_int(self.rows_used) and 0 < self.rows_used <= self.rows),
              "must be an integer in [1, rows]"),
             ("access_cdf", self.access_cdf, self.access_cdf is None
              or isinstance(self.access_cdf, AccessCurve), "must be an access curve"),
             ("zipf_alpha", self.zipf_alpha, self.zipf_alpha is None
-             or (_finite(self.zipf_alpha) and self.zipf_alpha >= 0), "must be a number >= 0"),
+             or number_in(self.zipf_alpha, 0, MAX_ZIPF_ALPHA),
+             f"must be a number in [0, {MAX_ZIPF_ALPHA:g}]"),
             ("reuse_hist", hist, hist is None
              or (isinstance(hist, tuple) and len(hist) == REUSE_BINS
-                 and all(_finite(v) and 0 <= v <= 1 for v in hist)),
+                 and all(number_in(v, 0, 1) for v in hist)),
              f"must be {REUSE_BINS} shares in [0, 1]"),
         ]
 
@@ -234,7 +247,7 @@ def _convert(key: str, value: Any, source: str, name: str) -> Any:
             return float(value)
         if key == "access_cdf":
             return AccessCurve.from_dict(value)
-        if key == "name" and _is_int(value):  # YAML reads `name: 17` as a number
+        if key == "name" and is_int(value):  # YAML reads `name: 17` as a number
             return str(value)
         if key == "reuse_hist":
             if isinstance(value, str):  # a CSV cell: values separated by ';' or spaces
@@ -246,14 +259,6 @@ def _convert(key: str, value: Any, source: str, name: str) -> Any:
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise InputError(f"invalid value ({exc})", source=source, field=f"{name}.{key}",
                          value=value) from exc
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _to_int(value: Any) -> int:

@@ -10,6 +10,7 @@ import numpy as np
 from autoshard.access import GRID
 from autoshard.errors import InputError
 from autoshard.hardware import HardwareProfile
+from autoshard.limits import MAX_BATCH_SIZE, MAX_TABLES, int_in
 from autoshard.tables import Table, check_unique_names
 
 MODES = ("train", "infer")
@@ -28,9 +29,9 @@ class Workload:
     mode: str = "train"
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.batch_size, int) and self.batch_size > 0):
-            raise InputError("must be a positive integer", field="batch_size",
-                             value=self.batch_size)
+        if not int_in(self.batch_size, 1, MAX_BATCH_SIZE):
+            raise InputError(f"must be an integer in [1, {MAX_BATCH_SIZE:,}]",
+                             field="batch_size", value=self.batch_size)
         if self.mode not in MODES:
             raise InputError(f"must be one of {', '.join(MODES)}", field="mode", value=self.mode)
 
@@ -79,6 +80,9 @@ class ShardingTask:
     def __post_init__(self) -> None:
         if not self.tables:
             raise InputError("a task needs at least one table", field="tables", value=0)
+        if len(self.tables) > MAX_TABLES:
+            raise InputError(f"a task takes at most {MAX_TABLES:,} tables", field="tables",
+                             value=len(self.tables))
         check_unique_names(self.tables)
 
     @property

@@ -13,7 +13,7 @@ from functools import cache
 import numpy as np
 
 from autoshard.errors import InputError
-from autoshard.hardware import GB, load_hardware
+from autoshard.hardware import GB, HardwareProfile, load_hardware
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 
@@ -71,11 +71,17 @@ def constrained_task(tables: Sequence[Table], devices: int, hbm_fraction: float 
     A fraction below 1 makes the task capacity-constrained: some rows must live in host memory.
     Host memory keeps the profile's capacity.
     """
-    if not hbm_fraction > 0:
-        raise InputError("must be > 0", field="hbm_fraction", value=hbm_fraction)
     workload = Workload(batch_size=batch_size, mode=mode)
     need = total_bytes(tables, workload.train)
-    profile = load_hardware(hardware, devices=devices)
-    hbm_gb = hbm_fraction * need / devices / GB
-    profile = profile.with_hbm_bytes(int(hbm_gb * GB))
+    profile = with_hbm_fraction(load_hardware(hardware, devices=devices), need, hbm_fraction)
     return ShardingTask(tuple(tables), profile, workload)
+
+
+def with_hbm_fraction(profile: HardwareProfile, need_bytes: float,
+                      hbm_fraction: float) -> HardwareProfile:
+    """``profile`` with every device's HBM sized so that all its devices together hold
+    ``hbm_fraction`` of ``need_bytes`` (the tables' bytes); host memory is unchanged."""
+    if not hbm_fraction > 0:
+        raise InputError("must be > 0", field="hbm_fraction", value=hbm_fraction)
+    hbm_gb = hbm_fraction * need_bytes / profile.num_devices / GB
+    return profile.with_hbm_bytes(int(hbm_gb * GB))

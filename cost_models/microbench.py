@@ -155,8 +155,13 @@ def device_configs(grid: str, device: str) -> tuple[list[BenchConfig], list[str]
     return configs, notes
 
 
-def done_ids(path: Path) -> set[str]:
+def done_ids(path: Path, columns: list[str] = COLUMNS, complete: str = "bwd_p90_ms"
+             ) -> set[str]:
     """Config ids already measured in ``path``; drops a truncated last line (and nothing else).
+
+    Args:
+        columns: The header the file must have.
+        complete: A column that a fully written row fills.
 
     Raises:
         InputError: the file exists but its header is not this harness's.
@@ -168,15 +173,19 @@ def done_ids(path: Path) -> set[str]:
         text = text[: text.rfind("\n") + 1]
         atomic_write_text(path, text)
     reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames != COLUMNS:
+    if reader.fieldnames != columns:
         raise InputError("not a microbenchmark CSV of this version (header differs)",
                          source=str(path), field="header", value=",".join(reader.fieldnames or []))
-    return {row["config_id"] for row in reader if row.get("bwd_p90_ms")}
+    return {row["config_id"] for row in reader if row.get(complete)}
 
 
 def sweep(configs: Iterable[BenchConfig], output: Path, device: str = "cpu",
-          timing: Timing = Timing(), progress: bool = True) -> int:
+          timing: Timing = Timing(), progress: bool = True, budget_s: float | None = None
+          ) -> int:
     """Measures every configuration not yet in ``output``, appending a flushed row per config.
+
+    Args:
+        budget_s: Stop starting new configurations after this many seconds of wall time.
 
     Returns:
         The number of rows added.
@@ -186,15 +195,19 @@ def sweep(configs: Iterable[BenchConfig], output: Path, device: str = "cpu",
     todo = [c for c in configs if c.config_id not in done]
     env = environment(device)
     new_file = not output.exists() or output.stat().st_size == 0
+    start, added = time.perf_counter(), 0
     with output.open("a", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         if new_file:
             writer.writeheader()
             fh.flush()
         for cfg in _progress(todo, progress, f"{len(done)} done"):
+            if budget_s is not None and time.perf_counter() - start > budget_s:
+                break
             writer.writerow({**measure(cfg, device, timing), **env})
             fh.flush()
-    return len(todo)
+            added += 1
+    return added
 
 
 def _progress(items: list[BenchConfig], show: bool, note: str) -> Iterable[BenchConfig]:

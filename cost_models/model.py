@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.cost import Pricing
+from autoshard.cost import CostModel, Pricing, load_cost_model
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text
 from autoshard.task import ShardingTask
@@ -42,6 +42,7 @@ from cost_models.features import (
     partition_features,
     task_partitions,
 )
+from cost_models.lgb_text import checked_model_text, file_digest, verify_digest
 
 MODEL_FILE = "model.txt"
 META_FILE = "metadata.json"
@@ -66,13 +67,19 @@ class LightGBMCostModel:
         objective: LightGBM objective on log latency per work byte (``regression`` = squared
             error, ``huber``, ``regression_l1`` = absolute error, robust to noisy repeats).
         random_state: Seed of LightGBM's bagging and feature sampling.
+        communication: Prices communication (``comm_ms``); None: the analytical model.
     """
 
     name = "lightgbm"
+    kind = "lightgbm"
 
     def __init__(self, n_estimators: int = 600, learning_rate: float = 0.05,
                  num_leaves: int = 31, min_child_samples: int = 5, subsample: float = 0.8,
-                 objective: str = "regression", random_state: int = 0) -> None:
+                 objective: str = "regression", random_state: int = 0,
+                 communication: CostModel | None = None) -> None:
+        self.communication = communication or load_cost_model("analytical")
+        self.machine: dict[str, Any] | None = None
+        self.source_ = "<fitted model>"
         self.objective = objective
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -106,6 +113,8 @@ class LightGBMCostModel:
         self.booster_ = lightgbm.train(params, data, num_boost_round=self.n_estimators)
         self.tiers_ = sorted({t for t, c in TIER_CODES.items() if np.any(X[:, _TIER_COLUMN] == c)})
         self.info_ = dict(info or {}, samples=int(X.shape[0]))
+        machine = self.info_.get("machine")
+        self.machine = machine if isinstance(machine, dict) else None
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
@@ -118,7 +127,13 @@ class LightGBMCostModel:
         if X.shape[0] == 0:
             return np.zeros(0)
         raw = np.asarray(self.booster_.predict(X, num_threads=1))
-        return np.exp(raw + X[:, WORK_COLUMN] * _LN2)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.exp(raw + X[:, WORK_COLUMN] * _LN2)
+        return finite_or_error(out, self.source_)
+
+    def predict_partitions(self, X: np.ndarray) -> np.ndarray:
+        """Latency (ms) of each partition row of ``X`` (what ``cost-model eval`` scores)."""
+        return self.predict(X)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "booster_"):
@@ -131,8 +146,6 @@ class LightGBMCostModel:
               hbm_rows: np.ndarray) -> Pricing:
         """Prices table ``table_idx[i]`` on device ``device_idx[i]`` with ``hbm_rows[i]`` hot
         rows in HBM (see the module docstring)."""
-        from autoshard.analytical import AnalyticalCostModel
-
         self._check_fitted()
         t = np.asarray(table_idx, dtype=np.int64)
         d = np.asarray(device_idx, dtype=np.int64)
@@ -141,20 +154,9 @@ class LightGBMCostModel:
         hot, cold = self._grid_costs(task)
         dev = task.device_arrays
         scale = np.ones_like(dev.hbm_gbps) if "uvm" in self.tiers_ else dev.hbm_gbps / dev.host_gbps
-        scales, s_idx = np.unique(scale, return_inverse=True)
-        pairs, inverse = np.unique(t * scales.size + s_idx[d], return_inverse=True)
-        pt, ps = pairs // scales.size, scales[pairs % scales.size]
-        hbm_env, uvm_env = _envelope(hot[pt], cold[pt] * ps[:, None])
-        frac = np.clip(k / task.table_arrays.rows[t], 0.0, 1.0)
-        j = np.clip(np.searchsorted(GRID, frac, side="right") - 1, 0, GRID.size - 2)
-        w = (frac - GRID[j]) / (GRID[j + 1] - GRID[j])
-        q = inverse.reshape(t.shape)
-
-        def interp(env: np.ndarray) -> np.ndarray:
-            return env[q, j] + (env[q, j + 1] - env[q, j]) * w
-
-        comm = AnalyticalCostModel().price(task, t, d, k).comm_ms
-        return Pricing(hbm_ms=interp(hbm_env), uvm_ms=interp(uvm_env), comm_ms=comm)
+        hbm_ms, uvm_ms = price_from_grid(task, t, d, k, hot, cold, scale)
+        comm = self.communication.price(task, t, d, k).comm_ms
+        return Pricing(hbm_ms=hbm_ms, uvm_ms=uvm_ms, comm_ms=comm)
 
     def _grid_costs(self, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
         """Latency (ms) of the hot and cold partition of every table at every grid split,
@@ -193,42 +195,85 @@ class LightGBMCostModel:
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / MODEL_FILE, self.booster_.model_to_string())
-        meta = {"format": FORMAT, "version": 1, "params": self.get_params(),
+        meta = {"format": FORMAT, "kind": self.kind, "version": 1,
+                "model_sha256": file_digest(out / MODEL_FILE), "communication": "analytical",
+                "machine": self.machine, "params": self.get_params(),
                 "feature_names": list(FEATURE_NAMES), "tiers": self.tiers_,
                 "lightgbm_version": lightgbm.__version__, "info": self.info_}
         atomic_write_text(out / META_FILE, json.dumps(meta, indent=2) + "\n")
         return out
 
     @classmethod
-    def load(cls, directory: str | Path) -> LightGBMCostModel:
-        """Reads a model written by :meth:`save`.
+    def load(cls, directory: str | Path, communication: CostModel | None = None
+             ) -> LightGBMCostModel:
+        """Reads and verifies a model written by :meth:`save`.
+
+        Args:
+            communication: Prices communication; None: the analytical model.
 
         Raises:
-            InputError: a file is missing or was written for other features.
+            InputError: a file is missing, damaged, edited (digest), or written for other
+                features.
         """
-        import lightgbm
-
         src = Path(directory)
-        for name in (MODEL_FILE, META_FILE):
-            if not (src / name).is_file():
-                raise InputError("cost-model file missing", source=str(src), field=name,
-                                 value=None)
-        try:
-            meta = json.loads((src / META_FILE).read_text())
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON ({exc.msg})", source=str(src / META_FILE)) from exc
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise InputError("not a LightGBM cost model", source=str(src / META_FILE),
-                             field="format", value=meta.get("format") if isinstance(
-                                 meta, dict) else None)
-        if meta.get("feature_names") != list(FEATURE_NAMES):
-            raise InputError("model was trained on other features", source=str(src / META_FILE),
-                             field="feature_names", value=meta.get("feature_names"))
-        model = cls(**meta["params"])
-        model.booster_ = lightgbm.Booster(model_file=str(src / MODEL_FILE))
+        meta = read_metadata(src, FORMAT)
+        model = cls(**meta["params"], communication=communication)
+        model.booster_ = load_booster(src, meta)
         model.tiers_ = list(meta["tiers"])
         model.info_ = dict(meta.get("info", {}))
+        model.machine = meta.get("machine")
+        model.source_ = str(src)
         return model
+
+
+def read_metadata(src: Path, fmt: str, feature_names: tuple[str, ...] = FEATURE_NAMES
+                  ) -> dict[str, Any]:
+    """A model folder's metadata, checked to be of format ``fmt`` with this package's features.
+
+    Raises:
+        InputError: missing files, invalid JSON, another format or feature list.
+    """
+    for name in (MODEL_FILE, META_FILE):
+        if not (src / name).is_file():
+            raise InputError("cost-model file missing", source=str(src), field=name,
+                             value=None)
+    try:
+        meta = json.loads((src / META_FILE).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid JSON ({exc})", source=str(src / META_FILE)) from exc
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        raise InputError(f"not a {fmt}", source=str(src / META_FILE), field="format",
+                         value=meta.get("format") if isinstance(meta, dict) else None)
+    if meta.get("feature_names", list(feature_names)) != list(feature_names):
+        raise InputError("model was trained on other features", source=str(src / META_FILE),
+                         field="feature_names", value=meta.get("feature_names"))
+    return meta
+
+
+def load_booster(src: Path, meta: dict[str, Any],
+                 feature_names: tuple[str, ...] = FEATURE_NAMES, file: str = MODEL_FILE) -> Any:
+    """LightGBM's booster from ``src/file`` after its digest (``meta["model_sha256"]``) and
+    structure are checked."""
+    import lightgbm
+
+    path = src / file
+    if not path.is_file():
+        raise InputError("cost-model file missing", source=str(src), field=file)
+    verify_digest(path, meta.get("model_sha256"), str(src / META_FILE))
+    text = checked_model_text(path, feature_names)
+    try:
+        return lightgbm.Booster(model_str=text)
+    except lightgbm.basic.LightGBMError as exc:
+        raise InputError(f"LightGBM cannot read the model ({exc})", source=str(path)) from exc
+
+
+def finite_or_error(ms: np.ndarray, source: str) -> np.ndarray:
+    """``ms`` when every value is finite and >= 0, else an InputError naming the model."""
+    if ms.size and not np.all(np.isfinite(ms) & (ms >= 0)):
+        bad = ms[~(np.isfinite(ms) & (ms >= 0))][0]
+        raise InputError("cost model predicts a latency that is not a finite number >= 0",
+                         source=source, field="prediction", value=float(bad))
+    return ms
 
 
 def _check_xy(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -246,6 +291,28 @@ def _check_xy(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _target(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """log(latency per work byte): what the trees learn."""
     return np.log(y) - X[:, WORK_COLUMN] * _LN2
+
+
+def price_from_grid(task: ShardingTask, t: np.ndarray, d: np.ndarray, k: np.ndarray,
+                    hot: np.ndarray, cold: np.ndarray, cold_scale: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(HBM ms, host ms) of table ``t[i]`` on device ``d[i]`` with ``k[i]`` hot rows, from the
+    costs of every table's hot and cold partition at every grid split ([T, len(GRID)] each; the
+    cold one scaled by ``cold_scale[d]``): the cheapest split with at most k hot rows,
+    interpolated between grid points, so more HBM rows never cost more."""
+    scales, s_idx = np.unique(cold_scale, return_inverse=True)
+    pairs, inverse = np.unique(t * scales.size + s_idx[d], return_inverse=True)
+    pt, ps = pairs // scales.size, scales[pairs % scales.size]
+    hbm_env, uvm_env = _envelope(hot[pt], cold[pt] * ps[:, None])
+    frac = np.clip(k / task.table_arrays.rows[t], 0.0, 1.0)
+    j = np.clip(np.searchsorted(GRID, frac, side="right") - 1, 0, GRID.size - 2)
+    w = (frac - GRID[j]) / (GRID[j + 1] - GRID[j])
+    q = inverse.reshape(t.shape)
+
+    def interp(env: np.ndarray) -> np.ndarray:
+        return env[q, j] + (env[q, j + 1] - env[q, j]) * w
+
+    return interp(hbm_env), interp(uvm_env)
 
 
 def _envelope(hot: np.ndarray, cold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -4,11 +4,11 @@ import."""
 from gymnasium.envs.registration import register, registry
 
 from envs.placement import PlacementEnv
-from envs.sampler import TaskSampler, default_pools
+from envs.sampler import TaskSampler
 
 ENV_ID = "autoshard/Placement-v0"
 
 if ENV_ID not in registry:
     register(id=ENV_ID, entry_point="envs.placement:PlacementEnv")
 
-__all__ = ["ENV_ID", "PlacementEnv", "TaskSampler", "default_pools"]
+__all__ = ["ENV_ID", "PlacementEnv", "TaskSampler"]

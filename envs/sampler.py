@@ -1,58 +1,79 @@
-"""Draws the sharding tasks an environment episode plays: tables from a pool, a device count,
-capacities, batch size and mode."""
+"""Draws the sharding tasks an environment episode plays: tables, a cluster, its HBM, a batch
+size and a mode, domain-randomised over the ranges real models span."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from autoshard.errors import InputError
-from autoshard.hardware import load_hardware
+from autoshard.hardware import HardwareProfile, load_hardware
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
-from autoshard.workloads import default_pools
+from autoshard.workloads import with_hbm_fraction
+from envs.families import family_pool
+
+#: Device counts drawn (uniformly, so log-uniformly over 2-128).
+DEVICE_COUNTS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+#: Devices per node drawn for a cluster (so 1 to 16 nodes for up to 128 devices).
+PER_NODE = (2, 4, 8)
+#: How a task picks its tables from the pool: any, a few dominant tables among many small ones,
+#: profiled tables only, one-hot features only.
+STYLES = ("mixed", "dominant", "profiled", "one_hot")
+#: Share of the cluster's host memory a task's tables may fill (the rest is headroom).
+HOST_HEADROOM = 0.6
 
 
 @dataclass(frozen=True)
 class TaskSampler:
-    """A distribution of capacity-constrained sharding tasks.
+    """A distribution of sharding tasks.
 
-    Each task draws ``tables`` (uniform in the inclusive range) distinct tables from ``pool``, a
-    device count from ``devices``, and gives every device HBM for ``hbm_fraction`` (uniform in
-    the range) of the tables' bytes divided by the device count, as
-    :func:`autoshard.workloads.constrained_task` does; host memory keeps the profile's capacity.
+    Each task picks a style (:data:`STYLES`), draws a table count log-uniformly in ``tables``
+    and that many distinct tables of ``pool`` in that style, a device count from ``devices``
+    (those within the environment's slots), devices per node from :data:`PER_NODE`, a
+    log-uniform share of the tables' bytes for the cluster's HBM in ``hbm_fraction``
+    (:func:`autoshard.workloads.with_hbm_fraction`), a batch size and a mode. Host memory keeps
+    the profile's capacity; the largest tables are dropped while the rest would fill more than
+    :data:`HOST_HEADROOM` of it.
 
     Args:
-        pool: Tables to draw from (default: the train half of :func:`default_pools`).
+        pool: Tables to draw from (default: the ``family`` pool of :mod:`envs.families`).
+        family: ``train``, ``validation`` or ``test`` (used when ``pool`` is not given).
         tables: (min, max) tables per task.
         devices: Device counts to draw from.
         hbm_fraction: (min, max) share of the task's bytes the cluster's HBM holds.
         hardware: Bundled profile name or YAML file of the device kind.
         batch_sizes: Global batch sizes to draw from.
         modes: Workload modes to draw from (``train``, ``infer``).
+        styles: Table-picking styles to draw from.
     """
 
-    pool: tuple[Table, ...] = field(default_factory=lambda: default_pools()[0])
-    tables: tuple[int, int] = (20, 120)
-    devices: tuple[int, ...] = (2, 4, 8)
-    hbm_fraction: tuple[float, float] = (0.3, 0.7)
+    pool: tuple[Table, ...] | None = None
+    family: str = "train"
+    tables: tuple[int, int] = (4, 1000)
+    devices: tuple[int, ...] = DEVICE_COUNTS
+    hbm_fraction: tuple[float, float] = (0.05, 3.0)
     hardware: str = "8xH100-80GB"
-    batch_sizes: tuple[int, ...] = (65536,)
-    modes: tuple[str, ...] = ("train",)
+    batch_sizes: tuple[int, ...] = (4096, 16384, 65536, 262144)
+    modes: tuple[str, ...] = ("train", "infer")
+    styles: tuple[str, ...] = STYLES
 
     def __post_init__(self) -> None:
         lo, hi = self.tables
-        if not 1 <= lo <= hi <= len(self.pool):
-            raise InputError(f"need 1 <= min <= max <= pool size {len(self.pool)}",
-                             field="tables", value=self.tables)
+        if not 1 <= lo <= hi:
+            raise InputError("need 1 <= min <= max", field="tables", value=self.tables)
         if not self.devices or min(self.devices) < 1:
             raise InputError("device counts must be >= 1", field="devices", value=self.devices)
         if not 0 < self.hbm_fraction[0] <= self.hbm_fraction[1]:
             raise InputError("need 0 < min <= max", field="hbm_fraction",
                              value=self.hbm_fraction)
+        unknown = set(self.styles) - set(STYLES)
+        if not self.styles or unknown:
+            raise InputError(f"styles must be among {', '.join(STYLES)}", field="styles",
+                             value=self.styles)
         for mode in self.modes:
             Workload(mode=mode)
 
@@ -61,33 +82,84 @@ class TaskSampler:
         return max(self.devices)
 
     @cached_property
+    def tables_pool(self) -> tuple[Table, ...]:
+        return self.pool if self.pool is not None else family_pool(self.family)
+
+    @cached_property
+    def _groups(self) -> dict[str, np.ndarray]:
+        """Pool indices of each style's candidates, and of the largest and smallest tables."""
+        t = self.tables_pool
+        size = np.array([x.rows * x.memory_bytes_per_row(True) for x in t], dtype=np.float64)
+        order = np.argsort(size)
+        n = len(t)
+        groups = {"mixed": np.arange(n),
+                  "profiled": np.array([i for i, x in enumerate(t) if x.access_cdf is not None
+                                        and x.reuse_hist is not None], dtype=np.int64),
+                  "one_hot": np.array([i for i, x in enumerate(t) if x.pooling_factor <= 1.0],
+                                      dtype=np.int64),
+                  "large": order[-max(n // 20, 1):], "small": order[:max(n * 6 // 10, 1)]}
+        return {k: (v if v.size else groups["mixed"]) for k, v in groups.items()}
+
+    @cached_property
     def _pools(self) -> dict[tuple[int, str], ShardingTask]:
         """One whole-pool task per workload, whose per-table arrays every draw slices."""
         profile = load_hardware(self.hardware)
-        return {(b, m): ShardingTask(self.pool, profile, Workload(b, m))
+        return {(b, m): ShardingTask(self.tables_pool, profile, Workload(b, m))
                 for b in self.batch_sizes for m in self.modes}
 
-    def sample(self, rng: np.random.Generator) -> ShardingTask:
-        """One task, every choice drawn from ``rng``."""
-        count = int(rng.integers(self.tables[0], self.tables[1] + 1))
-        idx = np.sort(rng.choice(len(self.pool), size=count, replace=False))
-        devices = int(rng.choice(self.devices))
-        fraction = float(rng.uniform(*self.hbm_fraction))
+    def sample(self, rng: np.random.Generator, max_devices: int | None = None) -> ShardingTask:
+        """One task, every choice drawn from ``rng``; at most ``max_devices`` devices."""
+        choices = [d for d in self.devices if max_devices is None or d <= max_devices]
+        if not choices:
+            raise InputError(f"no device count <= {max_devices}", field="devices",
+                             value=self.devices)
+        lo, hi = self.tables
+        count = int(np.exp(rng.uniform(np.log(lo), np.log(hi + 1))))
+        style = str(rng.choice(self.styles))
+        idx = self._pick(rng, style, min(max(count, lo), hi))
+        devices = int(rng.choice(choices))
+        per_node = int(rng.choice(PER_NODE))
+        fraction = float(np.exp(rng.uniform(*np.log(self.hbm_fraction))))
         batch = int(rng.choice(self.batch_sizes))
         mode = str(rng.choice(self.modes))
-        return self.build(idx, devices, fraction, batch, mode)
+        return self.build(idx, devices, fraction, batch, mode, per_node)
+
+    def _pick(self, rng: np.random.Generator, style: str, count: int) -> np.ndarray:
+        """``count`` distinct pool indices in ``style`` (fewer if the style has fewer)."""
+        g = self._groups
+        if style == "dominant":
+            few = min(int(rng.integers(1, 5)), count, g["large"].size)
+            big = rng.choice(g["large"], size=few, replace=False)
+            small = g["small"][~np.isin(g["small"], big)]
+            rest = rng.choice(small, size=min(count - few, small.size), replace=False)
+            return np.sort(np.concatenate([big, rest]))
+        group = g[style]
+        return np.sort(rng.choice(group, size=min(count, group.size), replace=False))
 
     def build(self, idx: Sequence[int] | np.ndarray, devices: int, hbm_fraction: float,
-              batch_size: int | None = None, mode: str | None = None) -> ShardingTask:
+              batch_size: int | None = None, mode: str | None = None,
+              per_node: int | None = None) -> ShardingTask:
         """The task of pool tables ``idx`` on ``devices`` devices with ``hbm_fraction``."""
         key = (batch_size or self.batch_sizes[0], mode or self.modes[0])
         if key not in self._pools:
-            profile = load_hardware(self.hardware)
-            self._pools[key] = ShardingTask(self.pool, profile, Workload(*key))
+            self._pools[key] = ShardingTask(self.tables_pool, load_hardware(self.hardware),
+                                            Workload(*key))
         pool = self._pools[key]
-        idx = np.asarray(idx, dtype=np.int64)
+        profile = _cluster(pool.hardware, devices, per_node)
+        chosen = np.asarray(idx, dtype=np.int64)
         a = pool.table_arrays
-        need = float((a.rows[idx] * a.memory_bytes_per_row[idx]).sum())
-        profile = pool.hardware.with_devices(devices).with_hbm_bytes(
-            int(hbm_fraction * need / devices))
-        return pool.subset(idx, profile)
+        size = a.rows[chosen] * a.memory_bytes_per_row[chosen]
+        host = float(profile.devices[0].host.capacity_bytes) * devices * HOST_HEADROOM
+        while chosen.size > 1 and size.sum() > host:  # drop the largest tables until they fit
+            keep = np.arange(chosen.size) != np.argmax(size)
+            chosen, size = chosen[keep], size[keep]
+        profile = with_hbm_fraction(profile, float(size.sum()), hbm_fraction)
+        return pool.subset(chosen, profile)
+
+
+def _cluster(profile: HardwareProfile, devices: int, per_node: int | None) -> HardwareProfile:
+    """``devices`` devices of ``profile``'s kind, ``per_node`` to a node (default: the
+    profile's)."""
+    if per_node is not None:
+        profile = replace(profile, devices_per_node=per_node)
+    return profile.with_devices(devices)

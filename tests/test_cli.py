@@ -135,6 +135,7 @@ def test_evaluate_bad_plan(tmp_path: Path, tables_file: Path,
         {"table": n, "device": 9, "hbm_rows": 0} for n in ("a", "b", "c")]}))
     code, _, err = run(["evaluate", wrong, "-t", str(tables_file), "--devices", "2"], capsys)
     assert code == 2 and "device 9 of 2" in err
+    assert f"{wrong}, field 'placements[0].device', value 9" in err
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -150,3 +151,20 @@ def test_python_m_help() -> None:
     assert done.returncode == 0
     assert "plan" in done.stdout and "evaluate" in done.stdout
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["evaluate", "export"])
+def test_bad_split_plan_exits_2_and_writes_nothing(tmp_path: Path, tables_file: Path,
+                                                   command: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema_version": 2, "kind": "plan", "placements": [
+        {"table": "a", "sharding": "column_wise", "shards": [
+            {"device": 0, "rows": [0, 1000], "cols": [0, 8], "hbm_rows": 0},
+            {"device": 1, "rows": [0, 1000], "cols": [8, 8], "hbm_rows": 0}]},
+        {"table": "b", "device": 0, "hbm_rows": 0}, {"table": "c", "device": 1, "hbm_rows": 0}]}))
+    out = tmp_path / "out.json"
+    args = [command, str(plan), "-t", str(tables_file), "-H", "2xH100-80GB"]
+    code, _, err = run([*args, "-o", str(out)] if command == "export" else args, capsys)
+    assert code == 2 and "placements[0].shards[1].cols" in err and "[8, 8]" in err
+    assert not out.exists()

@@ -192,9 +192,17 @@ def test_cli_fit_eval_compare(tmp_path: Path) -> None:
     data = tmp_path / "d.csv"
     write_csv(data, 150, seed=1)
     main(["cost-model", "fit", str(data), "-o", str(tmp_path / "m"), "--n-estimators", "100"])
-    main(["cost-model", "eval", str(tmp_path / "m"), str(data)])
-    doc = json.loads((tmp_path / "m" / "eval.json").read_text())
+    before = sorted(p.name for p in (tmp_path / "m").iterdir())
+    main(["cost-model", "eval", str(tmp_path / "m"), str(data), "-o",
+          str(tmp_path / "report" / "eval.json")])
+    doc = json.loads((tmp_path / "report" / "eval.json").read_text())
     assert doc["all"]["samples"] == 300 and doc["all"]["mape"] < 0.1
+    main(["cost-model", "eval", str(tmp_path / "m"), str(data)])  # prints only
+    with pytest.raises(SystemExit) as exc:  # never into the model folder
+        main(["cost-model", "eval", str(tmp_path / "m"), str(data), "-o",
+              str(tmp_path / "m" / "eval.json")])
+    assert exc.value.code == 2
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == before
     out = tmp_path / "cmp"
     main(["cost-model", "compare", str(data), "-o", str(out), "--mlp-epochs", "5",
           "--n-estimators", "50"])

@@ -14,18 +14,20 @@ from autoshard.cost import Pricing
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.plan import check_plan
+from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS, bucket_rows
+from autoshard.sharders.ppo_features import ObsLayout
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 from envs import ENV_ID, PlacementEnv, TaskSampler
-from envs.buckets import MULTIPLIERS, N_BUCKETS, bucket_rows
-from envs.observation import ObsLayout
+from envs.placement import ILLEGAL_PENALTY
 
 POOL = dlrm_tables(60, seed=3)
 
 
 def constrained(devices: tuple[int, ...] = (2, 3, 5), max_devices: int | None = 8,
                 **kw: object) -> PlacementEnv:
-    sampler = TaskSampler(pool=POOL, tables=(8, 20), devices=devices, hbm_fraction=(0.3, 0.6))
+    sampler = TaskSampler(pool=POOL, tables=(8, 20), devices=devices, hbm_fraction=(0.3, 0.6),
+                          batch_sizes=(65536,), modes=("train",))
     return PlacementEnv(sampler, max_devices=max_devices, **kw)  # type: ignore[arg-type]
 
 
@@ -44,17 +46,40 @@ def play(env: PlacementEnv, rng: np.random.Generator, seed: int | None = None,
     return seen, rewards, info
 
 
-def test_checkers_pass_with_no_warnings() -> None:
+def test_registered_default_env_passes_both_checkers_with_no_warnings() -> None:
     from gymnasium.utils.env_checker import check_env as gym_check
     from stable_baselines3.common.env_checker import check_env as sb3_check
 
-    # The checkers step with unmasked random actions, so every action must be legal: devices fill
-    # every slot and each one's HBM holds all tables.
-    sampler = TaskSampler(pool=POOL, tables=(4, 6), devices=(3,), hbm_fraction=(4.0, 4.0))
+    # As a user makes it: the default, domain-randomised sampler, where most unmasked actions
+    # the checkers sample do not fit.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        gym_check(gym.make(ENV_ID, sampler=sampler).unwrapped)
-        sb3_check(gym.make(ENV_ID, sampler=sampler).unwrapped, warn=True)
+        gym_check(gym.make(ENV_ID).unwrapped)
+        sb3_check(gym.make(ENV_ID).unwrapped, warn=True)
+
+
+def test_unmasked_random_actions_finish_the_episode_with_flags_and_penalties() -> None:
+    env = gym.make(ENV_ID).unwrapped
+    rng = np.random.default_rng(0)
+    illegal_seen = 0
+    for seed in range(4):
+        _, info = env.reset(seed=seed)
+        mask, total, done, penalties = info["action_mask"], 0.0, False, 0
+        while not done:
+            action = int(rng.integers(env.action_space.n))
+            _, reward, done, _, info = env.step(action)
+            assert info["illegal_action"] == (not mask[action])
+            assert mask[info["action"]]  # what was played was allowed
+            assert info["action"] == action or info["illegal_action"]
+            penalties += info["illegal_action"]
+            total += reward
+            mask = info["action_mask"]
+            assert np.array_equal(mask, env.action_masks())
+        illegal_seen += penalties
+        check_plan(info["plan"], env.task)  # a valid plan within every capacity
+        assert total == pytest.approx(-info["cost_ratio"] - ILLEGAL_PENALTY * penalties,
+                                      rel=1e-9)
+    assert illegal_seen > 0
 
 
 def test_registered_id_makes_the_env() -> None:
@@ -120,23 +145,38 @@ def test_variable_device_counts_share_one_spec() -> None:
     assert seen == {2, 5, 8}
 
 
-def test_illegal_actions_raise_with_expected_and_actual() -> None:
+def test_actions_outside_the_space_raise_with_expected_and_actual() -> None:
     env = constrained(devices=(2,), max_devices=4)
     env.reset(seed=0)
-    k = N_BUCKETS
-    with pytest.raises(ValueError, match=r"the task has 2 devices; expected one of"):
-        env.step(2 * k)
-    with pytest.raises(ValueError, match=r"outside \[0, 36\)"):
+    with pytest.raises(ValueError, match=r"outside \[0, 36\); expected one of"):
         env.step(36)
 
 
-def test_action_that_does_not_fit_names_the_bytes() -> None:
+def test_illegal_action_goes_to_the_nearest_allowed_bucket_of_its_device() -> None:
     env = constrained(devices=(2,), max_devices=2)
     env.reset(seed=1)
-    masked = np.flatnonzero(~env.action_masks())
-    assert masked.size, "the costliest table of a constrained task cannot go whole everywhere"
-    with pytest.raises(ValueError, match=r"does not fit: needs .* GiB HBM .* free.*expected one"):
-        env.step(masked[0])
+    mask = env.action_masks().reshape(2, N_BUCKETS)
+    device = int(np.flatnonzero((~mask).any(axis=1) & mask.any(axis=1))[0])
+    bucket = int(np.flatnonzero(~mask[device])[0])
+    allowed = np.flatnonzero(mask[device])
+    nearest = int(allowed[np.argmin(np.abs(allowed - bucket))])
+    _, _, _, _, info = env.step(device * N_BUCKETS + bucket)
+    assert info["illegal_action"] and info["action"] == device * N_BUCKETS + nearest
+
+
+def test_illegal_action_on_an_absent_device_plays_the_cheapest_increase() -> None:
+    env = constrained(devices=(2,), max_devices=4)
+    env.reset(seed=0)
+    episode = env.episode
+    assert episode is not None
+    layout = env.layout
+    options = episode.obs[layout.head:].reshape(4, layout.device_block)[
+        :2, 1 + len(layout.device):].reshape(-1, len(layout.option))
+    legal = np.flatnonzero(env.action_masks())
+    increase = options[legal, layout.option["increase"]]
+    _, _, _, _, info = env.step(3 * N_BUCKETS)  # device 3 of a 2-device task
+    assert info["illegal_action"]
+    assert options[info["action"], layout.option["increase"]] == increase.min()
 
 
 def test_all_rows_bucket_is_there_and_buckets_grow() -> None:

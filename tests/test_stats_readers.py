@@ -193,3 +193,27 @@ def test_empty_columnar(tmp_path: Path) -> None:
     path.write_text("a,b\n")
     with pytest.raises(InputError, match="no data rows"):
         profile_columnar(path)
+
+
+@pytest.mark.parametrize(("lengths", "what"), [([[], []], "no samples"),
+                                                ([[0, 0], [0, 0]], "no lookups")])
+def test_dlrm_trace_without_lookups_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                lengths: list[list[int]], what: str) -> None:
+    from cli_helpers import run_cli
+
+    from autoshard.tables import Table, save_tables
+
+    path = tmp_path / "trace.pt"
+    data = (torch.zeros(0, dtype=torch.int64), torch.zeros(len(lengths) * len(lengths[0]) + 1,
+            dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64).reshape(2, -1))
+    torch.save(data, path)
+    with pytest.raises(InputError, match=what) as err:
+        profile_trace_file(path, [5, 3])
+    assert err.value.source == str(path)
+    given = tmp_path / "given.json"
+    save_tables(given, [Table("a", 5, 4, pooling_factor=7.0), Table("b", 3, 4)])
+    out = tmp_path / "measured.json"
+    code, _, stderr = run_cli(["profile", str(path), "--table-file", str(given), "-o", str(out)],
+                              capsys)
+    assert code == 2 and str(path) in stderr and what in stderr, stderr
+    assert not out.exists()

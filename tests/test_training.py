@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +14,11 @@ import torch
 
 from autoshard.cli import main
 from autoshard.errors import InputError
+from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS
+from autoshard.sharders.ppo_features import ObsLayout
+from autoshard.sharders.ppo_policy import PADDED, PlacementNet, load_policy, save_policy
 from envs import PlacementEnv, TaskSampler
-from envs.buckets import MULTIPLIERS, N_BUCKETS
-from envs.observation import ObsLayout
 from training.config import TrainConfig
-from training.policy import PADDED, PlacementNet, load_policy, save_policy
 from training.tracking import offline_history
 from training.train import train
 
@@ -151,14 +152,74 @@ def test_cli_train_smoke(tmp_path: Path) -> None:
     main(["train", "--timesteps", "128", "--n-steps", "64", "--batch-size", "64",
           "--out", str(tmp_path / "run"), "--wandb-mode", "disabled", "--eval-every", "64",
           "--train-tables", "4", "8", "--eval-tables", "8", "--eval-devices", "2",
-          "--export", str(tmp_path / "export")])
-    for name in ("policy/weights.pt", "policy/config.json", "training_curve.png",
-                 "train_history.json", "train_eval.csv"):
+          "--export", str(tmp_path / "export"), "--export-policy", str(tmp_path / "policy")])
+    for name in ("training_curve.png", "train_history.json", "train_eval.csv"):
         assert (tmp_path / "export" / name).is_file(), name
-    net, multipliers, doc = load_policy(tmp_path / "export" / "policy")
+    net, multipliers, doc = load_policy(tmp_path / "policy")
     assert doc["trained"]["steps"] in (64, 128) and multipliers == MULTIPLIERS
     assert net(torch.from_numpy(observation(2, 2))[None])[0].shape == (1, 2 * N_BUCKETS)
     with pytest.raises(SystemExit) as exc:
         main(["train", "--timesteps", "128", "--out", str(tmp_path / "run"),
               "--wandb-mode", "disabled"])
     assert exc.value.code == 2
+
+
+class Marker:
+    """Unpickling this creates a file: proof that a checkpoint executed code."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.path,))
+
+
+def test_resume_never_unpickles_a_crafted_checkpoint(tmp_path: Path) -> None:
+    from training.checkpoint import WEIGHTS, sha256
+
+    cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", **TINY)  # type: ignore[arg-type]
+    train(cfg)
+    ckpt = tmp_path / "run" / "checkpoints"
+    assert not list(ckpt.glob("*.zip"))  # no SB3 pickle zip is written
+    marker = tmp_path / "executed"
+    # A pickle zip named like SB3's checkpoint is never read.
+    with zipfile.ZipFile(ckpt / "last.zip", "w") as zf:
+        zf.writestr("data", pickle.dumps(Marker(marker)))
+        zf.writestr("policy.pth", pickle.dumps(Marker(marker)))
+    longer = TrainConfig(**{**cfg.to_dict(), "timesteps": 384})
+    assert train(longer, resume=True).steps == 384
+    assert not marker.exists()
+    # A tensor file swapped for a pickle payload is refused, before and after fixing the digest.
+    torch.save({"policy": Marker(marker)}, ckpt / WEIGHTS)
+    with pytest.raises(InputError, match="digest"):
+        train(TrainConfig(**{**cfg.to_dict(), "timesteps": 512}), resume=True)
+    state = json.loads((ckpt / "state.json").read_text())
+    state["sha256"] = sha256(ckpt / WEIGHTS)
+    (ckpt / "state.json").write_text(json.dumps(state))
+    with pytest.raises(InputError, match="not plain tensors"):
+        train(TrainConfig(**{**cfg.to_dict(), "timesteps": 512}), resume=True)
+    assert not marker.exists()
+
+
+def test_cli_exposes_every_config_field_with_its_documented_default(tmp_path: Path) -> None:
+    from dataclasses import fields
+
+    import typer
+
+    from autoshard.cli import app
+    from training.config import field_help
+
+    command = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
+    options = {opt: p for p in command.params for opt in p.opts}
+    for f in fields(TrainConfig):
+        option = options["--" + f.name.replace("_", "-")]
+        assert field_help()[f.name] and field_help()[f.name] in option.help, f.name
+    main(["train", "--timesteps", "64", "--n-steps", "64", "--batch-size", "32",
+          "--learning-rate", "0.001", "--gamma", "0.9", "--hidden", "8", "--no-anneal-lr",
+          "--train-devices", "2", "--train-devices", "3", "--max-devices", "3",
+          "--train-tables", "4", "6", "--eval-tables", "6", "--eval-devices", "2",
+          "--eval-repeats", "1", "--out", str(tmp_path / "run"), "--wandb-mode", "disabled"])
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["learning_rate"] == 0.001 and saved["gamma"] == 0.9 and saved["hidden"] == 8
+    assert saved["anneal_lr"] is False and saved["train_devices"] == [2, 3]
+    assert saved["n_epochs"] == TrainConfig().n_epochs  # untouched fields keep their default

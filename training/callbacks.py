@@ -3,8 +3,6 @@ checkpoints that a resumed run continues from."""
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,10 +13,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from autoshard.cost import CostModel
 from autoshard.evaluator import evaluate
-from autoshard.fileio import atomic_write_text
+from autoshard.sharders.ppo_policy import save_policy
+from training.checkpoint import save_checkpoint
 from training.config import TrainConfig
 from training.evaluation import EvalTask, plan_task
-from training.policy import save_policy
 from training.sb3_policy import PlacementPolicy
 from training.tracking import Tracker
 
@@ -153,14 +151,5 @@ class CheckpointCallback(BaseCallback):
 
     def save(self) -> None:
         self.state.wall_seconds = self._wall_before + time.perf_counter() - self._start
-        save_checkpoint(self.model, self.folder, self.state, self.extra)
+        save_checkpoint(self.model, self.folder, {**self.state.to_dict(), **self.extra})
 
-
-def save_checkpoint(model: Any, folder: Path, state: RunState, extra: dict[str, Any]) -> None:
-    """Writes ``last.zip`` and ``state.json`` (model first, each atomically)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / "last.tmp.zip"
-    model.save(tmp)
-    os.replace(tmp, folder / "last.zip")
-    doc = {"num_timesteps": int(model.num_timesteps), **state.to_dict(), **extra}
-    atomic_write_text(folder / "state.json", json.dumps(doc, indent=1) + "\n")

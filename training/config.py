@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from autoshard.errors import InputError
+from autoshard.tracking import check_wandb_mode
 
-WANDB_MODES = ("offline", "online", "disabled")
 VEC_ENVS = ("dummy", "subproc")
 
 
@@ -17,19 +19,21 @@ class TrainConfig:
     """Everything a training run depends on; saved with the run and logged to W&B."""
 
     experiment: str = "ppo"  # run name prefix (runs are named experiment-seed-time)
-    seed: int = 0  # seeds Python, NumPy, torch, the environments and the table pool split
+    seed: int = 0  # seeds Python, NumPy, torch and the environments
     timesteps: int = 300_000  # total environment steps (all environments together)
     out: str = "runs/ppo"  # run folder: checkpoints, history, policy, plots, W&B files
-    # -- tasks ---------------------------------------------------------------------------------
-    pool_seed: int = 0  # seed of the generated 856-table pool and its train/test split
-    train_tables: tuple[int, int] = (20, 100)  # tables per training task (min, max)
-    train_devices: tuple[int, ...] = (2, 3, 4, 6, 8, 12)  # device counts of training tasks
-    hbm_fraction: tuple[float, float] = (0.3, 0.7)  # share of a task's bytes its HBM holds
-    max_devices: int = 12  # device slots of the training environment
-    eval_tables: tuple[int, ...] = (50, 100)  # tables per evaluation task (test pool only)
-    eval_devices: tuple[int, ...] = (4, 8, 16)  # device counts of evaluation tasks (16 unseen)
-    eval_hbm_fraction: float = 0.5  # HBM share of evaluation tasks
-    eval_repeats: int = 1  # evaluation tasks per (tables, devices) pair
+    # -- tasks (training draws the "train" family, selection the "validation" one) -----------
+    train_tables: tuple[int, int] = (4, 1000)  # tables per training task (min, max; log-uniform)
+    train_devices: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 16, 24, 32)  # device counts drawn
+    hbm_fraction: tuple[float, float] = (0.05, 3.0)  # share of a task's bytes its HBM holds
+    batch_sizes: tuple[int, ...] = (4096, 16384, 65536, 262144)  # global batch sizes drawn
+    modes: tuple[str, ...] = ("train", "infer")  # workload modes drawn
+    max_devices: int = 32  # device slots of the training environment
+    eval_tables: tuple[int, ...] = (50, 200)  # tables per evaluation task (validation family)
+    eval_devices: tuple[int, ...] = (4, 16, 64)  # device counts of evaluation tasks (64 unseen)
+    eval_hbm_fraction: float = 0.3  # HBM share of evaluation tasks
+    eval_repeats: int = 2  # evaluation tasks per (tables, devices) pair
+    eval_styles: tuple[str, ...] = ("mixed", "profiled")  # table styles of evaluation tasks
     cost_model: str = "analytical"  # 'analytical' or a learned cost model folder
     # -- PPO -----------------------------------------------------------------------------------
     n_envs: int = 2  # parallel environments (one per core)
@@ -45,6 +49,7 @@ class TrainConfig:
     ent_coef: float = 0.01  # entropy bonus
     vf_coef: float = 0.5  # value loss weight
     hidden: int = 64  # width of the policy network's hidden layers
+    init_policy: str = ""  # policy folder whose weights a new run starts from ('': random)
     torch_threads: int = 1  # torch intra-op threads of the learner
     # -- evaluation, checkpoints, early stop ---------------------------------------------------
     eval_every: int = 20_000  # steps between evaluations on the held-out tasks
@@ -55,9 +60,7 @@ class TrainConfig:
     wandb_project: str = "autoshard"  # W&B project name
 
     def __post_init__(self) -> None:
-        if self.wandb_mode not in WANDB_MODES:
-            raise InputError(f"must be one of {', '.join(WANDB_MODES)}", field="wandb_mode",
-                             value=self.wandb_mode)
+        check_wandb_mode(self.wandb_mode)
         if self.vec_env not in VEC_ENVS:
             raise InputError(f"must be one of {', '.join(VEC_ENVS)}", field="vec_env",
                              value=self.vec_env)
@@ -88,10 +91,9 @@ class TrainConfig:
         return cls(**values)
 
 
-def default_field(name: str) -> Any:
-    """The default value of a :class:`TrainConfig` field."""
-    for f in fields(TrainConfig):
-        if f.name == name:
-            return f.default
-    raise KeyError(name)
 
+def field_help() -> dict[str, str]:
+    """Each field's one-line documentation: the comment on its line of :class:`TrainConfig`."""
+    source = inspect.getsource(TrainConfig)
+    found = dict(re.findall(r"^    (\w+): [^=]+=.*?  # (.+)$", source, flags=re.M))
+    return {f.name: found.get(f.name, "") for f in fields(TrainConfig)}

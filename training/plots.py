@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from training.evaluation import Result
+from autoshard.compare import CompareRow
 
 
 def _pyplot() -> Any:
@@ -48,7 +48,7 @@ def training_curve(history: list[dict[str, Any]], path: Path, title: str = "") -
     return path
 
 
-def comparison(results: list[Result], path: Path, title: str = "") -> Path:
+def comparison(results: list[CompareRow], path: Path, title: str = "") -> Path:
     """Mean cost ratio per sharder for every (tables, devices) group, log scale."""
     plt = _pyplot()
     groups = sorted({(r.tables, r.devices) for r in results})
@@ -56,7 +56,7 @@ def comparison(results: list[Result], path: Path, title: str = "") -> Path:
     values: dict[tuple[str, tuple[int, int]], list[float]] = defaultdict(list)
     for r in results:
         values[r.sharder, (r.tables, r.devices)].append(
-            r.cost_ratio if r.cost_ratio is not None else np.nan)
+            r.cost_ratio if r.status == "ok" else np.nan)
     fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(groups) + 3), 4))
     width = 0.8 / max(len(sharders), 1)
     x = np.arange(len(groups))

@@ -7,8 +7,6 @@ callbacks, then the final comparison against the greedy sharders.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import random
 import shutil
@@ -23,23 +21,19 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from autoshard.compare import COLUMNS, CompareRow
 from autoshard.cost import load_cost_model
 from autoshard.errors import InputError
-from autoshard.fileio import atomic_write_text
+from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
-from envs import ENV_ID, TaskSampler, default_pools
-from envs.buckets import MULTIPLIERS, N_BUCKETS
-from training.callbacks import (
-    CheckpointCallback,
-    CurveCallback,
-    HeldOutEvalCallback,
-    RunState,
-    save_checkpoint,
-)
+from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS
+from autoshard.sharders.ppo_policy import load_policy, save_policy
+from envs import ENV_ID, TaskSampler
+from training.callbacks import CheckpointCallback, CurveCallback, HeldOutEvalCallback, RunState
+from training.checkpoint import load_checkpoint, read_state, save_checkpoint
 from training.config import TrainConfig
-from training.evaluation import GREEDY, Result, compare, eval_tasks, plan_task, run_sharder
+from training.evaluation import GREEDY, compare, eval_tasks
 from training.plots import comparison, training_curve
-from training.policy import load_policy, save_policy
 from training.tracking import Tracker, training_tracker
 
 #: Fields that may differ between a run and its resumption.
@@ -56,7 +50,7 @@ class TrainResult:
     stopped_early: bool
     best_ratio: float
     policy_dir: Path
-    results: list[Result] = field(default_factory=list)
+    results: list[CompareRow] = field(default_factory=list)
 
 
 def make_env(sampler: TaskSampler, cost_model: str, max_devices: int) -> gym.Env:
@@ -71,37 +65,45 @@ def _run_state(cfg: TrainConfig, resume: bool) -> tuple[RunState, int]:
     """The saved state and step count to resume from, or a fresh state."""
     ckpt = cfg.out_dir / "checkpoints"
     if not resume:
-        if (ckpt / "last.zip").exists():
+        if (ckpt / "state.json").exists():
             raise InputError("the run folder already holds a checkpoint; pass --resume to "
                              "continue it or choose another --out", field="out", value=cfg.out)
         return RunState(), 0
-    if not (ckpt / "last.zip").exists() or not (ckpt / "state.json").exists():
-        raise InputError("nothing to resume: no checkpoint", source=str(ckpt))
+    doc = read_state(ckpt)
     saved = TrainConfig.from_dict(json.loads((cfg.out_dir / "config.json").read_text()),
                                   source=str(cfg.out_dir / "config.json"))
     for name, value in cfg.to_dict().items():
         if name not in RESUMABLE and getattr(saved, name) != value:
             raise InputError(f"differs from the run being resumed ({getattr(saved, name)!r})",
                              field=name, value=value)
-    doc = json.loads((ckpt / "state.json").read_text())
     return RunState.from_dict(doc), int(doc["num_timesteps"])
 
 
 def _build_model(cfg: TrainConfig, vec: Any, resume: bool, seed: int) -> Any:
+    """A new MaskablePPO model; when resuming, its policy, optimizer and counters are restored
+    from the run's tensor checkpoint (never from a pickle)."""
     from sb3_contrib import MaskablePPO
 
     from training.sb3_policy import PlacementPolicy
 
-    if resume:
-        model = MaskablePPO.load(cfg.out_dir / "checkpoints" / "last.zip", env=vec, device="cpu")
-        model.set_random_seed(seed)
-        return model
-    return MaskablePPO(
+    model = MaskablePPO(
         PlacementPolicy, vec, learning_rate=_schedule(cfg), n_steps=cfg.n_steps,
         batch_size=cfg.batch_size, n_epochs=cfg.n_epochs, gamma=cfg.gamma,
         gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range, ent_coef=cfg.ent_coef,
         vf_coef=cfg.vf_coef, policy_kwargs={"buckets": N_BUCKETS, "hidden": cfg.hidden},
         seed=seed, device="cpu", verbose=0)
+    if resume:
+        load_checkpoint(model, cfg.out_dir / "checkpoints")
+    elif cfg.init_policy:
+        net, _, _ = load_policy(cfg.init_policy)
+        policy = model.policy
+        assert isinstance(policy, PlacementPolicy)
+        try:
+            policy.net.load_state_dict(net.state_dict())
+        except RuntimeError as exc:
+            raise InputError(f"does not match the network ({str(exc)[:200]})",
+                             field="init_policy", value=cfg.init_policy) from exc
+    return model
 
 
 def _schedule(cfg: TrainConfig) -> Any:
@@ -119,8 +121,13 @@ def _raise_on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None) -> TrainResult:
-    """Trains (or resumes) a run in ``cfg.out``; see the module docstring."""
+def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
+          export_policy: Path | None = None) -> TrainResult:
+    """Trains (or resumes) a run in ``cfg.out``; see the module docstring.
+
+    ``export`` receives the run's curve, history, evaluation and figures; ``export_policy`` its
+    best policy (``autoshard/data/ppo_policy`` to replace the committed one).
+    """
     from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
@@ -141,19 +148,19 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None) ->
     name = f"{cfg.experiment}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     tracker = training_tracker(cfg, run_dir, name)
     cost_model = load_cost_model(cfg.cost_model)
-    train_pool = default_pools(cfg.pool_seed)[0]
-    sampler = TaskSampler(pool=train_pool, tables=cfg.train_tables, devices=cfg.train_devices,
-                          hbm_fraction=cfg.hbm_fraction)
+    sampler = TaskSampler(family="train", tables=cfg.train_tables, devices=cfg.train_devices,
+                          hbm_fraction=cfg.hbm_fraction, batch_sizes=cfg.batch_sizes,
+                          modes=cfg.modes)
     vec = make_vec_env(partial(make_env, sampler, cfg.cost_model, cfg.max_devices),
                        n_envs=cfg.n_envs, seed=seed,
                        vec_env_cls=SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv)
     tasks = eval_tasks(cfg.eval_tables, cfg.eval_devices, cfg.eval_hbm_fraction,
-                       cfg.eval_repeats, cfg.pool_seed)
-    greedy_results, _ = compare(tasks, cost_model, GREEDY)
+                       cfg.eval_repeats, family="validation", styles=cfg.eval_styles)
+    greedy_results = compare(tasks, cost_model, GREEDY)
     greedy: dict[str, dict[str, float]] = {}
     for r in greedy_results:
         greedy.setdefault(r.task, {})[r.sharder] = (
-            r.cost_ratio if r.cost_ratio is not None else float("inf"))
+            r.cost_ratio if r.status == "ok" else float("inf"))
 
     model = _build_model(cfg, vec, resume, seed)
     policy_dir = run_dir / "policy"
@@ -172,7 +179,7 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None) ->
     finally:
         signal.signal(signal.SIGTERM, previous)
         state.wall_seconds = wall_before + time.perf_counter() - started
-        save_checkpoint(model, run_dir / "checkpoints", state, {"run_name": name})
+        save_checkpoint(model, run_dir / "checkpoints", {**state.to_dict(), "run_name": name})
         vec.close()
     if not (policy_dir / "weights.pt").exists():  # no evaluation ran: keep the last policy
         save_policy(model.policy.net, policy_dir, MULTIPLIERS,
@@ -182,19 +189,17 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None) ->
     result.results = _finish(cfg, result, tasks, greedy_results, cost_model, state, tracker)
     if export is not None:
         export_run(run_dir, export)
+    if export_policy is not None:
+        copy_policy(policy_dir, export_policy)
     return result
 
 
-def _finish(cfg: TrainConfig, result: TrainResult, tasks: list, greedy_results: list[Result],
-            cost_model: Any, state: RunState, tracker: Tracker) -> list[Result]:
-    """Final comparison of the best policy with the greedy sharders; figures and logs."""
-    net, multipliers, _ = load_policy(result.policy_dir)
-    results = []
-    for item in tasks:
-        start = time.perf_counter()
-        plan = plan_task(net, multipliers, item.task, cost_model)
-        results.append(run_sharder("ppo", plan, item, cost_model, time.perf_counter() - start))
-    results += greedy_results
+def _finish(cfg: TrainConfig, result: TrainResult, tasks: list, greedy_results: list[CompareRow],
+            cost_model: Any, state: RunState, tracker: Tracker) -> list[CompareRow]:
+    """Final comparison of the best policy (its own greedy decode) with the greedy sharders;
+    figures and logs."""
+    options = {"policy": result.policy_dir, "samples": 0, "candidates": False}
+    results = compare(tasks, cost_model, ("ppo",), options) + greedy_results
     run_dir = result.run_dir
     atomic_write_text(run_dir / "history.json", json.dumps(state.history, indent=1) + "\n")
     summary = {"steps": result.steps, "wall_seconds": round(result.wall_seconds, 1),
@@ -204,9 +209,9 @@ def _finish(cfg: TrainConfig, result: TrainResult, tasks: list, greedy_results: 
     atomic_write_text(run_dir / "eval.csv", results_csv(results))
     curve = training_curve(state.history, run_dir / "training_curve.png",
                            f"{cfg.experiment}, seed {cfg.seed}: {result.steps:,} steps")
-    plot = comparison(results, run_dir / "comparison.png", "held-out tasks (test tables)")
+    plot = comparison(results, run_dir / "comparison.png", "validation tasks (held-out tables)")
     step = result.steps
-    tracker.table("final/cost_ratio_by_sharder", list(asdict(results[0])),
+    tracker.table("final/cost_ratio_by_sharder", COLUMNS,
                   [list(asdict(r).values()) for r in results], step)
     tracker.image("final/comparison", plot, step)
     tracker.image("final/training_curve", curve, step)
@@ -217,23 +222,25 @@ def _finish(cfg: TrainConfig, result: TrainResult, tasks: list, greedy_results: 
     return results
 
 
-def results_csv(results: list[Result]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(list(Result.__dataclass_fields__))
-    for r in results:
-        writer.writerow(list(asdict(r).values()))
-    return out.getvalue()
+def results_csv(results: list[CompareRow]) -> str:
+    return csv_text((asdict(r) for r in results), COLUMNS)
 
 
 def export_run(run_dir: Path, dest: Path) -> None:
-    """Copies the policy, history, evaluation and figures of a run to ``dest``."""
+    """Copies the history, evaluation and figures of a run to ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
-    if (dest / "policy").exists():
-        shutil.rmtree(dest / "policy")
-    shutil.copytree(run_dir / "policy", dest / "policy")
     for name in ("history.json", "training_curve.png", "comparison.png", "eval.csv",
                  "config.json", "summary.json"):
         if (run_dir / name).exists():
             shutil.copy2(run_dir / name, dest / ("train_" + name if name != "training_curve.png"
                                                  else name))
+
+
+def copy_policy(policy_dir: Path, dest: Path) -> None:
+    """Copies a policy folder's files (``weights.pt``, ``config.json``) into ``dest``."""
+    load_policy(policy_dir)  # refuse to export anything that would not load
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("weights.pt", "config.json"):
+        tmp = dest / (name + ".tmp")
+        shutil.copy2(policy_dir / name, tmp)
+        tmp.replace(dest / name)

@@ -102,6 +102,7 @@ def fit_cmd(
     df, info, _frames = _load_data(data)
     X, y, _ = dataset(df, source=",".join(map(str, data)), stat=stat)
     info["stat"] = stat
+    info["machine"] = measured_machine(info)
     model = LightGBMCostModel(n_estimators=n_estimators, random_state=seed).fit(X, y, info=info)
     model.save(output)
     scores = metrics(model.predict(X), y)
@@ -110,6 +111,28 @@ def fit_cmd(
     console.print(f"fitted on {info['configurations']} configurations ({len(y)} samples); "
                   f"training MAPE {100 * scores['mape']:.2f}%, Spearman "
                   f"{scores['spearman']:.4f}; wrote {output}")
+
+
+def measured_machine(info: dict[str, Any]) -> dict[str, Any]:
+    """The machine that measured the data: this one (recorded in full) when the data name this
+    CPU only, else the CPU name(s) the data give, with no fingerprint."""
+    from autoshard.machine import cpu_model, machine_record
+
+    names = info.get("hardware", [])
+    if names == [cpu_model()] and info.get("device") == ["cpu"]:
+        return machine_record()
+    return {"cpu_model": ", ".join(names) or None, "fingerprint": None}
+
+
+def load_partition_model(model_dir: Path) -> Any:
+    """A learned model that predicts partition latency from features (``predict(X)``)."""
+    from autoshard.cost import load_cost_model
+
+    model = load_cost_model(str(model_dir))
+    if not hasattr(model, "predict_partitions"):
+        raise InputError("not a partition-latency model (LightGBM or calibrated)",
+                         source=str(model_dir), field="kind", value=getattr(model, "kind", None))
+    return model
 
 
 def _log_wandb(output: Path, params: dict[str, object], info: dict[str, object],
@@ -127,29 +150,37 @@ def eval_cmd(
     model_dir: Annotated[Path, typer.Argument(help="Model directory from `cost-model fit`.")],
     data: DataArg,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Metrics JSON (default MODEL_DIR/eval.json).")] = None,
+        "--output", "-o", help="Metrics JSON or YAML to write (default: print only). Never "
+                               "inside the model directory.")] = None,
     stat: Annotated[str | None, typer.Option(
         help="Timing statistic (default: the one the model was fitted on).")] = None,
 ) -> None:
-    """Score a saved model on microbenchmark data: MAPE and Spearman, overall and per mode."""
+    """Score a saved model on microbenchmark data: MAPE and Spearman, overall and per mode.
+
+    The report is printed, and written to ``--output`` when given; the model directory is only
+    read.
+    """
     from autoshard.fileio import write_structured
     from cost_models.evaluate import metrics
     from cost_models.features import FEATURE_NAMES, dataset
-    from cost_models.model import LightGBMCostModel
 
-    model = LightGBMCostModel.load(model_dir)
+    if output is not None:
+        if output.resolve().is_relative_to(model_dir.resolve()):
+            raise InputError("the report must not be written into the model directory",
+                             field="output", value=str(output))
+        check_output_path(output)
+    model = load_partition_model(model_dir)
     stat = stat or str(model.info_.get("stat", "p10"))
     df, info, _frames = _load_data(data)
     X, y, _ = dataset(df, source=",".join(map(str, data)), stat=stat)
-    pred = model.predict(X)
+    pred = model.predict_partitions(X)
     train_col = FEATURE_NAMES.index("train")
     doc = {"model": str(model_dir), **info, "stat": stat, "all": metrics(pred, y)}
     for mode, flag in (("infer", 0), ("train", 1)):
         sel = X[:, train_col] == flag
         doc[mode] = metrics(pred[sel], y[sel])
-    out = output or model_dir / "eval.json"
-    check_output_path(out)
-    write_structured(out, doc)
+    if output is not None:
+        write_structured(output, doc)
     print_json(doc)
 
 
@@ -197,3 +228,33 @@ def compare_cmd(
     for name, m in result["models"].items():
         console.print(f"{name:>10}: MAPE {100 * m['mape']:.2f}%  Spearman {m['spearman']:.4f}")
     console.print(f"wrote {output}/metrics.json, metrics.md, pred_vs_measured.png")
+
+
+@cost_model_app.command("calibrate")
+def calibrate_cmd(
+    model_dir: Annotated[Path, typer.Argument(help="LightGBM model directory to calibrate.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="New model directory.")],
+    budget_s: Annotated[float, typer.Option(help="Seconds of measuring at most.")] = 85.0,
+    size: Annotated[int, typer.Option(help="Configurations in the sample at most.")] = 400,
+    grid: Annotated[str, typer.Option(help="Grid the sample is drawn from.")] = "default",
+    seed: Annotated[int, typer.Option(help="Sample seed.")] = 0,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Measure a stratified sample of the model's grid on this machine and write a model
+    corrected to it (per-operator scale + small residual model); resumes its sample."""
+    import torch
+
+    from cost_models.calibrate import calibrate
+
+    if not budget_s > 0 or size < 10:
+        raise InputError("need budget_s > 0 and size >= 10", field="budget_s/size",
+                         value=[budget_s, size])
+    check_output_path(output / "metadata.json")
+    torch.set_num_threads(1)
+    summary = calibrate(model_dir, output, budget_s=budget_s, size=size, grid=grid, seed=seed,
+                        progress=progress)
+    cv = summary["cross_validated_mape"]
+    tried = ", ".join(f"{k} {100 * v:.1f}%" for k, v in cv.items() if k != "folds")
+    console.print(f"measured {summary['configurations']} configurations in "
+                  f"{summary['measure_seconds']} s; cross-validated MAPE on them: {tried}; "
+                  f"residual: {summary['residual'] or 'none'}; wrote {output}")

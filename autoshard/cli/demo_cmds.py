@@ -10,13 +10,15 @@ import typer
 from rich.table import Table as RichTable
 
 from autoshard.cli import app
-from autoshard.cli.common import console
-from autoshard.compare import CompareRow, FixedTask, read_rows, run_suite
+from autoshard.cli.common import PolicyOpt, console
+from autoshard.compare import CompareRow, FixedTask, model_identity, read_rows, run_suite
 from autoshard.compare_report import markdown_table, summarize, write_plots
 from autoshard.cost import CostModel, load_cost_model
 from autoshard.errors import InputError
 from autoshard.evaluator import CostReport, evaluate
 from autoshard.fileio import atomic_write_text, read_structured
+from autoshard.limits import MAX_BATCH_SIZE, MAX_DEVICES, int_in, number_in
+from autoshard.sharders import sharder_info
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 
@@ -43,14 +45,17 @@ def demo(
              "'none' to skip).")] = "auto",
     time_limit: Annotated[float, typer.Option(help="Time limit per plan (s).")] = 30.0,
     seed: Annotated[int, typer.Option(help="Seed of the workload and randomised sharders.")] = 0,
+    policy: PolicyOpt = None,
 ) -> None:
     """Synthesise a DLRM-like workload, profile it, plan it with every sharder, compare."""
     from autoshard.workloads import constrained_task
 
-    for option, value in (("--tables", tables), ("--devices", devices),
-                          ("--trace-batch", trace_batch), ("--batch-size", batch_size)):
-        if value < 1:
-            raise InputError("must be >= 1", source="command line", field=option, value=value)
+    _check_sizes(tables, devices, trace_batch, batch_size, hbm_fraction)
+    given: dict[str, dict[str, object]] = (
+        {"ppo": {"policy": str(policy)}} if policy is not None else {})
+    reason = sharder_info("ppo", **given.get("ppo", {})).unavailable
+    if policy is not None and reason:
+        raise InputError(reason, source="command line", field="--policy", value=str(policy))
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     measured = _synth_and_profile(out, tables, trace_batch, seed)
@@ -64,7 +69,7 @@ def demo(
     name = f"demo-{tables}x{devices}"
     rows = run_suite("demo", [FixedTask(name, task)], model, out,
                      options={"seed": seed, "time_limit": time_limit}, fresh=True,
-                     save_plans=True,
+                     save_plans=True, given=given, cost_model_id=model_identity(cost_model),
                      on_row=lambda r: console.print(f"   {r.sharder:<20} {r.status}"))
     repriced = _reprice(learned, task, out / "demo.plans" / name) if learned else {}
     _show(rows, repriced)
@@ -74,6 +79,32 @@ def demo(
     atomic_write_text(out / "demo.md", markdown_table(summarize(rows)))
     console.print(f"done in {time.perf_counter() - start:.0f} s; results in {out}/demo.csv, "
                   f"demo.md; plots: " + ", ".join(str(p) for p in plots))
+
+
+#: Table-samples of the demo's trace (tables x trace batch), which is held in memory: about
+#: 16 lookups of 8 bytes each, so the largest trace takes a few GB.
+MAX_TRACE_CELLS = 1 << 24
+
+
+def _check_sizes(tables: int, devices: int, trace_batch: int, batch_size: int,
+                 hbm_fraction: float) -> None:
+    """Rejects sizes out of range before any work; errors name the option."""
+    rules = [("--tables", tables, int_in(tables, 1, MAX_TRACE_CELLS), MAX_TRACE_CELLS),
+             ("--devices", devices, int_in(devices, 1, MAX_DEVICES), MAX_DEVICES),
+             ("--trace-batch", trace_batch, int_in(trace_batch, 1, MAX_TRACE_CELLS),
+              MAX_TRACE_CELLS),
+             ("--batch-size", batch_size, int_in(batch_size, 1, MAX_BATCH_SIZE), MAX_BATCH_SIZE)]
+    for option, value, ok, high in rules:
+        if not ok:
+            raise InputError(f"must be in [1, {high:,}]", source="command line", field=option,
+                             value=value)
+    if tables * trace_batch > MAX_TRACE_CELLS:
+        raise InputError(f"--tables x --trace-batch must be at most {MAX_TRACE_CELLS:,} (the "
+                         "trace is held in memory)", source="command line",
+                         field="--trace-batch", value=trace_batch)
+    if not number_in(hbm_fraction, 0, 1000, open_low=True):
+        raise InputError("must be a number in (0, 1000]", source="command line",
+                         field="--hbm-fraction", value=hbm_fraction)
 
 
 def _synth_and_profile(out: Path, count: int, batch: int, seed: int) -> tuple[Table, ...]:

@@ -1,4 +1,5 @@
-"""The learned sharder: a trained MaskablePPO placement policy, one policy call per table.
+"""The learned sharder: a trained placement policy, decoded greedily and by sampling, with the
+greedy sharders' plans as candidates; the plan with the lowest step cost wins.
 
 The policy is read safely: a JSON config and a plain state dict of tensors
 (``torch.load(weights_only=True)``), never a pickle. By default it is the policy committed
@@ -9,24 +10,30 @@ as package data under ``autoshard/data/ppo_policy``; ``policy=`` names another f
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import autoshard
 from autoshard.cost import CostModel
-from autoshard.errors import InputError
+from autoshard.errors import InputError, PlannerError
 from autoshard.plan import Plan
 from autoshard.task import ShardingTask
 
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).
 DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_policy"
+#: Sampled rollouts by default: :data:`SAMPLES_SMALL` for tasks of up to :data:`SMALL_TASK`
+#: (table, device) pairs, :data:`SAMPLES_LARGE` above (856 tables x 128 devices in under 2 s on
+#: one core, ``python benchmarks/bench_ppo.py``).
+SAMPLES_SMALL, SAMPLES_LARGE, SMALL_TASK = 4, 2, 20_000
+#: The greedy sharders whose plans are candidates (DreamShard's baselines).
+GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 
 
 def _missing(folder: Path) -> str | None:
     """Why no policy can be loaded from ``folder`` (None if the files are there)."""
-    for module in ("torch", "gymnasium"):
-        if importlib.util.find_spec(module) is None:
-            return f"the '{module}' package is not installed"
+    if importlib.util.find_spec("torch") is None:
+        return "the 'torch' package is not installed"
     for name in ("config.json", "weights.pt"):
         if not (folder / name).is_file():
             return (f"no trained policy: {folder / name} is missing (train one with "
@@ -34,46 +41,102 @@ def _missing(folder: Path) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Choice:
+    """Which candidate won the last plan, and every candidate's step cost (ms)."""
+
+    winner: str
+    costs: dict[str, float]
+
+
 class PPOSharder:
-    """Plans with a trained placement policy: tables costliest first, each placed on the
-    (device, HBM-split bucket) with the highest allowed logit; deterministic. The policy is
-    loaded when the sharder is made.
+    """Plans with a trained placement policy: tables costliest first, each placed on a
+    (device, HBM-split bucket) option.
+
+    Candidates: the policy's greedy decode (the highest allowed logit at every step),
+    ``samples`` rollouts that sample each action from the policy (seeded, so plans are
+    deterministic), all run in lockstep with one batched network call per table, and, if
+    ``candidates``, the greedy sharders' plans. Each is priced by the cost model; the cheapest
+    step cost wins (ties: the earlier candidate). :attr:`last_choice` says which won.
+    ``samples=0, candidates=False`` is the policy's own greedy decode alone.
 
     Args:
         policy: Folder with ``config.json`` and ``weights.pt`` (default: the committed one).
         threads: torch threads for the policy (1: one CPU core).
+        samples: Sampled rollouts (K of best-of-K); None: :data:`SAMPLES_SMALL` or, for tasks
+            of more than :data:`SMALL_TASK` (table, device) pairs, :data:`SAMPLES_LARGE`.
+        candidates: Whether the greedy sharders' plans compete.
+        seed: Seed of the sampled rollouts.
     """
 
     name: ClassVar[str] = "ppo"
-    summary: ClassVar[str] = "learned MaskablePPO placement policy (one policy call per table)"
+    summary: ClassVar[str] = ("learned placement policy: greedy and best-of-K sampled decodes, "
+                              "greedy sharders as candidates")
 
-    def __init__(self, policy: str | Path | None = None, threads: int = 1) -> None:
+    def __init__(self, policy: str | Path | None = None, threads: int = 1,
+                 samples: int | None = None, candidates: bool = True, seed: int = 0) -> None:
+        if samples is not None and samples < 0:
+            raise InputError("must be >= 0", field="samples", value=samples)
         self.policy = Path(policy) if policy is not None else DEFAULT_POLICY
-        self.threads = threads
+        self.threads, self.samples, self.candidates, self.seed = threads, samples, candidates, seed
+        self.last_choice: Choice | None = None
         self._net: Any = None
         self._multipliers: tuple[float, ...] = ()
         self._load()  # load (and import torch) now, so that shard() is planning only
 
     @classmethod
-    def unavailable(cls) -> str | None:
-        return _missing(DEFAULT_POLICY)
+    def unavailable(cls, policy: str | Path | None = None) -> str | None:
+        """Why the policy in ``policy`` (default: the committed one) cannot be loaded here."""
+        return _missing(Path(policy) if policy is not None else DEFAULT_POLICY)
 
     def _load(self) -> None:
         reason = _missing(self.policy)
         if reason:
             raise InputError(reason, field="policy", value=str(self.policy))
-        from training.policy import load_policy
+        from autoshard.sharders.ppo_policy import load_policy
 
         self._net, self._multipliers, _ = load_policy(self.policy)
 
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
+        costs, plans = self._policy_plans(task, cost_model)
+        if self.candidates:
+            self._add_greedy(task, cost_model, costs, plans)
+        winner = min(costs, key=costs.__getitem__)
+        self.last_choice = Choice(winner, costs)
+        return replace(plans[winner], sharder=self.name)
+
+    def _policy_plans(self, task: ShardingTask, cost_model: CostModel
+                      ) -> tuple[dict[str, float], dict[str, Plan]]:
         import torch
 
-        from training.evaluation import plan_task
+        from autoshard.sharders.ppo_policy import decode
 
+        samples = self.samples
+        if samples is None:
+            small = task.num_tables * task.num_devices <= SMALL_TASK
+            samples = SAMPLES_SMALL if small else SAMPLES_LARGE
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            return plan_task(self._net, self._multipliers, task, cost_model, self.name)
+            episodes = decode(self._net, self._multipliers, task, cost_model, samples,
+                              self.seed)
         finally:
             torch.set_num_threads(before)
+        names = ["ppo-greedy"] + [f"ppo-sample-{i}" for i in range(samples)]
+        return ({n: ep.step_cost_ms for n, ep in zip(names, episodes, strict=True)},
+                {n: ep.plan(self.name) for n, ep in zip(names, episodes, strict=True)})
+
+    @staticmethod
+    def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
+                    plans: dict[str, Plan]) -> None:
+        """Adds each greedy sharder's plan and its evaluated step cost (failures are skipped)."""
+        from autoshard.evaluator import evaluate
+        from autoshard.sharders import get_sharder
+
+        for name in GREEDY:
+            try:
+                plan = get_sharder(name).shard(task, cost_model)
+            except PlannerError:
+                continue
+            costs[name] = evaluate(plan, task, cost_model).step_cost_ms
+            plans[name] = plan

@@ -18,6 +18,13 @@ host capacities. One solve:
    warm-started from the search, whose dual bound tightens the LP's.
 
 The gap reported is (cost - bound) / cost with the best valid bound found.
+
+With ``split`` (the default) tables may be split: the tables whose cost alone exceeds a share of
+the per-device mean of the least work are split column-wise or row-wise
+(:func:`autoshard.splitting.split_heavy_tables`), their shards placed by the solve above as if
+they were tables (with their own HBM rows), for each share in :data:`SPLIT_TARGETS` while time
+is left and the gap is open; the cheapest plan is kept. Its bound is then the spread-work bound,
+valid for every plan, split or not (the table-wise bounds above are not).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from autoshard.bounds import lower_bound_ms
+from autoshard.bounds import lower_bound_ms, relax
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.plan import Plan
@@ -52,7 +59,18 @@ from autoshard.sharders.milp_plans import (
     to_memory,
     to_rows,
 )
+from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
+from autoshard.splitting import split_heavy_tables
 from autoshard.task import ShardingTask
+
+#: Shares of the spread-work bound above which tables are split, tried in turn (the cheapest
+#: plan is kept): first only the tables that alone exceed the per-device mean, then finer.
+SPLIT_TARGETS = (1.0, 0.5, 0.25)
+
+#: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
+#: :data:`LARGE_TASK_LINES` evenly spaced ones (a weaker but still valid relaxation).
+FULL_LINES_LIMIT = 200_000
+LARGE_TASK_LINES = 32
 
 #: Greedy sharders tried as warm starts (the best feasible one is kept).
 WARM_STARTS = ("lookup_greedy", "size_lookup_greedy", "size_greedy", "dim_greedy")
@@ -65,7 +83,8 @@ class RecShardResult:
     Args:
         plan: The plan returned.
         step_cost_ms: Its step cost under the cost model (max over devices).
-        bound_ms: A lower bound on the step cost of every feasible plan (see module docstring).
+        bound_ms: A lower bound on the step cost of every feasible plan (with ``split=False``:
+            of every plan that places tables whole; see the module docstring).
         gap: (step cost - bound) / step cost: the proven distance from optimal.
         seconds: Wall time of the whole solve.
         method: ``milp`` (the whole MILP gave the plan), ``lns`` (the search did) or ``warm``
@@ -97,6 +116,8 @@ class RecShard:
         max_pairs: Largest tables x devices solved as one MILP; larger tasks use the search.
         group_devices: Devices re-solved together in each search step.
         seed: Seed of the search's choice of devices.
+        split: Also split tables (row-wise or column-wise) whose cost exceeds a share of the
+            per-device mean of the least work (:data:`SPLIT_TARGETS`); False: every table whole.
     """
 
     name: ClassVar[str] = "recshard"
@@ -104,7 +125,8 @@ class RecShard:
 
     def __init__(self, time_limit: float = 60.0, mip_rel_gap: float = 5e-3,
                  max_lines: int | None = None, max_pairs: int = 2400, group_devices: int = 2,
-                 seed: int = 0) -> None:
+                 seed: int = 0, split: bool = True) -> None:
+        self.split = split
         self.time_limit = time_limit
         self.mip_rel_gap = mip_rel_gap
         self.max_lines = max_lines
@@ -134,20 +156,62 @@ class RecShard:
         """Plans the task and reports cost, bound and gap."""
         start = time.perf_counter()
         deadline = start + self.time_limit
+        if not self.split:
+            found = self._solve_tables(task, cost_model, deadline)
+            return self._result(Plan.from_arrays(task, found.device, found.rows, self.name),
+                                found, found.bound, start)
+        # Valid for every plan, split tables included (the table-wise bounds are not).
+        relaxed = relax(task, cost_model)
+        bound = float(relaxed.cost_ms.sum()) / task.num_devices
+        choices: list[ShardGeometry] = []
+        for share in SPLIT_TARGETS:
+            g = split_heavy_tables(task, cost_model, share * bound, relaxed=relaxed).geometry
+            if not any(_same(g, h) for h in choices):
+                choices.append(g)
+        best: tuple[Plan, _Found] | None = None
+        for i, g in enumerate(choices):
+            if best is not None and (_left(deadline) < 0.25 * self.time_limit
+                                     or best[1].cost - bound <= self.mip_rel_gap * best[1].cost):
+                break
+            more = i < len(choices) - 1
+            stop = time.perf_counter() + _left(deadline) * (0.6 if more else 1.0)
+            found = self._solve_tables(pricing_task(task, g), cost_model, stop)
+            if best is None or found.cost < best[1].cost:
+                plan = ShardLayout(g, found.device, found.rows).to_plan(task, self.name)
+                best = (plan, found)
+        assert best is not None
+        return self._result(best[0], best[1], bound, start)
+
+    def _result(self, plan: Plan, found: _Found, bound: float, start: float) -> RecShardResult:
+        cost = found.cost
+        bound = min(bound, cost)
+        return RecShardResult(plan, cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
+                              time.perf_counter() - start, found.method, found.status,
+                              found.warm_start, found.warm_cost)
+
+    def _solve_tables(self, task: ShardingTask, cost_model: CostModel, deadline: float
+                      ) -> _Found:
+        """Places every table (or shard, for a shard task) whole, with its HBM rows."""
+        start = time.perf_counter()
+        budget = max(deadline - start, 0.01)
         kinds = device_kinds(task)
         curves = cost_curves(task, cost_model, kinds)
         full = curves.lines()
-        relaxed = milp_model.solve(aggregated(task, kinds), full, time_limit=_left(deadline))
+        if int(full.count.sum()) > FULL_LINES_LIMIT:  # keep the LPs small enough to stop in time
+            full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
+        relaxed = milp_model.solve(aggregated(task, kinds), full,
+                                   time_limit=min(_left(deadline), 0.3 * budget))
         bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full),
-                    lower_bound_ms(task, cost_model))
+                    lower_bound_ms(task, cost_model, whole_tables=True))
         focus = None
         if relaxed.memory is not None:
             focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
         pairs = task.num_tables * task.num_devices
         whole = pairs <= self.max_pairs
-        budget = int(np.clip(20000 // pairs, 8, 48)) if whole else 24
-        lines = curves.lines(self.max_lines or budget, focus)
-        search_end = start + self.time_limit * (0.5 if whole else 1.0)
+        lines_budget = int(np.clip(20000 // pairs, 8, 48)) if whole else 24
+        lines = curves.lines(self.max_lines or lines_budget, focus,
+                             deadline=start + 0.2 * budget)
+        search_end = start + budget * (0.5 if whole else 1.0)
         ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound)
         name, device, rows = self._warm_start(ctx, relaxed)
         warm_cost = step_cost(task, cost_model, device, rows)
@@ -162,10 +226,7 @@ class RecShard:
                 new_cost = step_cost(task, cost_model, *found)
                 if new_cost < cost:
                     (device, rows), cost, method = found, new_cost, "milp"
-        plan = Plan.from_arrays(task, device, rows, self.name)
-        bound = min(bound, cost)
-        return RecShardResult(plan, cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
-                              time.perf_counter() - start, method, status, name, warm_cost)
+        return _Found(device, rows, cost, bound, method, status, name, warm_cost)
 
     def _warm_start(self, ctx: _Context, relaxed: milp_model.Solution
                     ) -> tuple[str, np.ndarray, np.ndarray]:
@@ -176,11 +237,14 @@ class RecShard:
         task, model = ctx.task, ctx.cost_model
         starts: list[tuple[str, np.ndarray, np.ndarray]] = []
         for name in WARM_STARTS:
+            if starts and _past(ctx.deadline):
+                break
             try:
                 starts.append((name, *get_sharder(name).shard(task, model).arrays(task)))
             except PlannerError:
                 continue
-        packed = lp_packing(task, model, ctx.kinds, ctx.full, relaxed)
+        packed = None if starts and _past(ctx.deadline) else lp_packing(
+            task, model, ctx.kinds, ctx.full, relaxed)
         if packed is not None:
             starts.append(("lp_packing", *packed))
         if not starts:
@@ -191,6 +255,8 @@ class RecShard:
         everything, devices = np.arange(task.num_tables), np.arange(task.num_devices)
         for name, device, rows in starts:
             scored.append((step_cost(task, model, device, rows), name, device, rows))
+            if _past(ctx.deadline):
+                continue
             better = polish(task, ctx.kinds, ctx.full, everything, devices, device,
                             min(_left(ctx.deadline), 10.0))
             if better is not None and feasible(task, device, better):
@@ -274,6 +340,26 @@ class RecShard:
 
 
 @dataclass(frozen=True)
+class _Found:
+    """One placement solve: devices and HBM rows per table (or shard), its cost, the bound
+    proven for plans of the same tables (or shards), and how it was found."""
+
+    device: np.ndarray
+    rows: np.ndarray
+    cost: float
+    bound: float
+    method: str
+    status: str
+    warm_start: str
+    warm_cost: float
+
+
+def _same(a: ShardGeometry, b: ShardGeometry) -> bool:
+    return a.num_shards == b.num_shards and all(
+        bool((getattr(a, f) == getattr(b, f)).all()) for f in ("table", "kind", "parts"))
+
+
+@dataclass(frozen=True)
 class _Context:
     """What every stage of one solve shares."""
 
@@ -286,12 +372,18 @@ class _Context:
     bound: float
 
 
+def _past(deadline: float) -> bool:
+    return time.perf_counter() >= deadline
+
+
 def _left(deadline: float) -> float:
     return max(deadline - time.perf_counter(), 0.01)
 
 
 def recshard_bound(task: ShardingTask, cost_model: CostModel, time_limit: float = 0.0) -> float:
-    """A lower bound on the step cost of every feasible plan, from RecShard's model.
+    """A lower bound on the step cost of every feasible plan that places tables whole, from
+    RecShard's model (plans that split tables may cost less; :func:`lower_bound_ms` bounds
+    those too).
 
     With ``time_limit`` 0: the LP relaxation (aggregated over identical devices, every hull line)
     and the dearest single table, cheap. With a positive ``time_limit``: the sharder runs that
@@ -304,4 +396,4 @@ def recshard_bound(task: ShardingTask, cost_model: CostModel, time_limit: float 
         full = cost_curves(task, cost_model, kinds).lines()
         relaxed = milp_model.solve(aggregated(task, kinds), full)
         return max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full))
-    return RecShard(time_limit=time_limit).solve(task, cost_model).bound_ms
+    return RecShard(time_limit=time_limit, split=False).solve(task, cost_model).bound_ms

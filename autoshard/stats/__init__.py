@@ -36,6 +36,10 @@ def profile_trace_file(path: str | Path, hash_sizes: Sequence[int] | int | None 
     from autoshard.stats.readers_dlrm import iter_tables, load_trace
 
     trace = load_trace(path)
+    if trace.batch_size == 0 or trace.indices.size == 0:
+        what = "no samples" if trace.batch_size == 0 else "no lookups"
+        raise InputError(f"trace has {what}: nothing to measure", source=str(path),
+                         field="lengths", value=tuple(trace.lengths.shape))
     if isinstance(hash_sizes, int):
         hash_sizes = [hash_sizes] * trace.num_tables
     for what, given in (("hash sizes", hash_sizes), ("table names", names)):

@@ -1,4 +1,5 @@
-"""The placement policy network and its safe on-disk format (weights + JSON config).
+"""The placement policy network, its safe on-disk format (weights + JSON config) and its
+decoding over placement episodes (greedy and sampled rollouts, batched).
 
 The network scores every (device, bucket) option of the next table with shared weights, so one
 set of weights serves any number of devices and tables (as DreamShard's policy does):
@@ -21,12 +22,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from autoshard.cost import CostModel
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text
-from envs.observation import DEVICE, OPTION, SUMMARY, TABLE
+from autoshard.sharders.ppo_episode import LIMIT, PlacementEpisode, PricedTask
+from autoshard.sharders.ppo_features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
+from autoshard.task import ShardingTask
 
 FORMAT = "autoshard-placement-policy"
 FORMAT_VERSION = 1
@@ -41,7 +46,8 @@ def _mlp(inputs: int, hidden: int) -> nn.Sequential:
 
 
 class PlacementNet(nn.Module):
-    """Option logits and a value latent from the flat observation of :mod:`envs.observation`.
+    """Option logits and a value latent from the flat observation of
+    :mod:`autoshard.sharders.ppo_features`.
 
     Args:
         buckets: HBM-split buckets per device.
@@ -80,11 +86,22 @@ class PlacementNet(nn.Module):
         mean = (enc * valid).sum(dim=1) / count
         top = enc.masked_fill(valid == 0, -1e9).max(dim=1).values
         ctx = self.context(torch.cat([obs[:, :n_head], mean, top], dim=1))
-        options = devices[:, :, 1 + n_dev:].reshape(b, devices.shape[1], k, n_opt)
-        pre = (self.opt_in(options) + self.opt_device(enc)[:, :, None, :]
-               + self.opt_context(ctx)[:, None, None, :] + self.opt_bucket)
-        logits = self.opt_out(pre).squeeze(-1).masked_fill(valid == 0, PADDED)
-        return logits.reshape(b, -1), self.value(ctx)
+        d = devices.shape[1]
+        options = devices[:, :, 1 + n_dev:].reshape(b * d * k, n_opt)
+        # The scorer's first layer as one matrix product over all options, its per-device,
+        # context and bucket parts added once as the product's bias.
+        shared = ((self.opt_device(enc) + self.opt_context(ctx)[:, None, :])[:, :, None, :]
+                  + (self.opt_bucket + self.opt_in.bias)).reshape(-1, self.hidden)
+        middle, last = self.opt_out[1], self.opt_out[3]
+        assert isinstance(middle, nn.Linear) and isinstance(last, nn.Linear)
+        if torch.is_grad_enabled():
+            h = torch.addmm(shared, options, self.opt_in.weight.t()).relu()
+            h = torch.addmm(middle.bias, h, middle.weight.t()).relu()
+        else:  # planning: in place, which saves two allocations of [options, hidden]
+            h = shared.addmm_(options, self.opt_in.weight.t()).relu_()
+            h = torch.addmm(middle.bias, h, middle.weight.t()).relu_()
+        logits = torch.addmm(last.bias, h, last.weight.t()).reshape(b, d, k)
+        return logits.masked_fill(valid == 0, PADDED).reshape(b, -1), self.value(ctx)
 
     def config(self) -> dict[str, Any]:
         return {"buckets": self.buckets, "hidden": self.hidden}
@@ -97,8 +114,7 @@ def save_policy(net: PlacementNet, folder: str | Path, multipliers: tuple[float,
     folder.mkdir(parents=True, exist_ok=True)
     doc = {"format": FORMAT, "version": FORMAT_VERSION, **net.config(),
            "multipliers": [str(m) for m in multipliers],
-           "features": {"table": TABLE, "summary": SUMMARY, "device": DEVICE, "option": OPTION},
-           **(extra or {})}
+           "features": ObsLayout(1, net.buckets).features(), **(extra or {})}
     tmp = folder / (WEIGHTS + ".tmp")
     torch.save(net.state_dict(), tmp)
     tmp.replace(folder / WEIGHTS)
@@ -124,9 +140,7 @@ def load_policy(folder: str | Path) -> tuple[PlacementNet, tuple[float, ...], di
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InputError(f"expected format '{FORMAT}'", source=str(config_path), field="format",
                          value=doc.get("format") if isinstance(doc, dict) else doc)
-    expected = {"table": list(TABLE), "summary": list(SUMMARY), "device": list(DEVICE),
-                "option": list(OPTION)}
-    if doc.get("features") != expected:
+    if doc.get("features") != ObsLayout(1, 1).features():
         raise InputError("the policy was trained on other observation features; retrain it",
                          source=str(config_path), field="features")
     try:
@@ -145,3 +159,48 @@ def load_policy(folder: str | Path) -> tuple[PlacementNet, tuple[float, ...], di
                          source=str(weights_path)) from exc
     net.eval()
     return net, multipliers, doc
+
+
+def decode(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,
+           cost_model: CostModel, samples: int = 0, seed: int = 0) -> list[PlacementEpisode]:
+    """The policy's greedy episode on ``task``, then ``samples`` sampled ones (see
+    :func:`rollouts`), over one pricing of the task."""
+    layout = ObsLayout(task.num_devices, len(multipliers) + 1)
+    priced = PricedTask.prepare(task, cost_model, layout, multipliers)
+    return rollouts(net, priced, samples, greedy=True, seed=seed)
+
+
+def rollouts(net: PlacementNet, priced: PricedTask, samples: int = 0, greedy: bool = True,
+             seed: int = 0) -> list[PlacementEpisode]:
+    """Plays the policy over ``priced``: one greedy episode (the most likely allowed action at
+    every step) if ``greedy``, and ``samples`` episodes that sample each action from the
+    policy's masked distribution (seeded by ``seed``). The episodes run in lockstep, so each
+    step is one batched call of the network for all of them.
+
+    Returns:
+        The finished episodes, the greedy one first.
+    """
+    task = priced.task
+    layout = ObsLayout(task.num_devices, len(priced.multipliers) + 1)
+    count = int(greedy) + samples
+    if count < 1:
+        raise ValueError("need the greedy episode or at least one sample")
+    episodes = [PlacementEpisode(priced, layout) for _ in range(count)]
+    generator = torch.Generator().manual_seed(seed)
+    obs = np.empty((count, layout.size), dtype=np.float32)
+    masks = np.empty((count, layout.max_devices * layout.buckets), dtype=bool)
+    with torch.inference_mode():
+        for _ in range(task.num_tables):
+            for i, ep in enumerate(episodes):
+                obs[i] = ep.obs
+                masks[i] = ep.mask
+            logits, _ = net(torch.from_numpy(np.clip(obs, -LIMIT, LIMIT)))
+            logits = logits.masked_fill(~torch.from_numpy(masks), -torch.inf)
+            actions = logits.argmax(dim=1)
+            if samples:  # Gumbel-max: argmax of logits + Gumbel noise samples the softmax
+                noise = torch.rand(samples, logits.shape[1], generator=generator)
+                noise.clamp_(min=1e-12).log_().neg_().log_()
+                actions[int(greedy):] = (logits[int(greedy):] - noise).argmax(dim=1)
+            for ep, a in zip(episodes, actions.tolist(), strict=True):
+                ep.step(a)
+    return episodes

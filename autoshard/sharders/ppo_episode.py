@@ -1,0 +1,359 @@
+"""One placement episode of the learned sharder: a task's tables placed one by one, costliest
+first, each on a (device, HBM-split bucket), with the observation the policy reads.
+
+This is the numpy core shared by the ``ppo`` sharder (which decodes a policy over it) and the
+Gymnasium environment ``autoshard/Placement-v0`` (a thin wrapper around it). Every price comes
+from the cost model: all (table, device, value bucket) options in one vectorised call when the
+task is prepared (:class:`PricedTask`, shared by every episode on the same task), the "fill"
+bucket when it is offered. Memory and load bookkeeping is :class:`autoshard.placement.
+PlacementState`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoshard.bounds import lower_bound_ms
+from autoshard.cost import CostModel
+from autoshard.errors import PlannerError, gib
+from autoshard.placement import PlacementState
+from autoshard.plan import Plan
+from autoshard.sharders.ppo_buckets import MULTIPLIERS, bucket_rows
+from autoshard.sharders.ppo_features import ObsLayout
+from autoshard.task import ShardingTask
+
+#: Costs and bytes in the observation are clipped to this magnitude (in units of the bound or
+#: of a device's capacity), so that one huge table cannot dominate a policy's input.
+CLIP = 10.0
+#: Bound of every observation entry (the observation space's box).
+LIMIT = 100.0
+#: Device features kept unnormalised and scaled at each update (all but ``slack``).
+_SCALED = ("load_hbm", "load_uvm", "load_comm", "load", "free_hbm", "free_host", "tables",
+           "max_table")
+
+
+@dataclass(frozen=True)
+class PricedTask:
+    """A task with every value bucket of every (table, device) priced, and the per-table
+    features, order and suffix sums that do not depend on the episode's choices.
+
+    Build it with :meth:`prepare`; episodes copy its mutable arrays, so one priced task serves
+    any number of episodes (the sharder's greedy and sampled rollouts).
+    """
+
+    task: ShardingTask
+    cost_model: CostModel
+    multipliers: tuple[float, ...]
+    rows: np.ndarray  # [T, value buckets] HBM rows
+    parts: np.ndarray  # [T, D, K - 1, 3] hbm/uvm/comm ms of the value buckets
+    total: np.ndarray  # [T, D, K - 1] their sums
+    lower_bound: float  # ms, the reward's unit
+    order: np.ndarray  # tables, costliest relaxation first
+    table_feats: np.ndarray  # [T, TABLE] in placement order
+    bytes_left: np.ndarray  # [T + 1] relaxation bytes still to place from step i on
+    summary: np.ndarray  # [T + 1, SUMMARY], the entries that depend on the step alone
+    static: np.ndarray  # [T, D, K - 1, OPTION] option features fixed for the whole episode
+
+    @classmethod
+    def prepare(cls, task: ShardingTask, cost_model: CostModel, layout: ObsLayout,
+                multipliers: tuple[float, ...] = MULTIPLIERS) -> PricedTask:
+        """Prices the task's value buckets in one call and precomputes its features."""
+        n_t, n_d, n_k = task.num_tables, task.num_devices, len(multipliers) + 1
+        n_v = n_k - 1
+        rows = bucket_rows(task, cost_model, multipliers)
+        t_idx = np.repeat(np.arange(n_t), n_d * n_v)
+        d_idx = np.tile(np.repeat(np.arange(n_d), n_v), n_t)
+        k_rows = np.broadcast_to(rows[:, None, :], (n_t, n_d, n_v)).ravel()
+        p = cost_model.price(task, t_idx, d_idx, k_rows)
+        parts = np.stack([p.hbm_ms, p.uvm_ms, p.comm_ms], axis=-1).reshape(n_t, n_d, n_v, 3)
+        total = parts.sum(axis=-1)
+        lb = max(lower_bound_ms(task, cost_model), 1e-12)
+        ref = multipliers.index(1.0) if 1.0 in multipliers else n_v // 2
+        ref_cost = total[:, :, ref].mean(axis=1)
+        order = np.argsort(-ref_cost, kind="stable")
+        bytes_k = rows * task.table_arrays.memory_bytes_per_row[:, None]
+        mean_cap = float(np.maximum(task.device_arrays.hbm_capacity, 1.0).mean())
+        feats = _table_features(task, layout, total, lb, ref, ref_cost, bytes_k, mean_cap)
+        work_left = np.append(np.cumsum(ref_cost[order][::-1])[::-1], 0.0)
+        bytes_left = np.append(np.cumsum(bytes_k[order, ref][::-1])[::-1], 0.0)
+        s = layout.summary
+        step = np.arange(n_t + 1)
+        summary = np.zeros((n_t + 1, len(s)))
+        summary[:, s["tables_left"]] = (n_t - step) / n_t
+        summary[:, s["work_left"]] = work_left / (n_d * lb)
+        summary[:, s["devices"]] = n_d / 16.0
+        summary[:, s["inv_devices"]] = 1.0 / n_d
+        summary[:, s["progress"]] = step / n_t
+        return cls(task, cost_model, tuple(multipliers), rows, parts, total, lb, order,
+                   np.minimum(feats[order], CLIP), bytes_left, summary,
+                   _static_options(task, layout, rows, total, lb))
+
+
+def _static_options(task: ShardingTask, layout: ObsLayout, rows: np.ndarray, total: np.ndarray,
+                    lb: float) -> np.ndarray:
+    """The option features of the value buckets that do not change during an episode: each
+    (table, device, bucket)'s price and HBM bytes, normalised."""
+    o = layout.option
+    hbm_cap = np.maximum(task.device_arrays.hbm_capacity, 1.0)
+    static = np.zeros((*total.shape, len(o)), dtype=np.float32)
+    static[..., o["price"]] = np.minimum(total / lb, CLIP)
+    bytes_k = rows * task.table_arrays.memory_bytes_per_row[:, None]
+    static[..., o["hbm_bytes"]] = np.clip(bytes_k[:, None, :] / hbm_cap[None, :, None], 0, CLIP)
+    return static
+
+
+def _table_features(task: ShardingTask, layout: ObsLayout, total: np.ndarray, lb: float,
+                    ref: int, ref_cost: np.ndarray, bytes_k: np.ndarray,
+                    mean_cap: float) -> np.ndarray:
+    """The TABLE features of every table (task order), each written under its name."""
+    a = task.table_arrays
+    idx = np.arange(task.num_tables)
+    n_v = bytes_k.shape[1]
+    values = {
+        "log_rows": np.log10(a.rows) / 8.0,
+        "dim": a.dim / 256.0,
+        "lookups": np.log1p(a.lookups / max(float(a.lookups.mean()), 1e-12)),
+        "bytes": np.log1p(a.rows * a.memory_bytes_per_row / mean_cap),
+        "ref_cost": ref_cost / lb,
+        "ref_bytes": np.log1p(bytes_k[:, ref] / mean_cap),
+        "cost_hbm": total[:, :, n_v - 1].mean(axis=1) / lb,  # all rows in HBM
+        "cost_uvm": total[:, :, 0].mean(axis=1) / lb,  # no row in HBM
+        "share_1pct": task.hbm_share(idx, np.ceil(0.01 * a.rows)),
+        "share_10pct": task.hbm_share(idx, np.ceil(0.1 * a.rows)),
+        "used_fraction": a.rows_used / a.rows,
+    }
+    feats = np.empty((task.num_tables, len(layout.table)))
+    for name, col in layout.table.items():
+        feats[:, col] = values[name]
+    return feats
+
+
+class PlacementEpisode:
+    """Places the tables of one priced task, costliest first, one action per table.
+
+    An action is ``device * buckets + bucket``. The buckets are the value buckets of
+    :mod:`autoshard.sharders.ppo_buckets` (no row, ..., all rows in HBM) and a last "fill"
+    bucket: as many hottest rows as the device's free HBM holds (at most the rows ever used).
+    :attr:`mask` says which
+    actions fit; :attr:`obs` is the observation of the next table (see
+    :mod:`autoshard.sharders.ppo_features`). The reward of a step is the increase of the step
+    cost (max over devices) over the task's lower bound, negated, so an episode's return is
+    -(step cost / lower bound).
+
+    Args:
+        priced: The task, priced (:meth:`PricedTask.prepare`).
+        layout: The observation layout (its ``max_devices`` >= the task's devices).
+    """
+
+    def __init__(self, priced: PricedTask, layout: ObsLayout) -> None:
+        task = priced.task
+        if task.num_devices > layout.max_devices:
+            raise ValueError(f"task has {task.num_devices} devices; this environment has "
+                             f"{layout.max_devices} device slots (max_devices)")
+        self.priced, self.layout, self.task = priced, layout, task
+        n_t, n_d = task.num_tables, task.num_devices
+        self.buckets = len(priced.multipliers) + 1
+        self.lower_bound = priced.lower_bound
+        self.order: list[int] = priced.order.tolist()
+        self.step_index = 0
+        self.top = 0.0  # step cost so far, ms
+        self.state = PlacementState(task, priced.cost_model)
+        # The fill bucket of the next table on every device: HBM rows, cost parts, total.
+        self._fill_rows = np.zeros(n_d, dtype=np.int64)
+        self._fill_parts = np.zeros((n_d, 3))
+        self._fill_total = np.zeros(n_d)
+        self._bucket_rows = np.empty((self.buckets, n_d), dtype=np.int64)
+        self._devices = np.arange(n_d)
+        self._rows_used = task.table_arrays.rows_used
+        dev = task.device_arrays
+        self._hbm_cap = np.maximum(dev.hbm_capacity, 1.0)
+        self._init_device_features(n_t, n_d)
+        self.obs = np.zeros(layout.size, dtype=np.float32)
+        self.mask = np.zeros(layout.max_devices * self.buckets, dtype=bool)
+        blocks = self.obs[layout.head:].reshape(layout.max_devices, layout.device_block)
+        blocks[:n_d, 0] = 1.0
+        n_dev = len(layout.device)
+        self._dev_view = blocks[:n_d, 1:1 + n_dev]
+        self._opt_view = blocks[:n_d, 1 + n_dev:].reshape(n_d, self.buckets, len(layout.option))
+        self._dev_view[:, self._scaled] = self._dev_raw * self._dev_scale
+        self._observe()
+
+    # -- public --------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self.step_index == self.task.num_tables
+
+    @property
+    def table(self) -> int:
+        """Task index of the table the next action places."""
+        return self.order[self.step_index]
+
+    def step(self, action: int) -> float:
+        """Places the next table with a legal ``action``; returns the reward."""
+        d, k = divmod(action, self.buckets)
+        t = self.order[self.step_index]
+        before = self.top
+        fill = k == self.buckets - 1
+        price = float(self._fill_total[d] if fill else self.priced.total[t, d, k])
+        self.state.place(t, d, self.rows_of(t, d, k), price=price)
+        self._update_device(d, price, self._fill_parts[d] if fill else self.priced.parts[t, d, k])
+        self.step_index += 1
+        self._observe()
+        return -(self.top - before) / self.lower_bound
+
+    def rows_of(self, t: int, d: int, k: int) -> int:
+        """HBM rows of bucket ``k`` of table ``t`` on device ``d`` (now)."""
+        return int(self._fill_rows[d] if k == self.buckets - 1 else self.priced.rows[t, k])
+
+    def nearest_legal(self, action: int) -> int:
+        """The legal action closest to ``action``: the allowed bucket of the same device nearest
+        to the one asked (fewer HBM rows on a tie), else the allowed option that raises the
+        step cost least (then the cheapest)."""
+        d, k = divmod(action, self.buckets)
+        if d < self.task.num_devices:
+            allowed = np.flatnonzero(self.mask[d * self.buckets:(d + 1) * self.buckets])
+            if allowed.size:
+                return int(d * self.buckets + allowed[np.argmin(np.abs(allowed - k))])
+        o = self.layout.option
+        options = self._opt_view.reshape(-1, len(o))
+        legal = np.flatnonzero(self.mask[:options.shape[0]])
+        best = np.lexsort((options[legal, o["price"]], options[legal, o["increase"]]))[0]
+        return int(legal[best])
+
+    def plan(self, sharder: str) -> Plan:
+        return self.state.to_plan(sharder)
+
+    @property
+    def step_cost_ms(self) -> float:
+        return float(self.state.load_ms.max())
+
+    def illegal_reason(self, a: int) -> str:
+        """Why action ``a`` is not allowed, with the expected and actual values."""
+        n = self.mask.size
+        allowed = np.flatnonzero(self.mask)
+        expected = f"expected one of {allowed[:12].tolist()}{'...' if allowed.size > 12 else ''}"
+        if not 0 <= a < n:
+            return f"action {a} is outside [0, {n}); {expected}"
+        d, k = divmod(a, self.buckets)
+        t = self.table
+        name = self.task.tables[t].name
+        if d >= self.task.num_devices:
+            return (f"action {a} = (device {d}, bucket {k}) for table '{name}': the task has "
+                    f"{self.task.num_devices} devices; {expected}")
+        per_row = self.task.table_arrays.memory_bytes_per_row[t]
+        rows = self.rows_of(t, d, k)
+        hbm, host = rows * per_row, (self.task.tables[t].rows - rows) * per_row
+        return (f"action {a} = (device {d}, bucket {k}) for table '{name}' does not fit: needs "
+                f"{gib(hbm)} HBM ({gib(self.state.free_hbm[d])} free) and {gib(host)} host "
+                f"memory ({gib(self.state.free_host[d])} free); {expected}")
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _init_device_features(self, n_t: int, n_d: int) -> None:
+        """Unnormalised device features (the _SCALED ones) and their per-device scales."""
+        dev, lb, names = self.task.device_arrays, self.lower_bound, self.layout.device
+        self._scaled = [names[n] for n in _SCALED]
+        self._col = {n: i for i, n in enumerate(_SCALED)}
+        self._dev_raw = np.zeros((n_d, len(_SCALED)))
+        self._dev_raw[:, self._col["free_hbm"]] = dev.hbm_capacity
+        self._dev_raw[:, self._col["free_host"]] = dev.host_capacity
+        self._dev_scale = np.full((n_d, len(_SCALED)), 1.0 / lb)
+        self._dev_scale[:, self._col["free_hbm"]] = 1.0 / self._hbm_cap
+        self._dev_scale[:, self._col["free_host"]] = 1.0 / np.maximum(dev.host_capacity, 1.0)
+        self._dev_scale[:, self._col["tables"]] = 1.0 / n_t
+
+    def _update_device(self, d: int, price: float, parts: np.ndarray) -> None:
+        """Refreshes device ``d``'s observation row after a table was placed on it."""
+        state, raw, c = self.state, self._dev_raw[d], self._col
+        raw[[c["load_hbm"], c["load_uvm"], c["load_comm"]]] += parts
+        raw[c["load"]] = state.load_ms[d]
+        raw[c["free_hbm"]] = state.free_hbm[d]
+        raw[c["free_host"]] = state.free_host[d]
+        raw[c["tables"]] += 1.0
+        raw[c["max_table"]] = max(raw[c["max_table"]], price)
+        self.top = max(self.top, raw[c["load"]])
+        self._dev_view[d, self._scaled] = raw * self._dev_scale[d]
+
+    def _observe(self) -> None:
+        """Writes the observation and the action mask for the next table."""
+        p, state, lb, lay = self.priced, self.state, self.lower_bound, self.layout
+        n_d, i = self.task.num_devices, self.step_index
+        dv, dn, s, o = self._dev_view, lay.device, lay.summary, lay.option
+        load = dv[:, dn["load"]]
+        top = self.top / lb
+        np.subtract(top, load, out=dv[:, dn["slack"]])
+        summary = self.obs[len(lay.table):lay.head]
+        summary[:] = p.summary[i]
+        summary[s["bytes_left"]] = min(p.bytes_left[i] / max(float(state.free_hbm.sum()), 1.0),
+                                       CLIP)
+        summary[s["max_load"]] = top
+        summary[s["mean_load"]] = float(state.load_ms.sum()) / (n_d * lb)
+        if self.done:
+            self.mask[:] = False
+            self.obs[:len(lay.table)] = 0.0
+            self._opt_view[:] = 0.0
+            return
+        t = self.order[i]
+        self.obs[:len(lay.table)] = p.table_feats[i]
+        fits = self._fits(t)
+        if not fits.any():
+            self.mask[:] = False
+            raise PlannerError("capacity", f"table '{self.task.tables[t].name}' fits on no "
+                               f"device (largest free host memory {gib(state.free_host.max())})")
+        ov = self._opt_view
+        ov[:, :-1] = self.priced.static[t]
+        ov[:, -1] = 0.0
+        ov[:, -1, o["price"]] = np.minimum(self._fill_total / lb, CLIP)
+        ov[:, -1, o["hbm_bytes"]] = np.minimum(
+            self._fill_rows * self.task.table_arrays.memory_bytes_per_row[t] / self._hbm_cap,
+            CLIP)
+        after, increase = ov[:, :, o["load_after"]], ov[:, :, o["increase"]]
+        np.add(load[:, None], ov[:, :, o["price"]], out=after)
+        np.minimum(after, CLIP, out=after)
+        np.subtract(after, top, out=increase)
+        np.maximum(increase, 0.0, out=increase)
+        free_after = ov[:, :, o["free_after"]]
+        np.subtract(dv[:, dn["free_hbm"]][:, None], ov[:, :, o["hbm_bytes"]], out=free_after)
+        np.maximum(free_after, -CLIP, out=free_after)
+        ov[:, :, o["fits"]] = fits
+        self.mask[:n_d * self.buckets] = fits.ravel()  # beyond the task's devices: False
+
+    def bounded_obs(self) -> np.ndarray:
+        """A copy of the observation with every entry within [-LIMIT, LIMIT] (np.clip's result,
+        without its per-call overhead)."""
+        out = np.minimum(self.obs, LIMIT)
+        np.maximum(out, -LIMIT, out=out)
+        return out
+
+    def _fits(self, t: int) -> np.ndarray:
+        """Offers the fill bucket of table ``t`` and tests every bucket on every device in one
+        call; returns where each fits, [devices, buckets]."""
+        hbm_rows = self._bucket_rows
+        hbm_rows[:-1] = self.priced.rows[t][:, None]
+        hbm_rows[-1] = self._offer_fill(t)
+        fits: np.ndarray = self.state.fits(t, hbm_rows).T
+        return fits
+
+    def _offer_fill(self, t: int) -> np.ndarray:
+        """Prices the fill bucket of table ``t`` on every device (the most hottest rows its
+        free HBM holds, at most the rows ever used) and returns its HBM rows.
+
+        Where those rows are one of the table's value buckets (all rows where the whole table
+        fits, none where HBM is full, ...), that bucket's price is taken; only the other
+        devices are priced, in one call to the cost model.
+        """
+        rows = np.minimum(self.state.max_hbm_rows(t), self._rows_used[t])
+        self._fill_rows = rows
+        same = rows[:, None] == self.priced.rows[t]  # [devices, value buckets]
+        bucket = same.argmax(axis=1)  # the first equal one, or 0 where none is
+        parts = self._fill_parts
+        parts[:] = self.priced.parts[t, self._devices, bucket]
+        new = (~same[self._devices, bucket]).nonzero()[0]
+        if new.size:
+            p = self.priced.cost_model.price(self.task, np.full(new.size, t), new, rows[new])
+            parts[new] = np.array((p.hbm_ms, p.uvm_ms, p.comm_ms)).T
+        self._fill_total = parts.sum(axis=-1)
+        return rows

@@ -1,0 +1,95 @@
+"""The named layout of the placement policy's flat observation vector.
+
+One flat ``float32`` vector, so that any SB3 policy can read it and it is cheap to build:
+
+``[table (TABLE) | summary (SUMMARY) | device 0 block | ... | device max_devices-1 block]``
+
+Each device block is ``[valid, DEVICE features, OPTION features x buckets]``; blocks of devices
+beyond the task's count are zero (valid = 0). Everything is normalised per task: costs by the
+task's lower bound, bytes by the device's capacity, counts by the number of tables.
+
+Every writer addresses a feature by its name through :class:`ObsLayout` (``layout.table["dim"]``),
+never by a literal position, so the order of a name tuple is the only place positions are set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: The next table: log10 rows / 8, dim / 256, lookups / task mean (log1p), its bytes / mean
+#: device HBM, its relaxation cost / bound, relaxation bytes / mean device HBM, cost all in HBM
+#: / bound, cost all in host memory / bound, lookup share of the hottest 1% and 10% of rows,
+#: share of rows ever used.
+TABLE = ("log_rows", "dim", "lookups", "bytes", "ref_cost", "ref_bytes", "cost_hbm",
+         "cost_uvm", "share_1pct", "share_10pct", "used_fraction")
+#: The work left: tables left / tables, their relaxation cost / (devices x bound), their
+#: relaxation bytes / free HBM, step cost so far / bound, mean device load / bound,
+#: devices / 16, 1 / devices, progress.
+SUMMARY = ("tables_left", "work_left", "bytes_left", "max_load", "mean_load", "devices",
+           "inv_devices", "progress")
+#: A device: load by component (HBM, host, communication) and in all / bound, free HBM / HBM
+#: capacity, free host / host capacity, tables on it / tables, its costliest table / bound,
+#: (step cost - its load) / bound.
+DEVICE = ("load_hbm", "load_uvm", "load_comm", "load", "free_hbm", "free_host", "tables",
+          "max_table", "slack")
+#: Placing the next table on the device with a bucket: its price / bound, the device's load
+#: after / bound, the step cost's increase / bound, its HBM bytes / HBM capacity, free HBM after /
+#: HBM capacity, whether it fits (the action mask).
+OPTION = ("price", "load_after", "increase", "hbm_bytes", "free_after", "fits")
+
+
+def _index(names: tuple[str, ...]) -> dict[str, int]:
+    if len(set(names)) != len(names):
+        raise ValueError(f"feature names repeat: {names}")
+    return {n: i for i, n in enumerate(names)}
+
+
+@dataclass(frozen=True)
+class ObsLayout:
+    """Sizes, offsets and name -> position maps of the flat observation.
+
+    Args:
+        max_devices: Device slots.
+        buckets: HBM-split buckets per device.
+        table_names, summary_names, device_names, option_names: The feature names of each part,
+            in observation order (default: this module's tuples).
+    """
+
+    max_devices: int
+    buckets: int
+    table_names: tuple[str, ...] = TABLE
+    summary_names: tuple[str, ...] = SUMMARY
+    device_names: tuple[str, ...] = DEVICE
+    option_names: tuple[str, ...] = OPTION
+    table: dict[str, int] = field(init=False, repr=False, compare=False)
+    summary: dict[str, int] = field(init=False, repr=False, compare=False)
+    device: dict[str, int] = field(init=False, repr=False, compare=False)
+    option: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for part, names, reference in (("table", self.table_names, TABLE),
+                                       ("summary", self.summary_names, SUMMARY),
+                                       ("device", self.device_names, DEVICE),
+                                       ("option", self.option_names, OPTION)):
+            if sorted(names) != sorted(reference):
+                raise ValueError(f"{part} features must be a reordering of {reference}, "
+                                 f"got {names}")
+            object.__setattr__(self, part, _index(names))
+
+    @property
+    def device_block(self) -> int:
+        return 1 + len(self.device_names) + self.buckets * len(self.option_names)
+
+    @property
+    def head(self) -> int:
+        """Length of the table and summary part before the device blocks."""
+        return len(self.table_names) + len(self.summary_names)
+
+    @property
+    def size(self) -> int:
+        return self.head + self.max_devices * self.device_block
+
+    def features(self) -> dict[str, list[str]]:
+        """The names of every part, as a policy's config records them."""
+        return {"table": list(self.table_names), "summary": list(self.summary_names),
+                "device": list(self.device_names), "option": list(self.option_names)}

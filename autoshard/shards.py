@@ -1,0 +1,349 @@
+"""Shards as rows: a plan's shards in flat arrays, and the task whose "tables" are those shards.
+
+Every cost model prices (table, device, HBM rows) rows of a task. A split plan is priced by the
+same call on a :class:`ShardTask`: one row per shard, with the shard's rows, dim and lookups
+derived from its table, and a per-shard communication descriptor the analytical communication
+term reads. So a shard is priced exactly like a small table, and there is one pricing path.
+
+How a shard derives from its table (ids are hashed, so hot rows spread evenly over row ranges):
+
+- a row shard holding a share f of the rows sees f of the lookups and the table's access curve;
+  it writes partial pooled sums of the full dim, which are reduced across the table's devices
+  (``row_wise``: over the all-to-all like a whole table's output, forward and backward;
+  ``table_row_wise``: first reduce-scattered within the node over intra-node links, then only
+  its 1/k part of the output goes through the all-to-all);
+- a column block of width w sees every lookup with w/dim of the row bytes, and sends its block
+  of the pooled output through the all-to-all; each block keeps its own row-wise optimizer state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from autoshard.cost import CostModel, Pricing
+from autoshard.errors import InputError, PlannerError, gib
+from autoshard.plan import (
+    COLUMN_WISE,
+    ROW_SHARDINGS,
+    SHARDINGS,
+    TABLE_ROW_WISE,
+    TABLE_WISE,
+    Placement,
+    Plan,
+    Shard,
+    check_placement,
+)
+from autoshard.tables import Table
+from autoshard.task import ShardingTask, TableArrays
+
+KIND = {name: code for code, name in enumerate(SHARDINGS)}
+
+
+@dataclass(frozen=True, eq=False)
+class ShardGeometry:
+    """What each shard holds, one entry per shard (all shaped [S]).
+
+    Args:
+        table: Index of the shard's table in the task.
+        kind: Its table's sharding, as an index into :data:`autoshard.plan.SHARDINGS`.
+        parts: How many shards its table has.
+        row_start: First row (inclusive).
+        row_end: Last row (exclusive).
+        col_start: First column (inclusive).
+        col_end: Last column (exclusive).
+    """
+
+    table: np.ndarray
+    kind: np.ndarray
+    parts: np.ndarray
+    row_start: np.ndarray
+    row_end: np.ndarray
+    col_start: np.ndarray
+    col_end: np.ndarray
+
+    @property
+    def num_shards(self) -> int:
+        return int(self.table.size)
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self.row_end - self.row_start
+
+    @property
+    def cols(self) -> np.ndarray:
+        return self.col_end - self.col_start
+
+    def take(self, idx: np.ndarray) -> ShardGeometry:
+        """The shards at ``idx``, in that order."""
+        return ShardGeometry(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+
+    @classmethod
+    def concat(cls, parts: list[ShardGeometry]) -> ShardGeometry:
+        return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts])
+                      for f in fields(cls)})
+
+
+def whole_tables(task: ShardingTask, tables: np.ndarray | None = None) -> ShardGeometry:
+    """Each table (all, or those at ``tables``) as one shard holding every row and column."""
+    a = task.table_arrays
+    t = np.arange(task.num_tables) if tables is None else np.asarray(tables, dtype=np.int64)
+    zero = np.zeros(t.size, dtype=np.int64)
+    return ShardGeometry(t, zero + KIND[TABLE_WISE], zero + 1, zero, a.rows[t], zero.copy(),
+                         a.dim[t])
+
+
+def even_split(task: ShardingTask, table: int, sharding: str, parts: int) -> ShardGeometry:
+    """``table`` split into ``parts`` near-equal row ranges or column blocks.
+
+    Raises:
+        InputError: The table has fewer rows (or columns) than ``parts``.
+    """
+    a = task.table_arrays
+    rows, dim = int(a.rows[table]), int(a.dim[table])
+    extent = rows if sharding in ROW_SHARDINGS else dim
+    if not 1 <= parts <= extent:
+        raise InputError(f"cannot split {extent} {'rows' if extent == rows else 'columns'} "
+                         f"of table '{task.tables[table].name}' into {parts}",
+                         field="parts", value=parts)
+    edges = (np.arange(parts + 1, dtype=np.int64) * extent) // parts
+    n = np.full(parts, table, dtype=np.int64)
+    zero = np.zeros(parts, dtype=np.int64)
+    if sharding in ROW_SHARDINGS:
+        return ShardGeometry(n, zero + KIND[sharding], zero + parts, edges[:-1], edges[1:],
+                             zero.copy(), zero + dim)
+    return ShardGeometry(n, zero + KIND[sharding], zero + parts, zero.copy(), zero + rows,
+                         edges[:-1], edges[1:])
+
+
+@dataclass(frozen=True, eq=False)
+class ShardLayout:
+    """A plan as flat per-shard arrays: what each shard holds, its device and its HBM rows."""
+
+    geometry: ShardGeometry
+    device: np.ndarray
+    hbm_rows: np.ndarray
+
+    @property
+    def num_shards(self) -> int:
+        return self.geometry.num_shards
+
+    def to_plan(self, task: ShardingTask, sharder: str = "") -> Plan:
+        """The plan of these shards (tables in task order; a one-shard table_wise entry is a
+        whole-table placement)."""
+        g = self.geometry
+        order = np.lexsort((g.col_start, g.row_start, g.table))
+        placements = []
+        start = 0
+        while start < order.size:
+            t = int(g.table[order[start]])
+            stop = start
+            while stop < order.size and g.table[order[stop]] == t:
+                stop += 1
+            idx = order[start:stop]
+            sharding = SHARDINGS[int(g.kind[idx[0]])]
+            name = task.tables[t].name
+            if sharding == TABLE_WISE:
+                assert idx.size == 1, "a table_wise table has one shard"
+                placements.append(Placement(name, int(self.device[idx[0]]),
+                                            int(self.hbm_rows[idx[0]])))
+            else:
+                placements.append(Placement.split(name, sharding, tuple(
+                    Shard(int(self.device[i]), int(g.row_start[i]), int(g.row_end[i]),
+                          int(g.col_start[i]), int(g.col_end[i]), int(self.hbm_rows[i]))
+                    for i in idx)))
+            start = stop
+        return Plan(tuple(placements), sharder, task.workload, task.hardware.name)
+
+
+def plan_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLayout:
+    """A plan's shards as flat arrays, in task order; checks the plan against the task.
+
+    Raises:
+        PlannerError: A table is unknown, placed twice or left unplaced.
+        InputError: A shard does not fit its table (ranges, HBM rows) or names a device the
+            hardware does not have, or a table_row_wise table spans nodes (the field is named,
+            e.g. ``placements[3].shards[1].device``).
+    """
+    by_table: dict[int, tuple[int, Placement]] = {}
+    for i, p in enumerate(plan.placements):
+        t = task.index.get(p.table)
+        if t is None:
+            raise PlannerError("invalid_plan", f"plan places unknown table '{p.table}'")
+        if t in by_table:
+            raise PlannerError("invalid_plan", f"table '{p.table}' is placed twice")
+        by_table[t] = (i, p)
+    if len(by_table) < task.num_tables:
+        missing = [x.name for t, x in enumerate(task.tables) if t not in by_table]
+        raise PlannerError("invalid_plan", f"plan leaves {len(missing)} table(s) unplaced, "
+                           f"first '{missing[0]}'")
+    node = task.device_arrays.node
+    cols: dict[str, list[int]] = {f.name: [] for f in fields(ShardGeometry)}
+    device: list[int] = []
+    hbm: list[int] = []
+    for t in range(task.num_tables):
+        i, p = by_table[t]
+        table = task.tables[t]
+        where = f"placements[{i}]"
+        check_placement(p, where, source, table.rows, table.dim)
+        pieces = p.pieces(table.rows, table.dim)
+        for j, s in enumerate(pieces):
+            if s.device >= task.num_devices:
+                field = f"{where}.device" if not p.is_split else f"{where}.shards[{j}].device"
+                raise InputError(f"device {s.device} of {task.num_devices}: the hardware "
+                                 f"'{task.hardware.name}' has devices 0..{task.num_devices - 1}",
+                                 source=source, field=field, value=s.device)
+            for name, value in (("table", t), ("kind", KIND[p.sharding]),
+                                ("parts", len(pieces)), ("row_start", s.row_start),
+                                ("row_end", s.row_end), ("col_start", s.col_start),
+                                ("col_end", s.col_end)):
+                cols[name].append(value)
+            device.append(s.device)
+            hbm.append(s.hbm_rows)
+        if p.sharding == TABLE_ROW_WISE and len({int(node[s.device]) for s in pieces}) > 1:
+            raise InputError("table_row_wise shards all live on one node", source=source,
+                             field=f"{where}.shards",
+                             value=sorted({int(node[s.device]) for s in pieces}))
+    geometry = ShardGeometry(**{k: np.array(v, dtype=np.int64) for k, v in cols.items()})
+    return ShardLayout(geometry, np.array(device, dtype=np.int64), np.array(hbm, dtype=np.int64))
+
+
+@dataclass(frozen=True, eq=False)
+class ShardTask(ShardingTask):
+    """A task whose rows are shards of another task's tables (see the module docstring).
+
+    ``tables`` holds each shard as a table of its own name, rows and dim; :attr:`table_arrays`
+    holds the shards' derived columns (the access curve is its table's).
+
+    Args:
+        parent: The task whose tables were split.
+        geometry: What each shard holds.
+        a2a_scale: Per shard, its share of a whole table's all-to-all bytes (pooled output,
+            and in train its gradient) that it sends over the all-to-all.
+        reduce_scale: Per shard, bytes it sends over intra-node links to reduce partial sums
+            within its node, as a share of a whole table's pooled output.
+    """
+
+    parent: ShardingTask | None = None
+    geometry: ShardGeometry | None = None
+    a2a_scale: np.ndarray | None = None
+    reduce_scale: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        assert self.parent is not None and self.geometry is not None
+
+
+def shard_task(task: ShardingTask, geometry: ShardGeometry) -> ShardTask:
+    """The task whose rows are the shards in ``geometry``, for pricing."""
+    a = task.table_arrays
+    g = geometry
+    t = g.table
+    rows = g.rows
+    share = rows / a.rows[t]
+    row_bytes = a.row_bytes[t] * g.cols / a.dim[t]
+    arrays = TableArrays(
+        rows=rows,
+        dim=g.cols,
+        row_bytes=row_bytes,
+        optimizer_bytes=a.optimizer_bytes[t],
+        memory_bytes_per_row=a.memory_bytes_per_row[t] - a.row_bytes[t] + row_bytes,
+        lookups=a.lookups[t] * share,
+        pooling_factor=a.pooling_factor[t] * share,
+        coverage=a.coverage[t],
+        rows_used=np.minimum(np.ceil(a.rows_used[t] * share - 1e-9), rows).astype(np.int64),
+        curves=a.curves[t],
+    )
+    twrw = g.kind == KIND[TABLE_ROW_WISE]
+    parts = g.parts.astype(np.float64)
+    sub = ShardTask(_shard_tables(task, g, arrays), task.hardware, task.workload,
+                    parent=task, geometry=g,
+                    a2a_scale=np.where(twrw, 1.0 / parts, 1.0),
+                    reduce_scale=np.where(twrw, (parts - 1.0) / parts, 0.0))
+    sub.__dict__["table_arrays"] = arrays
+    return sub
+
+
+def _shard_tables(task: ShardingTask, g: ShardGeometry, arrays: TableArrays
+                  ) -> tuple[Table, ...]:
+    """Each shard as a table named ``<table>@<row_start>:<col_start>``, with its rows, dim and
+    lookups (so sharders that read tables see shards)."""
+    out = []
+    for i, t in enumerate(g.table.tolist()):
+        table = task.tables[t]
+        if g.kind[i] == KIND[TABLE_WISE]:
+            out.append(table)
+            continue
+        used = None if table.rows_used is None else max(int(arrays.rows_used[i]), 1)
+        out.append(replace(table, name=f"{table.name}@{g.row_start[i]}:{g.col_start[i]}",
+                           rows=int(arrays.rows[i]), dim=int(arrays.dim[i]),
+                           pooling_factor=float(arrays.pooling_factor[i]), pooling_std=None,
+                           rows_used=used, reuse_hist=None))
+    return tuple(out)
+
+
+def comm_scales(task: ShardingTask, table_idx: np.ndarray) -> tuple[np.ndarray | float,
+                                                                    np.ndarray | float]:
+    """(all-to-all share, intra-node reduction share) of each priced row: (1, 0) for whole
+    tables; a :class:`ShardTask`'s descriptor for shards."""
+    if isinstance(task, ShardTask):
+        assert task.a2a_scale is not None and task.reduce_scale is not None
+        return task.a2a_scale[table_idx], task.reduce_scale[table_idx]
+    return 1.0, 0.0
+
+
+def is_whole(task: ShardingTask, geometry: ShardGeometry) -> bool:
+    """Whether the shards are the task's tables, whole and in order."""
+    return (geometry.num_shards == task.num_tables
+            and bool((geometry.table == np.arange(task.num_tables)).all())
+            and bool((geometry.kind == KIND[TABLE_WISE]).all()))
+
+
+def pricing_task(task: ShardingTask, geometry: ShardGeometry) -> ShardingTask:
+    """The task to price these shards on: ``task`` itself when they are its whole tables in
+    order (so cost models keep their per-task caches), else their :class:`ShardTask`."""
+    return task if is_whole(task, geometry) else shard_task(task, geometry)
+
+
+def price_layout(task: ShardingTask, cost_model: CostModel, layout: ShardLayout) -> Pricing:
+    """Per-shard prices of a layout (one cost-model call)."""
+    priced = pricing_task(task, layout.geometry)
+    return cost_model.price(priced, np.arange(layout.num_shards), layout.device,
+                            layout.hbm_rows)
+
+
+def shard_memory(task: ShardingTask, layout: ShardLayout) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes used per device in (HBM, host) by a layout's shards, optimizer state included in
+    train mode."""
+    per_row = pricing_task(task, layout.geometry).table_arrays.memory_bytes_per_row
+    d = task.num_devices
+    hbm = np.bincount(layout.device, weights=layout.hbm_rows * per_row, minlength=d)
+    host = np.bincount(layout.device, weights=(layout.geometry.rows - layout.hbm_rows) * per_row,
+                       minlength=d)
+    return hbm, host
+
+
+def check_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLayout:
+    """:func:`plan_layout`, then every device's HBM and host memory checked against capacity.
+
+    Raises:
+        PlannerError: A tier is over capacity (the message names the device and the bytes).
+    """
+    layout = plan_layout(plan, task, source)
+    used_hbm, used_host = shard_memory(task, layout)
+    dev = task.device_arrays
+    for tier, used, cap in (("HBM", used_hbm, dev.hbm_capacity),
+                            ("host", used_host, dev.host_capacity)):
+        over = np.flatnonzero(used > cap + 1e-6)
+        if over.size:
+            d = int(over[0])
+            on = layout.geometry.table[layout.device == d]
+            names = [task.tables[i].name for i in dict.fromkeys(on.tolist())][:5]
+            raise PlannerError("capacity", f"device {d} {tier} holds {gib(used[d])} but has "
+                               f"{gib(cap[d])} (tables {', '.join(names)}...)")
+    return layout
+
+
+__all__ = ["COLUMN_WISE", "KIND", "ShardGeometry", "ShardLayout", "ShardTask", "check_layout",
+           "comm_scales", "even_split", "plan_layout", "price_layout", "pricing_task",
+           "shard_memory", "shard_task", "whole_tables"]
