@@ -71,6 +71,6 @@ def test_wheel_ships_the_policy_and_cost_model(tmp_path: Path) -> None:
     assert {"autoshard/data/ppo_policy/weights.pt", "autoshard/data/ppo_policy/config.json",
             "autoshard/data/cost_model/model.txt"} <= shipped
     assert shipped <= names
-    for package in ("autoshard/cli/__init__.py", "cost_models/model.py", "training/policy.py",
+    for package in ("autoshard/cli/__init__.py", "cost_models/model.py", "training/train.py",
                     "envs/__init__.py"):
         assert package in names

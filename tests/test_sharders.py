@@ -47,6 +47,9 @@ def test_unknown_sharder_names_the_value() -> None:
 def test_options_are_strict_and_common_ones_filtered() -> None:
     assert get_sharder("random", seed=3).seed == 3  # type: ignore[attr-defined]
     with pytest.raises(InputError, match=r"accepted: none") as info:
+        get_sharder("round_robin", seed=3)
+    assert info.value.field == "round_robin.seed"
+    with pytest.raises(InputError, match=r"accepted: split") as info:
         get_sharder("size_greedy", seed=3)
     assert info.value.field == "size_greedy.seed"
     with pytest.raises(InputError, match=r"unknown option.*accepted: time_limit, .*seed"):
