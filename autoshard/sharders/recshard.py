@@ -207,8 +207,9 @@ class RecShard:
             full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
         relaxed = milp_model.solve(aggregated(task, kinds), full,
                                    time_limit=min(_left(deadline), 0.3 * budget))
-        bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full),
-                    lower_bound_ms(task, cost_model, whole_tables=True))
+        bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full))
+        if not _past(start + 0.3 * budget):  # the spread bound too, while time allows
+            bound = max(bound, lower_bound_ms(task, cost_model, whole_tables=True))
         focus = None
         if relaxed.memory is not None:
             focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
