@@ -1,16 +1,30 @@
-"""The `ppo` sharder against every other registered sharder on held-out tables, and its speed.
+"""The `ppo` sharder per held-out family against the greedy sharders and `recshard`, and its
+speed.
 
-Quality: capacity-constrained tasks (the cluster's HBM holds half of the tables' bytes) drawing
-only test-pool tables (the policy trained on the other half), for 50/100/200 tables on 4 and 8
-devices and on 16 devices (a count never seen in training, which used 2, 3, 4, 6, 8 and 12):
-step cost / lower bound of every registered sharder (unavailable ones are listed with the
-reason).
+Families (none seen in training, which draws the ``train`` family of :mod:`envs.families`):
 
-Speed: time for ppo to plan 856 tables on 128 devices on one core (median of three runs),
-against, in the same run, the environment alone driven by a trivial policy (the first allowed
-action, no network) and the size-lookup greedy sharder.
+- ``test``: the held-out domain-randomised family (mixed and profiled tables), 50 and 200
+  tables on 4, 16 and 64 devices (64 is beyond the 16 device slots of training);
+- ``pool``: tables of the suites' generated 856-table pool (never in training), 50/100/200
+  tables on 4, 8 and 16 devices;
+- ``profiled``: ``autoshard demo``'s task (100 tables profiled from an 8,192-sample synthetic
+  trace, 8 devices, HBM 30% of the bytes, batch 65,536) for seeds 0 (the demo's own), 1, 2;
+- ``public``: the 26 tables of DLRM on Criteo 1TB (one-hot) and of DLRM-DCNv2 (multi-hot),
+  :mod:`autoshard.model_tables` (five of 40 M rows; Zipf 1.05 assumed), on 4, 8 and 16
+  devices.
 
-Usage: ``python benchmarks/bench_ppo.py [--repeats 2] [--time-limit 10] [--out results/ppo]``.
+Every task's HBM holds 30% of its tables' bytes. Per family: mean step cost / lower bound of
+``ppo`` (its default: greedy decode, best of K sampled rollouts and the greedy sharders' plans),
+of the policy alone (``samples=0, candidates=False``), of the best greedy sharder per task and
+of ``recshard``; ``ppo`` and the policy alone against the best greedy per task (worst case and
+share of tasks at or below), against ``recshard``, which candidate won, and the mean time to
+plan.
+
+Speed (process CPU time, pinned to one core): ``ppo`` (default and policy alone) planning 856
+tables on 128 devices, and ``ppo`` against ``recshard`` on the ``constrained-200x8`` suite at
+the same ``--time-limit``.
+
+Usage: ``python benchmarks/bench_ppo.py [--time-limit 10] [--out results/ppo]``.
 """
 
 from __future__ import annotations
@@ -19,7 +33,8 @@ import argparse
 import json
 import os
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -28,119 +43,184 @@ import numpy as np
 import torch
 
 from autoshard.analytical import AnalyticalCostModel
-from autoshard.fileio import atomic_write_text
+from autoshard.compare import COLUMNS, CompareRow, FixedTask, run_one
+from autoshard.evaluator import evaluate
+from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
-from autoshard.sharders import get_sharder, sharder_names
-from autoshard.workloads import POOL_SIZE, constrained_task, dlrm_tables
-from envs import PlacementEnv
-from training.evaluation import BENCH_SEED, GREEDY, Result, compare, eval_tasks
+from autoshard.model_tables import MODEL_TABLES, model_tables
+from autoshard.sharders import get_sharder
+from autoshard.sharders.ppo import GREEDY, PPOSharder
+from autoshard.suites import get_suite
+from autoshard.tables import Table
+from autoshard.task import ShardingTask
+from autoshard.workloads import POOL_SIZE, constrained_task, default_pools, dlrm_tables
+from training.evaluation import BENCH_SEED, eval_tasks
 from training.plots import comparison
-from training.train import results_csv
 
-TABLES, DEVICES = (50, 100, 200), (4, 8, 16)
-UNSEEN = 16
-
-
-def quality(repeats: int, time_limit: float, sharders: tuple[str, ...]) -> tuple[
-        list[Result], dict[str, str]]:
-    items = eval_tasks(TABLES, DEVICES, hbm_fraction=0.5, repeats=repeats, seed=BENCH_SEED)
-    return compare(items, AnalyticalCostModel(), sharders,
-                   {"time_limit": time_limit, "seed": 0})
+MODEL = AnalyticalCostModel()
+FRACTION = 0.3
+@dataclass(frozen=True)
+class Item:
+    family: str
+    name: str
+    task: ShardingTask
 
 
-def env_only(task: object, model: AnalyticalCostModel) -> float:
-    """Seconds to run the environment over a task with the first allowed action each step."""
-    start = time.perf_counter()
-    env = PlacementEnv(cost_model=model, max_devices=task.num_devices, report=False)  # type: ignore[attr-defined]
-    _, info = env.reset(options={"task": task})
-    done = False
-    while not done:
-        _, _, done, _, info = env.step(int(np.argmax(info["action_mask"])))
-    return time.perf_counter() - start
+def families(quick: bool) -> list[Item]:
+    """The held-out tasks of every family (fewer with ``quick``)."""
+    items = [Item("test", t.name, t.task) for t in eval_tasks(
+        (50, 200), (4, 16) if quick else (4, 16, 64), FRACTION, repeats=2, family="test",
+        seed=BENCH_SEED, styles=("mixed", "profiled"))]
+    _, test = default_pools()
+    rng = np.random.default_rng(BENCH_SEED)
+    for count in (50, 100, 200):
+        for devices in (4, 8, 16):
+            idx = np.sort(rng.choice(len(test), size=count, replace=False))
+            task = constrained_task([test[i] for i in idx], devices, FRACTION)
+            items.append(Item("pool", f"pool-{count}x{devices}", task))
+    for seed in (0,) if quick else (0, 1, 2):
+        task = constrained_task(profiled_demo_tables(seed), 8, FRACTION)
+        items.append(Item("profiled", f"demo-100x8-s{seed}", task))
+    for model in MODEL_TABLES:
+        for devices in (4, 8, 16):
+            task = constrained_task(model_tables(model), devices, FRACTION)
+            items.append(Item("public", f"{model}-26x{devices}", task))
+    return items
 
 
-def speed() -> dict[str, float]:
-    """Median seconds of three runs: ppo, the environment alone, size_lookup_greedy."""
-    model = AnalyticalCostModel()
-    task = constrained_task(dlrm_tables(POOL_SIZE, seed=0), 128, hbm_fraction=0.5)
-    ppo, greedy = get_sharder("ppo", threads=1), get_sharder("size_lookup_greedy")
-    ppo.shard(task, model)  # loads the policy, warms up
-    out = {}
-    for name, fn in (("ppo", lambda: ppo.shard(task, model)),
-                     ("environment only (first allowed action)", lambda: env_only(task, model)),
-                     ("size_lookup_greedy", lambda: greedy.shard(task, model))):
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        out[name] = float(np.median(times))
+def profiled_demo_tables(seed: int, count: int = 100, samples: int = 8192) -> list[Table]:
+    """The tables ``autoshard demo --seed SEED`` profiles (same generator, trace and profiler)."""
+    from autoshard.stats.profile import profile_table
+    from autoshard.synth import draw_tables, iter_lookups
+
+    specs = draw_tables(count, seed)
+    out = []
+    for spec, (idx, lengths) in zip(specs, iter_lookups(specs, samples, seed), strict=True):
+        profile = profile_table(spec.name, idx, lengths, spec.rows)
+        out.append(profile.to_table(spec.dim) if profile.lookups else spec.to_table())
     return out
 
 
-def summary_table(results: list[Result]) -> list[str]:
-    """Mean cost ratio per (tables, devices) group and sharder; failures counted."""
-    sharders = list(dict.fromkeys(r.sharder for r in results))
-    groups = sorted({(r.tables, r.devices) for r in results})
-    cell: dict[tuple, list] = defaultdict(list)
-    for r in results:
-        cell[r.sharder, r.tables, r.devices].append(r.cost_ratio)
-    lines = ["| tables | devices | " + " | ".join(sharders) + " | ppo vs best greedy |",
-             "| ---: | ---: |" + " ---: |" * (len(sharders) + 1)]
+def run(items: list[Item], time_limit: float) -> tuple[list[CompareRow], list[dict]]:
+    """Every item with ppo, the policy alone, the greedy sharders and recshard."""
+    ppo, alone = get_sharder("ppo"), get_sharder("ppo", samples=0, candidates=False)
+    rows, choices = [], []
+    for item in items:
+        fixed = FixedTask(item.name, item.task)
+        for label, sharder in (("ppo", ppo), ("ppo (policy alone)", alone)):
+            assert isinstance(sharder, PPOSharder)
+            start = time.perf_counter()
+            plan = sharder.shard(item.task, MODEL)
+            seconds = time.perf_counter() - start
+            report = evaluate(plan, item.task, MODEL)
+            rows.append(CompareRow(item.family, item.name, item.task.num_tables,
+                                   item.task.num_devices, item.task.workload.mode, label, "ok",
+                                   step_cost_ms=report.step_cost_ms,
+                                   lower_bound_ms=report.lower_bound_ms,
+                                   cost_ratio=report.cost_ratio,
+                                   load_balance=report.load_balance,
+                                   uvm_lookup_share=report.uvm_lookup_share,
+                                   plan_seconds=seconds, cost_model=MODEL.name))
+            if label == "ppo" and sharder.last_choice:
+                choices.append({"family": item.family, "task": item.name,
+                                "winner": sharder.last_choice.winner})
+        for name in (*GREEDY, "recshard"):
+            rows.append(run_one(item.family, fixed, item.task, name, MODEL, None,
+                                {"time_limit": time_limit, "seed": 0})[0])
+    return rows, choices
 
-    def mean(values: list) -> float:
-        return float(np.mean([v if v is not None else np.inf for v in values]))
 
-    for t, d in groups:
-        row = [mean(cell[s, t, d]) for s in sharders]
-        text = [f"{v:.3f}" if np.isfinite(v) else
-                f"failed {sum(x is None for x in cell[s, t, d])}" for v, s in zip(
-                    row, sharders, strict=True)]
-        best_greedy = min(mean(cell[g, t, d]) for g in GREEDY)
-        gap = mean(cell["ppo", t, d]) / best_greedy - 1.0
-        unseen = " (unseen)" if d == UNSEEN else ""
-        lines.append(f"| {t} | {d}{unseen} | " + " | ".join(text) + f" | {gap:+.1%} |")
+def summary(rows: list[CompareRow], choices: list[dict]) -> list[str]:
+    """Per family: the must-show figures (see the module docstring)."""
+    by: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for r in rows:
+        by[r.suite, r.task][r.sharder] = r.cost_ratio if r.status == "ok" else np.inf
+    seconds: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in rows:
+        seconds[r.suite, r.sharder].append(r.plan_seconds)
+    lines = ["| family | tasks | ppo | policy alone | best greedy | recshard | ppo / best greedy "
+             "(worst) | policy alone <= best greedy | ppo / recshard (mean) | policy alone / "
+             "recshard (mean) | ppo won by | ppo s | recshard s |",
+             "| --- |" + " ---: |" * 9 + " --- | ---: | ---: |"]
+    for family in dict.fromkeys(r.suite for r in rows):
+        tasks = [v for (f, _), v in by.items() if f == family]
+        best = np.array([min(v[g] for g in GREEDY) for v in tasks])
+        ppo = np.array([v["ppo"] for v in tasks])
+        own = np.array([v["ppo (policy alone)"] for v in tasks])
+        rec = np.array([v["recshard"] for v in tasks])
+        won = Counter(c["winner"] for c in choices if c["family"] == family)
+        lines.append(
+            f"| {family} | {len(tasks)} | {ppo.mean():.3f} | {own.mean():.3f} | "
+            f"{best.mean():.3f} | {rec.mean():.3f} | {np.max(ppo / best):.3f} | "
+            f"{np.mean(own <= best * (1 + 1e-9)):.0%} | {np.mean(ppo / rec):.3f} | "
+            f"{np.mean(own / rec):.3f} | "
+            + ", ".join(f"{k} {v}" for k, v in won.most_common()) + " | "
+            f"{np.mean(seconds[family, 'ppo']):.3f} | {np.mean(seconds[family, 'recshard']):.2f} |")
     return lines
+
+
+def cpu_seconds(fn: object, repeats: int = 3) -> float:
+    """Median process CPU seconds of ``fn()`` over ``repeats`` runs."""
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        fn()  # type: ignore[operator]
+        times.append(time.process_time() - start)
+    return float(np.median(times))
+
+
+def speed(time_limit: float) -> dict[str, float]:
+    """CPU seconds: ppo at 856 x 128, and ppo vs recshard on the 200-table suite."""
+    big = constrained_task(dlrm_tables(POOL_SIZE, seed=0), 128, hbm_fraction=0.5)
+    ppo, alone = get_sharder("ppo"), get_sharder("ppo", samples=0, candidates=False)
+    recshard = get_sharder("recshard", time_limit=time_limit)
+    ppo.shard(big, MODEL)  # warm-up
+    out = {f"ppo, {POOL_SIZE} x 128": cpu_seconds(lambda: ppo.shard(big, MODEL)),
+           f"policy alone, {POOL_SIZE} x 128": cpu_seconds(lambda: alone.shard(big, MODEL))}
+    suite = [spec.build() for spec in get_suite("constrained-200x8")]
+    out["ppo, constrained-200x8 (mean)"] = float(np.mean(
+        [cpu_seconds(lambda t=t: ppo.shard(t, MODEL), 1) for t in suite]))
+    out["recshard, constrained-200x8 (mean)"] = float(np.mean(
+        [cpu_seconds(lambda t=t: recshard.shard(t, MODEL), 1) for t in suite]))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2, help="tasks per (tables, devices)")
     parser.add_argument("--time-limit", type=float, default=10.0,
-                        help="seconds for sharders with a time limit (MILP)")
-    parser.add_argument("--sharders", nargs="*", default=None, help="default: all registered")
+                        help="recshard's time limit (s), in the families and the speed test")
+    parser.add_argument("--quick", action="store_true", help="fewer tasks (a smoke run)")
     parser.add_argument("--out", type=Path, default=Path("results/ppo"))
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     torch.set_num_threads(1)
-    names = tuple(args.sharders or sharder_names())
-    results, skipped = quality(args.repeats, args.time_limit, names)
-    seconds = speed()
-    command = (f"python benchmarks/bench_ppo.py --repeats {args.repeats} --time-limit "
-               f"{args.time_limit:g}" + (f" --sharders {' '.join(names)}" if args.sharders
-                                         else ""))
-    lines = ["# ppo on held-out tables", "",
+    rows, choices = run(families(args.quick), args.time_limit)
+    seconds = speed(args.time_limit)
+    ratio = (seconds["recshard, constrained-200x8 (mean)"]
+             / seconds["ppo, constrained-200x8 (mean)"])
+    command = (f"python benchmarks/bench_ppo.py --time-limit {args.time_limit:g}"
+               + (" --quick" if args.quick else ""))
+    lines = ["# ppo on held-out families", "",
              f"Machine: {describe_machine()}, one core. Command: `{command}`.", "",
-             "Step cost / lower bound (1.000 = provably optimal), mean over "
-             f"{args.repeats} task(s) per row; tasks draw only test-pool tables; the cluster's "
-             "HBM holds half of the tables' bytes (8xH100-80GB links and bandwidths); "
-             "16 devices were never seen in training (2, 3, 4, 6, 8, 12).", ""]
-    lines += summary_table(results)
-    if skipped:
-        lines += ["", "Skipped (unavailable here): " + "; ".join(
-            f"{k}: {v}" for k, v in skipped.items())]
-    lines += ["", f"## Planning time, {POOL_SIZE} tables on 128 devices (median of 3, one core)",
-              "", "| planner | seconds |", "| --- | ---: |"]
+             "Step cost / lower bound (1.000 = provably optimal), mean per family; the "
+             "cluster's HBM holds 30% of the tables' bytes (8xH100-80GB links and "
+             "bandwidths, batch 65,536, train mode). `ppo` is the sharder as registered (best "
+             "of its greedy decode, sampled rollouts and the greedy sharders' plans); `policy "
+             "alone` is the learned policy's own greedy decode. Per-task rows: `eval.csv`.", ""]
+    lines += summary(rows, choices)
+    lines += ["", "## Planning time (process CPU seconds, one core)", "",
+              "| what | seconds |", "| --- | ---: |"]
     lines += [f"| {k} | {v:.3f} |" for k, v in seconds.items()]
+    lines += ["", f"recshard / ppo on constrained-200x8 at --time-limit {args.time_limit:g}: "
+              f"{ratio:.1f}x."]
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "eval.md", "\n".join(lines) + "\n")
-    atomic_write_text(args.out / "eval.csv", results_csv(results))
+    atomic_write_text(args.out / "eval.csv", csv_text((asdict(r) for r in rows), COLUMNS))
     atomic_write_text(args.out / "speed.json", json.dumps(
-        {"tables": POOL_SIZE, "devices": 128, "seconds": seconds, "machine": describe_machine(),
-         "command": command}, indent=2) + "\n")
-    comparison(results, args.out / "comparison.png",
-               "held-out tasks: step cost / lower bound (16 devices unseen)")
+        {"seconds": seconds, "recshard_over_ppo_200x8": ratio, "choices": choices,
+         "machine": describe_machine(), "command": command}, indent=2) + "\n")
+    comparison(rows, args.out / "comparison.png", "held-out tasks: step cost / lower bound")
     print("\n".join(lines))
 
 

@@ -261,8 +261,8 @@ def read_metadata(src: Path, fmt: str, feature_names: tuple[str, ...] = FEATURE_
     return meta
 
 
-def load_booster(src: Path, meta: dict[str, Any], num_features: int = len(FEATURE_NAMES),
-                 file: str = MODEL_FILE) -> Any:
+def load_booster(src: Path, meta: dict[str, Any],
+                 feature_names: tuple[str, ...] = FEATURE_NAMES, file: str = MODEL_FILE) -> Any:
     """LightGBM's booster from ``src/file`` after its digest (``meta["model_sha256"]``) and
     structure are checked."""
     import lightgbm
@@ -271,7 +271,7 @@ def load_booster(src: Path, meta: dict[str, Any], num_features: int = len(FEATUR
     if not path.is_file():
         raise InputError("cost-model file missing", source=str(src), field=file)
     verify_digest(path, meta.get("model_sha256"), str(src / META_FILE))
-    text = checked_model_text(path, num_features)
+    text = checked_model_text(path, feature_names)
     try:
         return lightgbm.Booster(model_str=text)
     except lightgbm.basic.LightGBMError as exc:

@@ -250,7 +250,7 @@ class SetCostModel:
         src = Path(directory)
         meta = read_metadata(src, FORMAT, feature_names=SET_FEATURES)
         model = cls(int(meta.get("n_estimators", 150)), communication=communication)
-        model.booster_ = load_booster(src, meta, num_features=len(SET_FEATURES))
+        model.booster_ = load_booster(src, meta, feature_names=SET_FEATURES)
         try:
             coef = np.asarray(meta.get("additive", []), dtype=np.float64)
         except (TypeError, ValueError):

@@ -52,3 +52,26 @@ def test_a_layout_must_name_every_feature_once() -> None:
         ObsLayout(2, N_BUCKETS, TABLE[:-1])
     with pytest.raises(ValueError, match="reordering"):
         ObsLayout(2, N_BUCKETS, option_names=(*OPTION[:-1], "price"))
+
+
+def test_when_hbm_holds_every_useful_row_buckets_keep_the_used_rows_not_all() -> None:
+    from autoshard.access import AccessCurve
+    from autoshard.sharders.ppo_buckets import MULTIPLIERS, bucket_rows
+    from autoshard.tables import Table
+
+    # 1% of each table's rows are ever touched; the cluster's HBM holds half of all the bytes,
+    # so every touched row fits and the relaxation's value threshold is 0.
+    curve = AccessCurve((0.0, 0.001, 0.01), (0.0, 0.8, 1.0))
+    tables = [Table(f"t{i}", rows=1_000_000, dim=64, access_cdf=curve, rows_used=10_000)
+              for i in range(4)]
+    task = constrained_task(tables, 2, hbm_fraction=0.5)
+    rows = bucket_rows(task, MODEL)
+    kept = [b for b, m in enumerate(MULTIPLIERS) if 0 < m < float("inf")]
+    assert (rows[:, kept] == 10_000).all()  # the used rows, where before it was all 1,000,000
+    assert (rows[:, 0] == 0).all() and (rows[:, -1] == 1_000_000).all()
+    layout = ObsLayout(2, N_BUCKETS)
+    episode = PlacementEpisode(PricedTask.prepare(task, MODEL, layout), layout)
+    assert episode.rows_of(episode.table, 0, N_BUCKETS - 1) == 10_000  # fill: used rows at most
+    while not episode.done:  # two tables a device, each with its fill bucket
+        episode.step((episode.step_index % 2) * N_BUCKETS + N_BUCKETS - 1)
+    assert episode.step_cost_ms / episode.lower_bound == pytest.approx(1.0, abs=0.02)

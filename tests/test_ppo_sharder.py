@@ -93,3 +93,15 @@ def test_committed_policy_at_or_below_the_best_greedy_on_held_out_tables() -> No
         greedy = min(evaluate(get_sharder(g).shard(item.task, MODEL), item.task,
                               MODEL).cost_ratio for g in GREEDY)
         assert ratio <= greedy * (1 + 1e-9), item.name
+
+
+def test_the_sharder_and_its_policy_import_no_environment_or_training_code() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, autoshard.sharders.ppo, autoshard.sharders.ppo_policy; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('envs', 'training', 'cost_models', 'gymnasium', 'stable_baselines3')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"

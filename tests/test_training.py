@@ -152,11 +152,10 @@ def test_cli_train_smoke(tmp_path: Path) -> None:
     main(["train", "--timesteps", "128", "--n-steps", "64", "--batch-size", "64",
           "--out", str(tmp_path / "run"), "--wandb-mode", "disabled", "--eval-every", "64",
           "--train-tables", "4", "8", "--eval-tables", "8", "--eval-devices", "2",
-          "--export", str(tmp_path / "export")])
-    for name in ("policy/weights.pt", "policy/config.json", "training_curve.png",
-                 "train_history.json", "train_eval.csv"):
+          "--export", str(tmp_path / "export"), "--export-policy", str(tmp_path / "policy")])
+    for name in ("training_curve.png", "train_history.json", "train_eval.csv"):
         assert (tmp_path / "export" / name).is_file(), name
-    net, multipliers, doc = load_policy(tmp_path / "export" / "policy")
+    net, multipliers, doc = load_policy(tmp_path / "policy")
     assert doc["trained"]["steps"] in (64, 128) and multipliers == MULTIPLIERS
     assert net(torch.from_numpy(observation(2, 2))[None])[0].shape == (1, 2 * N_BUCKETS)
     with pytest.raises(SystemExit) as exc:

@@ -121,8 +121,13 @@ def _raise_on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None) -> TrainResult:
-    """Trains (or resumes) a run in ``cfg.out``; see the module docstring."""
+def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
+          export_policy: Path | None = None) -> TrainResult:
+    """Trains (or resumes) a run in ``cfg.out``; see the module docstring.
+
+    ``export`` receives the run's curve, history, evaluation and figures; ``export_policy`` its
+    best policy (``autoshard/data/ppo_policy`` to replace the committed one).
+    """
     from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
@@ -184,6 +189,8 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None) ->
     result.results = _finish(cfg, result, tasks, greedy_results, cost_model, state, tracker)
     if export is not None:
         export_run(run_dir, export)
+    if export_policy is not None:
+        copy_policy(policy_dir, export_policy)
     return result
 
 
@@ -220,13 +227,20 @@ def results_csv(results: list[CompareRow]) -> str:
 
 
 def export_run(run_dir: Path, dest: Path) -> None:
-    """Copies the policy, history, evaluation and figures of a run to ``dest``."""
+    """Copies the history, evaluation and figures of a run to ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
-    if (dest / "policy").exists():
-        shutil.rmtree(dest / "policy")
-    shutil.copytree(run_dir / "policy", dest / "policy")
     for name in ("history.json", "training_curve.png", "comparison.png", "eval.csv",
                  "config.json", "summary.json"):
         if (run_dir / name).exists():
             shutil.copy2(run_dir / name, dest / ("train_" + name if name != "training_curve.png"
                                                  else name))
+
+
+def copy_policy(policy_dir: Path, dest: Path) -> None:
+    """Copies a policy folder's files (``weights.pt``, ``config.json``) into ``dest``."""
+    load_policy(policy_dir)  # refuse to export anything that would not load
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("weights.pt", "config.json"):
+        tmp = dest / (name + ".tmp")
+        shutil.copy2(policy_dir / name, tmp)
+        tmp.replace(dest / name)

@@ -44,18 +44,20 @@ def _config_parameters() -> list[inspect.Parameter]:
     return params
 
 
-def train(resume: bool = False, export: Path | None = None, **values: Any) -> None:
+def train(resume: bool = False, export: Path | None = None, export_policy: Path | None = None,
+          **values: Any) -> None:
     """Train the `ppo` sharder's policy with MaskablePPO on autoshard/Placement-v0."""
     from training.train import train as run_training
 
     given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                              for k, v in values.items() if v is not None}
     cfg = TrainConfig(**given)
-    result = run_training(cfg, resume=resume, export=export)
+    result = run_training(cfg, resume=resume, export=export, export_policy=export_policy)
     console.print(f"trained {result.steps:,} steps in {result.wall_seconds:.0f} s"
                   f"{' (stopped early)' if result.stopped_early else ''}; best held-out cost "
                   f"ratio {result.best_ratio:.3f}; policy in {result.policy_dir}"
-                  + (f"; exported to {export}" if export else ""))
+                  + (f"; exported to {export}" if export else "")
+                  + (f"; policy copied to {export_policy}" if export_policy else ""))
 
 
 _own = [
@@ -64,8 +66,12 @@ _own = [
                           "--resume", help="Continue the run in --out from its last checkpoint.")]),
     inspect.Parameter("export", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[Path | None, typer.Option(
-                          help="Also copy the best policy, curve and evaluation here "
+                          help="Also copy the curve, history and evaluation here "
                                "(e.g. results/ppo).")]),
+    inspect.Parameter("export_policy", inspect.Parameter.KEYWORD_ONLY, default=None,
+                      annotation=Annotated[Path | None, typer.Option(
+                          help="Also copy the best policy here (autoshard/data/ppo_policy "
+                               "replaces the committed one).")]),
 ]
 train.__signature__ = inspect.Signature(_own + _config_parameters())  # type: ignore[attr-defined]
 train.__annotations__ = {p.name: p.annotation for p in train.__signature__.parameters.values()}  # type: ignore[attr-defined]

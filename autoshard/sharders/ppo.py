@@ -22,6 +22,10 @@ from autoshard.task import ShardingTask
 
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).
 DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_policy"
+#: Sampled rollouts by default: :data:`SAMPLES_SMALL` for tasks of up to :data:`SMALL_TASK`
+#: (table, device) pairs, :data:`SAMPLES_LARGE` above (856 tables x 128 devices in under 2 s on
+#: one core, ``python benchmarks/bench_ppo.py``).
+SAMPLES_SMALL, SAMPLES_LARGE, SMALL_TASK = 4, 2, 20_000
 #: The greedy sharders whose plans are candidates (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 
@@ -59,7 +63,8 @@ class PPOSharder:
     Args:
         policy: Folder with ``config.json`` and ``weights.pt`` (default: the committed one).
         threads: torch threads for the policy (1: one CPU core).
-        samples: Sampled rollouts (K of best-of-K).
+        samples: Sampled rollouts (K of best-of-K); None: :data:`SAMPLES_SMALL` or, for tasks
+            of more than :data:`SMALL_TASK` (table, device) pairs, :data:`SAMPLES_LARGE`.
         candidates: Whether the greedy sharders' plans compete.
         seed: Seed of the sampled rollouts.
     """
@@ -68,9 +73,9 @@ class PPOSharder:
     summary: ClassVar[str] = ("learned placement policy: greedy and best-of-K sampled decodes, "
                               "greedy sharders as candidates")
 
-    def __init__(self, policy: str | Path | None = None, threads: int = 1, samples: int = 4,
-                 candidates: bool = True, seed: int = 0) -> None:
-        if samples < 0:
+    def __init__(self, policy: str | Path | None = None, threads: int = 1,
+                 samples: int | None = None, candidates: bool = True, seed: int = 0) -> None:
+        if samples is not None and samples < 0:
             raise InputError("must be >= 0", field="samples", value=samples)
         self.policy = Path(policy) if policy is not None else DEFAULT_POLICY
         self.threads, self.samples, self.candidates, self.seed = threads, samples, candidates, seed
@@ -80,8 +85,9 @@ class PPOSharder:
         self._load()  # load (and import torch) now, so that shard() is planning only
 
     @classmethod
-    def unavailable(cls) -> str | None:
-        return _missing(DEFAULT_POLICY)
+    def unavailable(cls, policy: str | Path | None = None) -> str | None:
+        """Why the policy in ``policy`` (default: the committed one) cannot be loaded here."""
+        return _missing(Path(policy) if policy is not None else DEFAULT_POLICY)
 
     def _load(self) -> None:
         reason = _missing(self.policy)
@@ -105,14 +111,18 @@ class PPOSharder:
 
         from autoshard.sharders.ppo_policy import decode
 
+        samples = self.samples
+        if samples is None:
+            small = task.num_tables * task.num_devices <= SMALL_TASK
+            samples = SAMPLES_SMALL if small else SAMPLES_LARGE
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            episodes = decode(self._net, self._multipliers, task, cost_model, self.samples,
+            episodes = decode(self._net, self._multipliers, task, cost_model, samples,
                               self.seed)
         finally:
             torch.set_num_threads(before)
-        names = ["ppo-greedy"] + [f"ppo-sample-{i}" for i in range(self.samples)]
+        names = ["ppo-greedy"] + [f"ppo-sample-{i}" for i in range(samples)]
         return ({n: ep.step_cost_ms for n, ep in zip(names, episodes, strict=True)},
                 {n: ep.plan(self.name) for n, ep in zip(names, episodes, strict=True)})
 

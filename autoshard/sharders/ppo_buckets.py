@@ -51,7 +51,9 @@ def bucket_rows(task: ShardingTask, cost_model: CostModel,
         elif np.isinf(m):
             out[:, b] = 0
         else:
-            taken = (worth >= m * threshold).sum(axis=1)
+            # Only segments that save anything: when the cluster's HBM holds every useful
+            # segment (threshold 0), a bucket keeps the used rows, not the never-touched ones.
+            taken = ((worth >= m * threshold) & (worth > 0)).sum(axis=1)
             out[:, b] = rows_at[np.arange(task.num_tables), taken]
     return out
 

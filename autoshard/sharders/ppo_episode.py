@@ -47,12 +47,14 @@ class PricedTask:
     cost_model: CostModel
     multipliers: tuple[float, ...]
     rows: np.ndarray  # [T, value buckets] HBM rows
-    parts: np.ndarray  # [T, D, K, 3] hbm/uvm/comm ms; the fill bucket (last) is 0 until offered
+    parts: np.ndarray  # [T, D, K - 1, 3] hbm/uvm/comm ms of the value buckets
+    total: np.ndarray  # [T, D, K - 1] their sums
     lower_bound: float  # ms, the reward's unit
     order: np.ndarray  # tables, costliest relaxation first
     table_feats: np.ndarray  # [T, TABLE] in placement order
     bytes_left: np.ndarray  # [T + 1] relaxation bytes still to place from step i on
     summary: np.ndarray  # [T + 1, SUMMARY], the entries that depend on the step alone
+    static: np.ndarray  # [T, D, K - 1, OPTION] option features fixed for the whole episode
 
     @classmethod
     def prepare(cls, task: ShardingTask, cost_model: CostModel, layout: ObsLayout,
@@ -65,12 +67,10 @@ class PricedTask:
         d_idx = np.tile(np.repeat(np.arange(n_d), n_v), n_t)
         k_rows = np.broadcast_to(rows[:, None, :], (n_t, n_d, n_v)).ravel()
         p = cost_model.price(task, t_idx, d_idx, k_rows)
-        parts = np.zeros((n_t, n_d, n_k, 3))
-        parts[:, :, :n_v] = np.stack([p.hbm_ms, p.uvm_ms, p.comm_ms], axis=-1).reshape(
-            n_t, n_d, n_v, 3)
+        parts = np.stack([p.hbm_ms, p.uvm_ms, p.comm_ms], axis=-1).reshape(n_t, n_d, n_v, 3)
         total = parts.sum(axis=-1)
         lb = max(lower_bound_ms(task, cost_model), 1e-12)
-        ref = multipliers.index(1.0) if 1.0 in multipliers else n_k // 2
+        ref = multipliers.index(1.0) if 1.0 in multipliers else n_v // 2
         ref_cost = total[:, :, ref].mean(axis=1)
         order = np.argsort(-ref_cost, kind="stable")
         bytes_k = rows * task.table_arrays.memory_bytes_per_row[:, None]
@@ -86,8 +86,22 @@ class PricedTask:
         summary[:, s["devices"]] = n_d / 16.0
         summary[:, s["inv_devices"]] = 1.0 / n_d
         summary[:, s["progress"]] = step / n_t
-        return cls(task, cost_model, tuple(multipliers), rows, parts, lb, order,
-                   np.minimum(feats[order], CLIP), bytes_left, summary)
+        return cls(task, cost_model, tuple(multipliers), rows, parts, total, lb, order,
+                   np.minimum(feats[order], CLIP), bytes_left, summary,
+                   _static_options(task, layout, rows, total, lb))
+
+
+def _static_options(task: ShardingTask, layout: ObsLayout, rows: np.ndarray, total: np.ndarray,
+                    lb: float) -> np.ndarray:
+    """The option features of the value buckets that do not change during an episode: each
+    (table, device, bucket)'s price and HBM bytes, normalised."""
+    o = layout.option
+    hbm_cap = np.maximum(task.device_arrays.hbm_capacity, 1.0)
+    static = np.zeros((*total.shape, len(o)), dtype=np.float32)
+    static[..., o["price"]] = np.minimum(total / lb, CLIP)
+    bytes_k = rows * task.table_arrays.memory_bytes_per_row[:, None]
+    static[..., o["hbm_bytes"]] = np.clip(bytes_k[:, None, :] / hbm_cap[None, :, None], 0, CLIP)
+    return static
 
 
 def _table_features(task: ShardingTask, layout: ObsLayout, total: np.ndarray, lb: float,
@@ -121,7 +135,8 @@ class PlacementEpisode:
 
     An action is ``device * buckets + bucket``. The buckets are the value buckets of
     :mod:`autoshard.sharders.ppo_buckets` (no row, ..., all rows in HBM) and a last "fill"
-    bucket: as many hottest rows as the device's free HBM holds. :attr:`mask` says which
+    bucket: as many hottest rows as the device's free HBM holds (at most the rows ever used).
+    :attr:`mask` says which
     actions fit; :attr:`obs` is the observation of the next table (see
     :mod:`autoshard.sharders.ppo_features`). The reward of a step is the increase of the step
     cost (max over devices) over the task's lower bound, negated, so an episode's return is
@@ -145,15 +160,16 @@ class PlacementEpisode:
         self.step_index = 0
         self.top = 0.0  # step cost so far, ms
         self.state = PlacementState(task, priced.cost_model)
-        self._parts = priced.parts.copy()  # the fill bucket's column is written per step
-        self._total = self._parts.sum(axis=-1)
+        # The fill bucket of the next table on every device: HBM rows, cost parts, total.
         self._fill_rows = np.zeros(n_d, dtype=np.int64)
+        self._fill_parts = np.zeros((n_d, 3))
+        self._fill_total = np.zeros(n_d)
         self._bucket_rows = np.empty((self.buckets, n_d), dtype=np.int64)
         self._devices = np.arange(n_d)
+        self._rows_used = task.table_arrays.rows_used
         dev = task.device_arrays
         self._hbm_cap = np.maximum(dev.hbm_capacity, 1.0)
         self._init_device_features(n_t, n_d)
-        self._init_option_features()
         self.obs = np.zeros(layout.size, dtype=np.float32)
         self.mask = np.zeros(layout.max_devices * self.buckets, dtype=bool)
         blocks = self.obs[layout.head:].reshape(layout.max_devices, layout.device_block)
@@ -180,9 +196,10 @@ class PlacementEpisode:
         d, k = divmod(action, self.buckets)
         t = self.order[self.step_index]
         before = self.top
-        price = float(self._total[t, d, k])
+        fill = k == self.buckets - 1
+        price = float(self._fill_total[d] if fill else self.priced.total[t, d, k])
         self.state.place(t, d, self.rows_of(t, d, k), price=price)
-        self._update_device(d, price, self._parts[t, d, k])
+        self._update_device(d, price, self._fill_parts[d] if fill else self.priced.parts[t, d, k])
         self.step_index += 1
         self._observe()
         return -(self.top - before) / self.lower_bound
@@ -248,17 +265,6 @@ class PlacementEpisode:
         self._dev_scale[:, self._col["free_host"]] = 1.0 / np.maximum(dev.host_capacity, 1.0)
         self._dev_scale[:, self._col["tables"]] = 1.0 / n_t
 
-    def _init_option_features(self) -> None:
-        """The option features that do not change during the episode: each (table, device,
-        bucket)'s price and HBM bytes, normalised."""
-        p, o = self.priced, self.layout.option
-        n_t, n_d = self.task.num_tables, self.task.num_devices
-        self._static = np.zeros((n_t, n_d, self.buckets, len(o)), dtype=np.float32)
-        self._static[..., o["price"]] = np.minimum(self._total / self.lower_bound, CLIP)
-        bytes_k = p.rows * self.task.table_arrays.memory_bytes_per_row[:, None]
-        self._static[:, :, :-1, o["hbm_bytes"]] = np.clip(
-            bytes_k[:, None, :] / self._hbm_cap[None, :, None], 0, CLIP)
-
     def _update_device(self, d: int, price: float, parts: np.ndarray) -> None:
         """Refreshes device ``d``'s observation row after a table was placed on it."""
         state, raw, c = self.state, self._dev_raw[d], self._col
@@ -298,7 +304,12 @@ class PlacementEpisode:
             raise PlannerError("capacity", f"table '{self.task.tables[t].name}' fits on no "
                                f"device (largest free host memory {gib(state.free_host.max())})")
         ov = self._opt_view
-        ov[:] = self._static[t]
+        ov[:, :-1] = self.priced.static[t]
+        ov[:, -1] = 0.0
+        ov[:, -1, o["price"]] = np.minimum(self._fill_total / lb, CLIP)
+        ov[:, -1, o["hbm_bytes"]] = np.minimum(
+            self._fill_rows * self.task.table_arrays.memory_bytes_per_row[t] / self._hbm_cap,
+            CLIP)
         after, increase = ov[:, :, o["load_after"]], ov[:, :, o["increase"]]
         np.add(load[:, None], ov[:, :, o["price"]], out=after)
         np.minimum(after, CLIP, out=after)
@@ -328,27 +339,21 @@ class PlacementEpisode:
 
     def _offer_fill(self, t: int) -> np.ndarray:
         """Prices the fill bucket of table ``t`` on every device (the most hottest rows its
-        free HBM holds), writes its static option features and returns its HBM rows.
+        free HBM holds, at most the rows ever used) and returns its HBM rows.
 
         Where those rows are one of the table's value buckets (all rows where the whole table
         fits, none where HBM is full, ...), that bucket's price is taken; only the other
         devices are priced, in one call to the cost model.
         """
-        rows = self.state.max_hbm_rows(t)
+        rows = np.minimum(self.state.max_hbm_rows(t), self._rows_used[t])
         self._fill_rows = rows
         same = rows[:, None] == self.priced.rows[t]  # [devices, value buckets]
         bucket = same.argmax(axis=1)  # the first equal one, or 0 where none is
-        parts = self._parts[t]
-        parts[:, -1] = parts[self._devices, bucket]
+        parts = self._fill_parts
+        parts[:] = self.priced.parts[t, self._devices, bucket]
         new = (~same[self._devices, bucket]).nonzero()[0]
         if new.size:
             p = self.priced.cost_model.price(self.task, np.full(new.size, t), new, rows[new])
-            parts[new, -1] = np.array((p.hbm_ms, p.uvm_ms, p.comm_ms)).T
-        total = parts[:, -1].sum(axis=-1)
-        self._total[t, :, -1] = total
-        o = self.layout.option
-        per_row = self.task.table_arrays.memory_bytes_per_row[t]
-        static = self._static[t, :, -1]
-        static[:, o["price"]] = np.minimum(total / self.lower_bound, CLIP)
-        static[:, o["hbm_bytes"]] = np.minimum(rows * per_row / self._hbm_cap, CLIP)
+            parts[new] = np.array((p.hbm_ms, p.uvm_ms, p.comm_ms)).T
+        self._fill_total = parts.sum(axis=-1)
         return rows

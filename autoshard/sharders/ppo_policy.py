@@ -86,11 +86,22 @@ class PlacementNet(nn.Module):
         mean = (enc * valid).sum(dim=1) / count
         top = enc.masked_fill(valid == 0, -1e9).max(dim=1).values
         ctx = self.context(torch.cat([obs[:, :n_head], mean, top], dim=1))
-        options = devices[:, :, 1 + n_dev:].reshape(b, devices.shape[1], k, n_opt)
-        pre = (self.opt_in(options) + self.opt_device(enc)[:, :, None, :]
-               + self.opt_context(ctx)[:, None, None, :] + self.opt_bucket)
-        logits = self.opt_out(pre).squeeze(-1).masked_fill(valid == 0, PADDED)
-        return logits.reshape(b, -1), self.value(ctx)
+        d = devices.shape[1]
+        options = devices[:, :, 1 + n_dev:].reshape(b * d * k, n_opt)
+        # The scorer's first layer as one matrix product over all options, its per-device,
+        # context and bucket parts added once as the product's bias.
+        shared = ((self.opt_device(enc) + self.opt_context(ctx)[:, None, :])[:, :, None, :]
+                  + (self.opt_bucket + self.opt_in.bias)).reshape(-1, self.hidden)
+        middle, last = self.opt_out[1], self.opt_out[3]
+        assert isinstance(middle, nn.Linear) and isinstance(last, nn.Linear)
+        if torch.is_grad_enabled():
+            h = torch.addmm(shared, options, self.opt_in.weight.t()).relu()
+            h = torch.addmm(middle.bias, h, middle.weight.t()).relu()
+        else:  # planning: in place, which saves two allocations of [options, hidden]
+            h = shared.addmm_(options, self.opt_in.weight.t()).relu_()
+            h = torch.addmm(middle.bias, h, middle.weight.t()).relu_()
+        logits = torch.addmm(last.bias, h, last.weight.t()).reshape(b, d, k)
+        return logits.masked_fill(valid == 0, PADDED).reshape(b, -1), self.value(ctx)
 
     def config(self) -> dict[str, Any]:
         return {"buckets": self.buckets, "hidden": self.hidden}
@@ -186,10 +197,10 @@ def rollouts(net: PlacementNet, priced: PricedTask, samples: int = 0, greedy: bo
             logits, _ = net(torch.from_numpy(np.clip(obs, -LIMIT, LIMIT)))
             logits = logits.masked_fill(~torch.from_numpy(masks), -torch.inf)
             actions = logits.argmax(dim=1)
-            if samples:
-                drawn = torch.multinomial(torch.softmax(logits[int(greedy):], dim=1), 1,
-                                          generator=generator)[:, 0]
-                actions[int(greedy):] = drawn
+            if samples:  # Gumbel-max: argmax of logits + Gumbel noise samples the softmax
+                noise = torch.rand(samples, logits.shape[1], generator=generator)
+                noise.clamp_(min=1e-12).log_().neg_().log_()
+                actions[int(greedy):] = (logits[int(greedy):] - noise).argmax(dim=1)
             for ep, a in zip(episodes, actions.tolist(), strict=True):
                 ep.step(a)
     return episodes
