@@ -1,12 +1,18 @@
 """The comparison harness: every registered sharder on every task of a suite, priced alike.
 
 Rows are appended to the suite's CSV as each (task, sharder) finishes, so an interrupted run
-resumes where it stopped: rows already in the file are kept and not recomputed.
+resumes where it stopped: rows already in the file are kept and not recomputed. A row is reused
+only when it was made by the same sharder options and the same cost model, named by its path
+and the digest of its files (every learned model calls itself ``lightgbm``); a row of the same
+task, sharder and model made with other options is stale and is recomputed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import hashlib
+import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
@@ -19,7 +25,13 @@ from autoshard.evaluator import CostReport, evaluate
 from autoshard.fileio import atomic_write_text, csv_text, read_structured, write_structured
 from autoshard.limits import check_finite_costs
 from autoshard.plan import Plan
-from autoshard.sharders import get_sharder, sharder_info, sharder_names
+from autoshard.sharders import (
+    check_sharder_options,
+    common_options,
+    get_sharder,
+    sharder_info,
+    sharder_names,
+)
 from autoshard.task import ShardingTask
 
 
@@ -62,10 +74,32 @@ class CompareRow:
     uvm_lookup_share: float = float("nan")
     plan_seconds: float = float("nan")
     cost_model: str = ""
+    cost_model_id: str = ""
+    options: str = ""
 
 
 COLUMNS = [f.name for f in fields(CompareRow)]
 _FLOATS = {f.name for f in fields(CompareRow) if f.type in ("float", float)}
+#: Columns added after the first results were written: older files lack them.
+_LATER = ("cost_model_id", "options")
+
+
+def model_identity(spec: str | None) -> str:
+    """What a cost model is, for resuming: ``analytical``, or a learned model's resolved folder
+    and the SHA-256 (first 16 hex digits) of the names and contents of the files in it."""
+    if spec in (None, "", "analytical"):
+        return "analytical"
+    folder = Path(spec).resolve()
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return f"{folder}@sha256:{digest.hexdigest()[:16]}"
+
+
+def options_key(options: dict[str, object]) -> str:
+    """The sharder options a row was made with, as canonical JSON."""
+    return json.dumps(options, sort_keys=True, default=str)
 
 
 def read_rows(path: Path) -> list[CompareRow]:
@@ -75,6 +109,8 @@ def read_rows(path: Path) -> list[CompareRow]:
     rows = []
     with path.open(newline="") as fh:
         for raw in csv.DictReader(fh):
+            if set(COLUMNS) - set(raw) == set(_LATER):  # written before those columns
+                raw = dict(raw, cost_model_id=raw.get("cost_model", ""), options="")
             if None in raw.values() or set(raw) != set(COLUMNS):
                 continue
             try:
@@ -102,13 +138,42 @@ def _rewrite(path: Path, rows: Iterable[CompareRow]) -> None:
     atomic_write_text(path, csv_text((asdict(r) for r in rows), COLUMNS))
 
 
+def sharder_options(names: Iterable[str], common: dict[str, object],
+                    given: dict[str, dict[str, object]] | None = None
+                    ) -> dict[str, dict[str, object]]:
+    """Each sharder's options: the common settings it takes, then those given for it.
+
+    Args:
+        names: Registry names.
+        common: Settings applied to every sharder that takes them (``seed``, ``time_limit``).
+        given: Options for one sharder each, checked strictly.
+
+    Raises:
+        InputError: A given option the sharder does not take (or of the wrong type).
+    """
+    given = given or {}
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise InputError(f"options given for a sharder not run (running: {', '.join(names)})",
+                         field="sharder", value=unknown[0])
+    out: dict[str, dict[str, object]] = {}
+    for name in names:
+        out[name] = dict(common_options(name, common), **given.get(name, {}))
+        with contextlib.suppress(PlannerError):  # not importable here: run_one says so
+            check_sharder_options(name, out[name])
+    return out
+
+
 def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_model: CostModel,
-            bound_ms: float | None, options: dict[str, object]) -> tuple[CompareRow, Plan | None,
-                                                                        CostReport | None]:
-    """Runs one sharder on one task; failures and unavailability become rows, not exceptions."""
+            bound_ms: float | None, options: dict[str, object],
+            cost_model_id: str | None = None) -> tuple[CompareRow, Plan | None,
+                                                       CostReport | None]:
+    """Runs one sharder, made with exactly ``options``, on one task; failures and
+    unavailability become rows, not exceptions."""
     base = dict(suite=suite, task=spec.name, tables=task.num_tables, devices=task.num_devices,
-                mode=task.workload.mode, sharder=name, cost_model=cost_model.name)
-    reason = sharder_info(name).unavailable
+                mode=task.workload.mode, sharder=name, cost_model=cost_model.name,
+                cost_model_id=cost_model_id or cost_model.name, options=options_key(options))
+    reason = sharder_info(name, **options).unavailable
     if reason:
         return CompareRow(status="skipped", reason=reason, **base), None, None  # type: ignore
     start = time.perf_counter()
@@ -134,7 +199,9 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
               sharders: list[str] | None = None, options: dict[str, object] | None = None,
               bound: Callable[[ShardingTask, CostModel], float] | None = None,
               on_row: Callable[[CompareRow], None] | None = None,
-              fresh: bool = False, save_plans: bool = False) -> list[CompareRow]:
+              fresh: bool = False, save_plans: bool = False,
+              given: dict[str, dict[str, object]] | None = None,
+              cost_model_id: str | None = None) -> list[CompareRow]:
     """Runs every sharder on every task, appending rows to ``out_dir/<suite>.csv`` as they finish.
 
     The first task's per-device breakdown of each plan goes to ``<suite>.devices.json`` (for the
@@ -144,40 +211,50 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
         suite: Suite name, also the file stem.
         specs: The tasks.
         cost_model: Prices every plan.
-        out_dir: Results folder; rows already there (same task, sharder, cost model) are kept.
+        out_dir: Results folder; rows already there (same task, sharder, cost model identity
+            and options) are kept.
         sharders: Registry names to run (default: all registered).
-        options: Constructor options passed to every sharder (e.g. seed, time_limit).
+        options: Common settings, passed to every sharder that takes them (seed, time_limit).
         bound: Optional extra lower bound per task (the larger bound is reported).
         on_row: Called with each new row (progress display).
         fresh: Recompute the selected sharders' rows instead of keeping them (rows of other
             sharders are kept).
         save_plans: Also write each plan to ``<suite>.plans/<task>/<sharder>.json``.
+        given: Options for one sharder each (``{"recshard": {"time_limit": 5.0}}``), strict.
+        cost_model_id: The cost model's identity (:func:`model_identity`); default its name.
 
     Returns:
         All rows, old and new.
+
+    Raises:
+        InputError: An option a sharder does not take; nothing is run or written.
     """
     names = sharders or sharder_names()
+    per_sharder = sharder_options(names, options or {}, given)
+    model_id = cost_model_id or cost_model.name
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / f"{suite}.csv"
     devices_path = out_dir / f"{suite}.devices.json"
-    old = read_rows(csv_path)
+    old = [r for r in read_rows(csv_path) if not (  # stale: same model, other options
+        r.sharder in per_sharder and r.cost_model_id == model_id
+        and r.options != options_key(per_sharder[r.sharder]))]
     if fresh:
         old = [r for r in old if r.sharder not in names]
     _rewrite(csv_path, old)
     breakdown = read_structured(devices_path) if devices_path.is_file() else {}
     if fresh:
         breakdown = {k: v for k, v in breakdown.items() if k not in names}
-    done = {(r.task, r.sharder, r.cost_model) for r in old}
+    done = {(r.task, r.sharder, r.cost_model_id) for r in old}
     rows = list(old)
     for i, spec in enumerate(specs):
-        todo = [n for n in names if (spec.name, n, cost_model.name) not in done]
+        todo = [n for n in names if (spec.name, n, model_id) not in done]
         if not todo:
             continue
         task = spec.build()
         extra = bound(task, cost_model) if bound else None
         for name in todo:
             row, plan, report = run_one(suite, spec, task, name, cost_model, extra,
-                                        options or {})
+                                        per_sharder[name], model_id)
             if save_plans and plan is not None:
                 plan.save(out_dir / f"{suite}.plans" / spec.name / f"{name}.json")
             _append(csv_path, row)

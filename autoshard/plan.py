@@ -331,8 +331,11 @@ def check_plan(plan: Plan, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
     bad = (device < 0) | (device >= task.num_devices) | (hbm < 0) | (hbm > a.rows)
     for i in np.flatnonzero(bad):
         t = task.tables[i]
-        raise PlannerError("invalid_plan", f"table '{t.name}': device {device[i]} of "
-                           f"{task.num_devices}, hbm_rows {hbm[i]} of {t.rows}")
+        where = next(j for j, p in enumerate(plan.placements) if p.table == t.name)
+        field = "device" if not 0 <= device[i] < task.num_devices else "hbm_rows"
+        raise PlannerError("invalid_plan", f"field 'placements[{where}].{field}': table "
+                           f"'{t.name}': device {device[i]} of {task.num_devices} on hardware "
+                           f"'{task.hardware.name}', hbm_rows {hbm[i]} of {t.rows}")
     used_hbm, used_host = memory_use(task, device, hbm)
     dev = task.device_arrays
     for tier, used, cap in (("HBM", used_hbm, dev.hbm_capacity),

@@ -4,7 +4,8 @@ A table whose cost exceeds a target (by default the per-device mean of the task'
 :func:`autoshard.bounds.lower_bound_ms`) caps any table-wise plan at its own cost.
 :func:`split_heavy_tables` prices, through the cost model, every candidate split of each such
 table (column-wise into 2, 4, 8... blocks of equal width; row-wise over 2..N devices), each
-shard with the share of its rows in HBM that the bound's relaxation gives its table, and keeps
+shard with the share of its rows in HBM that the bound's relaxation gives its table (capped at
+one device's HBM: a table too big for one device's HBM pays for it until split), and keeps
 per table the cheapest split (least total work) whose dearest shard meets the target, else the
 split with the cheapest dearest shard. Sharders then place the shards like tables.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard.bounds import relax
+from autoshard.bounds import Relaxation, relax
 from autoshard.cost import CostModel
 from autoshard.plan import COLUMN_WISE, ROW_WISE
 from autoshard.shards import ShardGeometry, even_split, shard_task, whole_tables
@@ -29,11 +30,13 @@ class SplitChoice:
     Args:
         geometry: The shards, tables in task order (a table not split is one whole shard).
         whole_ms: Each table's cost whole, with its relaxed share of rows in HBM ([T]).
+        hbm_share: That share of each table's rows, from the bound's relaxation ([T]).
         target_ms: The cost above which a table was split.
     """
 
     geometry: ShardGeometry
     whole_ms: np.ndarray
+    hbm_share: np.ndarray
     target_ms: float
 
     @property
@@ -45,10 +48,13 @@ class SplitChoice:
 
 def _price_at_share(task: ShardingTask, cost_model: CostModel, g: ShardGeometry,
                     share: np.ndarray) -> np.ndarray:
-    """Each shard's total cost with the hottest ``share`` (per shard) of its rows in HBM, on
-    device 0."""
+    """Each shard's total cost with the hottest ``share`` (per shard) of its rows in HBM (at
+    most what one device's HBM holds), on device 0."""
     sub = shard_task(task, g)
-    rows = np.floor(share * sub.table_arrays.rows)
+    a = sub.table_arrays
+    # No shard holds more HBM rows than one device's HBM can.
+    fit = np.floor(float(task.device_arrays.hbm_capacity.max()) / a.memory_bytes_per_row)
+    rows = np.minimum(np.floor(share * a.rows), fit)
     return cost_model.price(sub, np.arange(g.num_shards), np.zeros(g.num_shards, dtype=np.int64),
                             rows).total_ms
 
@@ -68,7 +74,8 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int) -> list[Sha
 
 
 def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: float | None = None,
-                       max_parts: int | None = None) -> SplitChoice:
+                       max_parts: int | None = None, relaxed: Relaxation | None = None
+                       ) -> SplitChoice:
     """Splits every table dearer than ``target_ms`` (default: the spread-work bound, the
     per-device mean of the least work).
 
@@ -77,8 +84,9 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
         cost_model: Prices the candidates.
         target_ms: Cost above which a table is split.
         max_parts: Most shards per table (default: the device count).
+        relaxed: The task's :func:`autoshard.bounds.relax` (computed when not given).
     """
-    relaxed = relax(task, cost_model)
+    relaxed = relaxed or relax(task, cost_model)
     a = task.table_arrays
     share = np.minimum(relaxed.hbm_bytes / (a.rows * a.memory_bytes_per_row), 1.0)
     whole = _price_at_share(task, cost_model, whole_tables(task), share)
@@ -99,4 +107,4 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
         ok = np.flatnonzero(dearest <= target)
         pick = int(ok[np.argmin(total[ok])]) if ok.size else int(np.argmin(dearest))
         pieces.append(options[pick])
-    return SplitChoice(ShardGeometry.concat(pieces), whole, target)
+    return SplitChoice(ShardGeometry.concat(pieces), whole, share, target)

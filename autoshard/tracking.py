@@ -9,7 +9,15 @@ from typing import Any, cast
 
 from autoshard.errors import InputError
 
+#: The W&B modes every command and the training configuration accept.
 WANDB_MODES = ("offline", "online", "disabled")
+
+
+def check_wandb_mode(mode: str) -> None:
+    """Fails unless ``mode`` is one of :data:`WANDB_MODES`; the error names ``wandb_mode``."""
+    if mode not in WANDB_MODES:
+        raise InputError(f"must be one of {', '.join(WANDB_MODES)}", field="wandb_mode",
+                         value=mode)
 
 
 def run_name(experiment: str, seed: int | None = None) -> str:
@@ -33,9 +41,7 @@ class Tracker:
 
     def __init__(self, mode: str, directory: Path, name: str, config: dict[str, Any],
                  project: str = "autoshard", job_type: str | None = None) -> None:
-        if mode not in WANDB_MODES:
-            raise InputError(f"must be one of {', '.join(WANDB_MODES)}", field="wandb_mode",
-                             value=mode)
+        check_wandb_mode(mode)
         self.run: Any = None
         self.name = name
         if mode == "disabled":

@@ -55,16 +55,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/cost_model/calibration"))
     parser.add_argument("--heldout", type=int, default=120, help="default-grid configurations")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="calibration budget (default: the command's own)")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     model_dir = args.out / "model"
     start = time.perf_counter()
-    _cli("cost-model", "calibrate", str(COMMITTED), "-o", str(model_dir), "--no-progress")
+    budget = [] if args.budget_s is None else ["--budget-s", str(args.budget_s), "--size", "2000"]
+    _cli("cost-model", "calibrate", str(COMMITTED), "-o", str(model_dir), "--no-progress",
+         *budget)
     calibrate_s = time.perf_counter() - start
     quick = args.out / "heldout_quick.csv"
     _cli("bench", "--grid", "quick", "--no-progress", "-o", str(quick))
+    repeat = args.out / "heldout_quick_repeat.csv"
+    _cli("bench", "--grid", "quick", "--no-progress", "-o", str(repeat))
     sample = args.out / "heldout_default.csv"
     used = done_ids(model_dir / SAMPLE_FILE)
     sweep(stratified_sample("default", args.heldout, seed=1, exclude=used), sample,
@@ -74,11 +80,18 @@ def main(argv: list[str] | None = None) -> None:
     rows = {}
     for name, csv in (("quick grid (fresh)", quick), ("default grid, held-out sample", sample)):
         rows[name] = {"before": score(COMMITTED, csv, stat), "after": score(model_dir, csv, stat)}
+    import pandas as pd
+
+    from cost_models.evaluate import repeatability
+
+    noise = repeatability(pd.read_csv(quick), pd.read_csv(repeat), stat)
     own = json.loads(COMMITTED_METRICS.read_text())["models"]["lightgbm"]
-    doc = {"command": ".venv/bin/python benchmarks/bench_calibration.py",
+    command = " ".join([".venv/bin/python", "benchmarks/bench_calibration.py",
+                        *(argv if argv is not None else sys.argv[1:])])
+    doc = {"command": command,
            "machine": machine_record(), "committed_model_machine": meta["machines"]["base"],
            "calibration": meta["calibration"], "calibrate_wall_s": round(calibrate_s, 1),
-           "scales": meta["scales"], "heldout": rows,
+           "scales": meta["scales"], "heldout": rows, "quick_grid_noise_floor": noise,
            "committed_own_heldout": {"mape": own["mape"], "spearman": own["spearman"]}}
     atomic_write_text(args.out / "results.json", json.dumps(doc, indent=2) + "\n")
     atomic_write_text(args.out / "results.md", markdown(doc))
@@ -97,10 +110,9 @@ def markdown(doc: dict[str, Any]) -> str:
         f"`autoshard cost-model calibrate` measured {cal['configurations']} configurations of "
         f"the `{cal['grid']}` grid (stratified by operator, tables per operator and partition) "
         f"in {cal['measure_seconds']} s ({doc['calibrate_wall_s']} s in all, fit included); "
-        f"5-fold cross-validated MAPE on that sample: committed model {100 * cv['base']:.1f}%, "
-        f"per-operator scales {100 * cv['scales']:.1f}%, scales + residual "
-        f"{100 * cv['scales_residual']:.1f}% (residual model "
-        f"{'kept' if cal['residual'] else 'dropped'}). Scales (measured / committed model, "
+        "5-fold cross-validated MAPE on that sample: "
+        + ", ".join(f"{k} {100 * v:.1f}%" for k, v in cv.items() if k != "folds")
+        + f" (residual kept: {cal['residual'] or 'none'}). Scales (measured / committed model, "
         "per operator and mode): "
         + ", ".join(f"{k} {np.exp(v):.2f}x" for k, v in doc["scales"].items()) + ".", "",
         "Held out (measured here after calibrating, none of the calibration configurations):",
@@ -110,6 +122,12 @@ def markdown(doc: dict[str, Any]) -> str:
         b, a = r["before"], r["after"]
         lines.append(f"| {name} | {a['samples']} | {100 * b['mape']:.1f}% | "
                      f"{100 * a['mape']:.1f}% | {b['spearman']:.3f} | {a['spearman']:.3f} |")
+    noise = doc["quick_grid_noise_floor"]
+    lines += ["", f"Noise floor: the quick grid measured twice in this run (`heldout_quick.csv`, "
+              f"`heldout_quick_repeat.csv`) disagrees with itself by {100 * noise['mape']:.1f}% "
+              f"MAPE (median {100 * noise['median_ape']:.1f}%, Spearman "
+              f"{noise['spearman']:.3f}): no model can be expected to predict a single "
+              "measurement here more closely."]
     own = doc["committed_own_heldout"]
     lines += ["", f"The committed model on its own machine's held-out configurations "
               f"(`results/cost_model/metrics.md`): MAPE {100 * own['mape']:.2f}%, Spearman "

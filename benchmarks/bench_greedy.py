@@ -37,7 +37,7 @@ COLUMNS = ("task", "sharder", "median_s", "min_s", "time_vs_round_robin", "step_
 def plan_quality(name: str, task: ShardingTask) -> dict[str, float]:
     """The plan's cost report under the analytical model (also the warm-up run)."""
     model = AnalyticalCostModel()
-    plan = get_sharder(name, seed=0).shard(task, model)
+    plan = get_sharder(name).shard(task, model)
     report = evaluate(plan, task, model)
     _, hbm = plan.arrays(task)
     split = int(np.count_nonzero(hbm < task.table_arrays.rows))
@@ -50,7 +50,7 @@ def time_sharders(task: ShardingTask, repeats: int) -> dict[str, list[float]]:
     """Wall-clock seconds of ``repeats`` runs of each sharder, interleaved (one run of each per
     round) so that load from other processes falls on all sharders alike."""
     model = AnalyticalCostModel()
-    sharders = {name: get_sharder(name, seed=0) for name in SHARDERS}
+    sharders = {name: get_sharder(name) for name in SHARDERS}
     seconds: dict[str, list[float]] = {name: [] for name in SHARDERS}
     for _ in range(repeats):
         for name, sharder in sharders.items():

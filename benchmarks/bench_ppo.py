@@ -49,7 +49,7 @@ from autoshard.evaluator import evaluate
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
 from autoshard.model_tables import MODEL_TABLES, model_tables
-from autoshard.sharders import get_sharder
+from autoshard.sharders import common_options, get_sharder
 from autoshard.sharders.ppo import GREEDY, PPOSharder
 from autoshard.suites import get_suite
 from autoshard.tables import Table
@@ -127,11 +127,12 @@ def run(items: list[Item], time_limit: float) -> tuple[list[CompareRow], list[di
             if label == "ppo" and sharder.last_choice:
                 choices.append({"family": item.family, "task": item.name,
                                 "winner": sharder.last_choice.winner})
+        common = {"time_limit": time_limit, "seed": 0}
         for name in (*GREEDY, "recshard"):
             rows.append(run_one(item.family, fixed, item.task, name, MODEL, None,
-                                {"time_limit": time_limit, "seed": 0})[0])
+                                common_options(name, common))[0])
         tablewise = run_one(item.family, fixed, item.task, "recshard", MODEL, None,
-                            {"time_limit": time_limit, "seed": 0, "split": False})[0]
+                            {**common_options("recshard", common), "split": False})[0]
         rows.append(replace(tablewise, sharder=TABLEWISE))
     return rows, choices
 

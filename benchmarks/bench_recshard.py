@@ -27,7 +27,7 @@ from autoshard.evaluator import evaluate
 from autoshard.export_torchrec import torchrec_unavailable
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import cpu_model
-from autoshard.sharders import get_sharder, sharder_info
+from autoshard.sharders import common_options, get_sharder, sharder_info
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 
@@ -61,7 +61,7 @@ def run_one(name: str, spec: tuple[str, int, int, int], task: ShardingTask, boun
     reason = sharder_info(name).unavailable
     if reason:
         return dict(row, status=f"unavailable: {reason}")
-    sharder = get_sharder(name, time_limit=time_limit)
+    sharder = get_sharder(name, **common_options(name, {"time_limit": time_limit}))
     if name == "torchrec":
         torchrec_unavailable(load=True)  # imports torch and torchrec outside the timed plan
     start = time.perf_counter()

@@ -14,6 +14,13 @@ run). Spearman's rank correlation says whether measured and modelled costs order
 alike; the correlation between rounds 1 and 2 says how repeatable the measurement itself is on
 this host.
 
+Per cost model (``--cost-models``: the analytical model under this host's profile, learned
+model folders such as the committed LightGBM model, one calibrated to this machine and the
+device-level set model), it also compares modelled with measured compute per device (each
+plan's ranks: the forward, backward and optimizer CPU time of a rank's two tiers, minimum over
+rounds) by Spearman's rank correlation and MAPE. Learned models price this host's profile,
+where both tiers have the same bandwidth, as the runner's ranks do on CPU.
+
 Interrupted runs resume: finished measurements are kept in ``<out>/benchmark.partial.jsonl``
 and reused by a rerun with the same settings.
 
@@ -42,7 +49,7 @@ from autoshard.hardware import HardwareProfile, Tier
 from autoshard.machine import describe_machine
 from autoshard.plan import Plan
 from autoshard.runner import RunConfig, run_plan
-from autoshard.sharders import get_sharder, sharder_info, sharder_names
+from autoshard.sharders import common_options, get_sharder, sharder_info, sharder_names
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
@@ -147,7 +154,7 @@ def make_plans(task: ShardingTask) -> tuple[dict[str, Plan], dict[str, str]]:
             skipped[name] = f"unavailable: {reason}"
             continue
         try:
-            plans[name] = get_sharder(name, seed=0).shard(task, model)
+            plans[name] = get_sharder(name, **common_options(name, {"seed": 0})).shard(task, model)
         except PlannerError as exc:
             skipped[name] = f"failed: {exc}"
     return plans, skipped
@@ -237,6 +244,50 @@ def correlations(rows: list[dict], runs: dict[str, list[dict[str, Any]]]
     return out
 
 
+#: Cost models compared per device by default (missing folders are reported as skipped).
+DEFAULT_MODELS = ("analytical,autoshard/data/cost_model,results/cost_model/calibration/model,"
+                  "results/cost_model/set_model/model")
+
+
+def per_device_models(plans: dict[str, Plan], host_task: ShardingTask,
+                      runs: dict[str, list[dict[str, Any]]], specs: list[str]
+                      ) -> dict[str, dict[str, Any]]:
+    """Spearman and MAPE of modelled vs measured compute CPU time per (plan, device)."""
+    from autoshard.cost import load_cost_model
+    from autoshard.errors import InputError
+
+    measured = np.array([min(m["per_device"][d]["compute_cpu_ms"] for m in runs[name])
+                         for name in plans for d in range(host_task.num_devices)])
+    out: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        try:
+            model = load_cost_model(spec)
+        except InputError as exc:
+            out[spec] = {"skipped": str(exc)}
+            continue
+        modelled = np.array([d.hbm_ms + d.uvm_ms for name, plan in plans.items()
+                             for d in evaluate(plan, host_task, model).per_device])
+        rho, p = spearman(list(measured), list(modelled))
+        out[spec] = {"model": model.name, "spearman": rho, "p": p, "points": int(measured.size),
+                     "mape": float(np.mean(np.abs(modelled - measured) / measured))}
+    return out
+
+
+def models_markdown(per_model: dict[str, dict[str, Any]]) -> list[str]:
+    lines = ["", "Modelled vs measured compute per device (each plan's ranks; measured: CPU time "
+             "of a rank's lookups, backward and optimizer over both tiers, minimum over rounds; "
+             "modelled: the model's HBM + host compute of that device under this host's "
+             "profile):", "", "| cost model | kind | Spearman | p | MAPE | points |",
+             "|---|---|---:|---:|---:|---:|"]
+    for spec, r in per_model.items():
+        if "skipped" in r:
+            lines.append(f"| `{spec}` | skipped: {r['skipped']} | | | | |")
+            continue
+        lines.append(f"| `{spec}` | {r['model']} | {r['spearman']:.3f} | {r['p']:.2g} | "
+                     f"{100 * r['mape']:.1f}% | {r['points']} |")
+    return lines
+
+
 def to_markdown(rows: list[dict], corr: dict[str, tuple[float, float]], setup: str,
                 command: str, machine: str) -> str:
     lines = ["# Measured vs modelled step cost (autoshard run-plan)", "",
@@ -272,6 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--kernel", default="torch", choices=("torch", "fbgemm"))
     parser.add_argument("--out", type=Path, default=Path("results/run_plan"))
+    parser.add_argument("--cost-models", default=DEFAULT_MODELS,
+                        help="Comma-separated cost models compared per device.")
     args = parser.parse_args(argv)
     command = " ".join([".venv/bin/python", "benchmarks/bench_run_plan.py",
                         *(argv if argv is not None else sys.argv[1:])])
@@ -311,8 +364,12 @@ def main(argv: list[str] | None = None) -> None:
              "HBM/host split the planning profile prices; absolute ratios measured / modelled "
              "compare a CPU with an H100 model and mean little, the rankings are the point.")
     atomic_write_text(args.out / "benchmark.csv", csv_text(rows, COLUMNS))
+    per_model = per_device_models(plans, host_task, runs, args.cost_models.split(","))
     markdown = to_markdown(rows, corr, setup, command, machine)
+    markdown += "\n".join(models_markdown(per_model)) + "\n"
     atomic_write_text(args.out / "benchmark.md", markdown)
+    atomic_write_text(args.out / "per_device_models.json", json.dumps(
+        {"command": command, "machine": machine, "models": per_model}, indent=2) + "\n")
     partial.unlink(missing_ok=True)
     print(markdown)
     print(f"wrote {args.out}/benchmark.csv and {args.out}/benchmark.md")

@@ -72,7 +72,7 @@ def loop_simulate(task: ServingTask, assign: np.ndarray, servers: int, qps: floa
             if s == 0:
                 main = done - arrivals[r]
             else:
-                slowest = max(slowest, done - arrivals[r])
+                slowest = max(slowest, done - arrivals[r] + prof.network_latency_us * tail[r, s])
         out[r] = max(main, slowest + dense if servers else 0.0)
     return out
 

@@ -34,7 +34,7 @@ from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import machine_record
-from autoshard.sharders import get_sharder, sharder_info, sharder_names
+from autoshard.sharders import common_options, get_sharder, sharder_info, sharder_names
 from autoshard.workloads import constrained_task, dlrm_tables
 from cost_models.evaluate import metrics
 from cost_models.features import OP_CODES, TIER_CODES, partition_features
@@ -119,7 +119,8 @@ def sharder_gaps(model: SetCostModel, tasks: int, tables: int, devices: int,
                 skipped[name] = reason
                 continue
             try:
-                plan = get_sharder(name, seed=0, time_limit=time_limit).shard(task, model)
+                options = common_options(name, {"seed": 0, "time_limit": time_limit})
+                plan = get_sharder(name, **options).shard(task, model)
             except PlannerError as exc:
                 skipped[name] = str(exc)
                 continue

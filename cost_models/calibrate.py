@@ -8,8 +8,8 @@ of the base model's prediction in log space:
 
 - a scale per operator and mode (``torch``/``fbgemm`` x inference/training): the median log
   ratio of measured to predicted latency;
-- a small residual model (LightGBM, few shallow trees) over the same features, kept only when
-  a cross-validation over the sample says it lowers the error.
+- a small residual model (LightGBM, a few shallow trees) over the same features: of none, a
+  4-leaf and an 8-leaf one, the one with the lowest error in a cross-validation over the sample.
 
 :class:`CalibratedCostModel` is the base model times that correction, a CostModel like the base
 model; its folder holds the base model's files (verified by digest), the residual trees (also
@@ -47,10 +47,13 @@ FORMAT = "autoshard-calibrated-cost-model"
 RESIDUAL_FILE = "residual.txt"
 SAMPLE_FILE = "calibration.csv"
 _OP, _TRAIN = FEATURE_NAMES.index("op"), FEATURE_NAMES.index("train")
-_RESIDUAL_PARAMS = {"objective": "regression_l1", "learning_rate": 0.1, "num_leaves": 4,
-                    "min_data_in_leaf": 8, "lambda_l2": 1.0, "deterministic": True,
-                    "num_threads": 1, "verbosity": -1, "seed": 0}
-_RESIDUAL_ROUNDS = 40
+_BASE_PARAMS = {"objective": "regression_l1", "lambda_l2": 1.0, "deterministic": True,
+                "num_threads": 1, "verbosity": -1, "seed": 0}
+#: Residual models tried: name -> (LightGBM parameters, boosting rounds).
+RESIDUALS: dict[str, tuple[dict[str, Any], int]] = {
+    "4 leaves x 40": ({"learning_rate": 0.1, "num_leaves": 4, "min_data_in_leaf": 8}, 40),
+    "8 leaves x 200": ({"learning_rate": 0.03, "num_leaves": 8, "min_data_in_leaf": 5}, 200),
+}
 
 
 def _group_keys(X: np.ndarray) -> list[str]:
@@ -73,11 +76,12 @@ def apply_scales(X: np.ndarray, scales: dict[str, float]) -> np.ndarray:
     return np.array([scales.get(k, scales["*"]) for k in _group_keys(X)])
 
 
-def _fit_residual(X: np.ndarray, r: np.ndarray) -> Any:
+def _fit_residual(X: np.ndarray, r: np.ndarray, name: str) -> Any:
     import lightgbm
 
+    params, rounds = RESIDUALS[name]
     data = lightgbm.Dataset(X, r, feature_name=list(FEATURE_NAMES), free_raw_data=True)
-    return lightgbm.train(_RESIDUAL_PARAMS, data, num_boost_round=_RESIDUAL_ROUNDS)
+    return lightgbm.train({**_BASE_PARAMS, **params}, data, num_boost_round=rounds)
 
 
 def _mape(pred: np.ndarray, y: np.ndarray) -> float:
@@ -86,12 +90,14 @@ def _mape(pred: np.ndarray, y: np.ndarray) -> float:
 
 def cross_validate(X: np.ndarray, y: np.ndarray, base: np.ndarray, groups: np.ndarray,
                    folds: int = 5, seed: int = 0) -> dict[str, float]:
-    """Group k-fold MAPE on the sample of: the base model, scales alone, scales + residual."""
+    """Group k-fold MAPE on the sample of: the base model, scales alone, and scales with each
+    residual model of :data:`RESIDUALS`."""
     unique = np.unique(groups)
     rng = np.random.default_rng(seed)
     fold_of = dict(zip(rng.permutation(unique), np.arange(unique.size) % folds, strict=True))
     fold = np.array([fold_of[g] for g in groups])
-    scaled, full = np.empty_like(y), np.empty_like(y)
+    scaled = np.empty_like(y)
+    full = {name: np.empty_like(y) for name in RESIDUALS}
     r = np.log(y / base)
     for k in range(folds):
         test, train = fold == k, fold != k
@@ -100,10 +106,11 @@ def cross_validate(X: np.ndarray, y: np.ndarray, base: np.ndarray, groups: np.nd
         scales = fit_scales(X[train], r[train])
         s_train, s_test = apply_scales(X[train], scales), apply_scales(X[test], scales)
         scaled[test] = base[test] * np.exp(s_test)
-        booster = _fit_residual(X[train], r[train] - s_train)
-        full[test] = scaled[test] * np.exp(booster.predict(X[test], num_threads=1))
-    return {"base": _mape(base, y), "scales": _mape(scaled, y),
-            "scales_residual": _mape(full, y), "folds": folds}
+        for name in RESIDUALS:
+            booster = _fit_residual(X[train], r[train] - s_train, name)
+            full[name][test] = scaled[test] * np.exp(booster.predict(X[test], num_threads=1))
+    return {"base": _mape(base, y), "scales": _mape(scaled, y), "folds": folds,
+            **{f"scales + residual {name}": _mape(v, y) for name, v in full.items()}}
 
 
 class CalibratedCostModel(LightGBMCostModel):
@@ -231,12 +238,14 @@ def calibrate(model_dir: Path, output: Path, budget_s: float = 85.0, size: int =
     cv = cross_validate(X, y, before, groups)
     log_ratio = np.log(y / before)
     scales = fit_scales(X, log_ratio)
+    choice = min(RESIDUALS, key=lambda n: cv[f"scales + residual {n}"])
     residual = None
-    if cv["scales_residual"] < cv["scales"]:
-        residual = _fit_residual(X, log_ratio - apply_scales(X, scales))
+    if cv[f"scales + residual {choice}"] < cv["scales"]:
+        residual = _fit_residual(X, log_ratio - apply_scales(X, scales), choice)
     summary = {"configurations": int(np.unique(groups).size), "samples": int(y.size),
                "measure_seconds": round(seconds, 1), "grid": grid, "seed": seed,
-               "stat": stat, "cross_validated_mape": cv, "residual": residual is not None}
+               "stat": stat, "cross_validated_mape": cv,
+               "residual": choice if residual is not None else None}
     _write(output, src, base, scales, residual, summary)
     return dict(summary, scales=scales)
 

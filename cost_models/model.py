@@ -154,20 +154,9 @@ class LightGBMCostModel:
         hot, cold = self._grid_costs(task)
         dev = task.device_arrays
         scale = np.ones_like(dev.hbm_gbps) if "uvm" in self.tiers_ else dev.hbm_gbps / dev.host_gbps
-        scales, s_idx = np.unique(scale, return_inverse=True)
-        pairs, inverse = np.unique(t * scales.size + s_idx[d], return_inverse=True)
-        pt, ps = pairs // scales.size, scales[pairs % scales.size]
-        hbm_env, uvm_env = _envelope(hot[pt], cold[pt] * ps[:, None])
-        frac = np.clip(k / task.table_arrays.rows[t], 0.0, 1.0)
-        j = np.clip(np.searchsorted(GRID, frac, side="right") - 1, 0, GRID.size - 2)
-        w = (frac - GRID[j]) / (GRID[j + 1] - GRID[j])
-        q = inverse.reshape(t.shape)
-
-        def interp(env: np.ndarray) -> np.ndarray:
-            return env[q, j] + (env[q, j + 1] - env[q, j]) * w
-
+        hbm_ms, uvm_ms = price_from_grid(task, t, d, k, hot, cold, scale)
         comm = self.communication.price(task, t, d, k).comm_ms
-        return Pricing(hbm_ms=interp(hbm_env), uvm_ms=interp(uvm_env), comm_ms=comm)
+        return Pricing(hbm_ms=hbm_ms, uvm_ms=uvm_ms, comm_ms=comm)
 
     def _grid_costs(self, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
         """Latency (ms) of the hot and cold partition of every table at every grid split,
@@ -261,8 +250,8 @@ def read_metadata(src: Path, fmt: str, feature_names: tuple[str, ...] = FEATURE_
     return meta
 
 
-def load_booster(src: Path, meta: dict[str, Any], num_features: int = len(FEATURE_NAMES),
-                 file: str = MODEL_FILE) -> Any:
+def load_booster(src: Path, meta: dict[str, Any],
+                 feature_names: tuple[str, ...] = FEATURE_NAMES, file: str = MODEL_FILE) -> Any:
     """LightGBM's booster from ``src/file`` after its digest (``meta["model_sha256"]``) and
     structure are checked."""
     import lightgbm
@@ -271,7 +260,7 @@ def load_booster(src: Path, meta: dict[str, Any], num_features: int = len(FEATUR
     if not path.is_file():
         raise InputError("cost-model file missing", source=str(src), field=file)
     verify_digest(path, meta.get("model_sha256"), str(src / META_FILE))
-    text = checked_model_text(path, num_features)
+    text = checked_model_text(path, feature_names)
     try:
         return lightgbm.Booster(model_str=text)
     except lightgbm.basic.LightGBMError as exc:
@@ -302,6 +291,28 @@ def _check_xy(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _target(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """log(latency per work byte): what the trees learn."""
     return np.log(y) - X[:, WORK_COLUMN] * _LN2
+
+
+def price_from_grid(task: ShardingTask, t: np.ndarray, d: np.ndarray, k: np.ndarray,
+                    hot: np.ndarray, cold: np.ndarray, cold_scale: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(HBM ms, host ms) of table ``t[i]`` on device ``d[i]`` with ``k[i]`` hot rows, from the
+    costs of every table's hot and cold partition at every grid split ([T, len(GRID)] each; the
+    cold one scaled by ``cold_scale[d]``): the cheapest split with at most k hot rows,
+    interpolated between grid points, so more HBM rows never cost more."""
+    scales, s_idx = np.unique(cold_scale, return_inverse=True)
+    pairs, inverse = np.unique(t * scales.size + s_idx[d], return_inverse=True)
+    pt, ps = pairs // scales.size, scales[pairs % scales.size]
+    hbm_env, uvm_env = _envelope(hot[pt], cold[pt] * ps[:, None])
+    frac = np.clip(k / task.table_arrays.rows[t], 0.0, 1.0)
+    j = np.clip(np.searchsorted(GRID, frac, side="right") - 1, 0, GRID.size - 2)
+    w = (frac - GRID[j]) / (GRID[j + 1] - GRID[j])
+    q = inverse.reshape(t.shape)
+
+    def interp(env: np.ndarray) -> np.ndarray:
+        return env[q, j] + (env[q, j + 1] - env[q, j]) * w
+
+    return interp(hbm_env), interp(uvm_env)
 
 
 def _envelope(hot: np.ndarray, cold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -36,7 +36,13 @@ from autoshard.fileio import atomic_write_text
 from autoshard.task import ShardingTask
 from cost_models.features import task_partitions
 from cost_models.lgb_text import file_digest
-from cost_models.model import MODEL_FILE, finite_or_error, load_booster, read_metadata
+from cost_models.model import (
+    MODEL_FILE,
+    finite_or_error,
+    load_booster,
+    price_from_grid,
+    read_metadata,
+)
 
 FORMAT = "autoshard-set-cost-model"
 SET_FEATURES = (
@@ -211,22 +217,39 @@ class SetCostModel:
         cold = self._sets_ms(task, d, cr, cl, cd, dims, n)
         return hot + cold * self._cold_scale(task)
 
+    def _singleton_grid(self, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
+        """Each table's hot and cold partition at every grid split priced as a set of its own,
+        ms, [T, len(GRID)] each; cached per task."""
+        cache: dict[int, tuple[ShardingTask, np.ndarray, np.ndarray]] = self.__dict__.setdefault(
+            "_grid_cache", {})
+        hit = cache.get(id(task))
+        if hit is not None and hit[0] is task:
+            return hit[1], hit[2]
+        parts = task_partitions(task)
+        shape = parts.hot_rows.shape
+        own = np.arange(parts.hot_rows.size)
+        dims = np.broadcast_to(task.table_arrays.dim[:, None], shape).ravel().astype(np.float64)
+        out = [self._sets_ms(task, own, rows.ravel(), lk.ravel(), dist.ravel(), dims,
+                             own.size).reshape(shape)
+               for rows, lk, dist in ((parts.hot_rows, parts.hot_lookups, parts.hot_distinct),
+                                      (parts.cold_rows, parts.cold_lookups,
+                                       parts.cold_distinct))]
+        if len(cache) >= 4:
+            cache.pop(next(iter(cache)))
+        cache[id(task)] = (task, out[0], out[1])
+        return out[0], out[1]
+
     def price(self, task: ShardingTask, table_idx: np.ndarray, device_idx: np.ndarray,
               hbm_rows: np.ndarray) -> Pricing:
-        """Each row priced as a set of its own on its device (see the module docstring)."""
+        """Each row priced as a set of its own on its device (see the module docstring),
+        interpolated between the access grid's splits as the LightGBM model does."""
         t, d, k = np.broadcast_arrays(np.asarray(table_idx, dtype=np.int64),
                                       np.asarray(device_idx, dtype=np.int64),
                                       np.asarray(hbm_rows, dtype=np.float64))
-        t, d, k = t.ravel(), d.ravel(), k.ravel()
-        hr, hl, hd, cr, cl, cd = self._partitions(task, t, k)
-        dims = task.table_arrays.dim[t].astype(np.float64)
-        own = np.arange(t.size)
-        hot = self._sets_ms(task, own, hr, hl, hd, dims, t.size)
-        cold = self._sets_ms(task, own, cr, cl, cd, dims, t.size) * self._cold_scale(task)[d]
+        hot, cold = self._singleton_grid(task)
+        hbm_ms, uvm_ms = price_from_grid(task, t, d, k, hot, cold, self._cold_scale(task))
         comm = self.communication.price(task, t, d, k).comm_ms
-        shape = np.shape(np.broadcast_arrays(table_idx, device_idx, hbm_rows)[0])
-        return Pricing(hbm_ms=hot.reshape(shape), uvm_ms=cold.reshape(shape),
-                       comm_ms=np.reshape(comm, shape))
+        return Pricing(hbm_ms=hbm_ms, uvm_ms=uvm_ms, comm_ms=comm)
 
     # Persistence ---------------------------------------------------------------------------
 
@@ -250,7 +273,7 @@ class SetCostModel:
         src = Path(directory)
         meta = read_metadata(src, FORMAT, feature_names=SET_FEATURES)
         model = cls(int(meta.get("n_estimators", 150)), communication=communication)
-        model.booster_ = load_booster(src, meta, num_features=len(SET_FEATURES))
+        model.booster_ = load_booster(src, meta, feature_names=SET_FEATURES)
         try:
             coef = np.asarray(meta.get("additive", []), dtype=np.float64)
         except (TypeError, ValueError):

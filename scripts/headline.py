@@ -1,4 +1,5 @@
-"""Prints README's headline table from the committed comparison results (results/compare/*.csv).
+"""Prints README's headline tables from the committed comparison results (results/compare/*.csv):
+the pool suites, then the published-model suites (step cost in ms and cost / bound per task).
 
 Usage: .venv/bin/python scripts/headline.py [results/compare]
 """
@@ -16,6 +17,9 @@ SUITES = ("constrained-50x4", "constrained-100x8", "constrained-200x8", "constra
           "rich-100x8", "infer-100x8")
 SHARDERS = ("random", "size_greedy", "lookup_greedy", "size_lookup_greedy", "torchrec",
             "recshard", "ppo")
+MODEL_SUITES = ("dcnv2-8", "dcnv2-16", "criteo1tb-8")
+MODEL_SHARDERS = ("random", "lookup_greedy", "split_lookup_greedy", "torchrec", "recshard",
+                  "ppo")
 
 
 def cell(value: float, spec: str) -> str:
@@ -43,6 +47,22 @@ def main(folder: Path) -> None:
     print(head)
     print("|---" * (len(SHARDERS) + 1) + "|")
     print("\n".join(times))
+    models(folder)
+
+
+def models(folder: Path) -> None:
+    """Step cost, ms (and cost / lower bound) of each sharder on the published-model suites."""
+    print("\nPublished-model suites: step cost ms (cost / lower bound), one task each:\n")
+    print("| suite | " + " | ".join(MODEL_SHARDERS) + " |")
+    print("|---" * (len(MODEL_SHARDERS) + 1) + "|")
+    for suite in MODEL_SUITES:
+        path = folder / f"{suite}.csv"
+        if not path.is_file():
+            continue
+        rows = {r.sharder: r for r in read_rows(path) if r.status == "ok"}
+        cells = [f"{rows[n].step_cost_ms:.3f} ({rows[n].cost_ratio:.2f})" if n in rows else "-"
+                 for n in MODEL_SHARDERS]
+        print(f"| {suite} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-pip() { .venv/bin/python -m pip "$@"; }
+# shellcheck source=scripts/pip.sh
+source scripts/pip.sh
+pip() { pip_in .venv/bin/python "$@"; }
 pip install -q --upgrade pip
 # torch is pinned: 2.13.0 is a CPU build; an unpinned torch pulls a multi-GB CUDA build.
 pip install -q torch==2.13.0

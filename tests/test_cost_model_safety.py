@@ -74,7 +74,7 @@ def same_length_leaf_edit(value: str) -> Callable[[str], str]:
         m = re.search(r"leaf_value=(\S+)", text)
         assert m is not None
         old = m.group(1)
-        new = value.ljust(len(old), "0") if "." in value else value.rjust(len(old))
+        new = value.rjust(len(old), "0")
         return text[: m.start(1)] + new[: len(old)] + text[m.end(1):]
     return edit
 
@@ -100,11 +100,13 @@ def resized(text: str) -> str:
     (truncate, False, "digest"),
     (truncate, True, "truncated"),
     (same_length_leaf_edit("nan"), False, "digest"),
-    (same_length_leaf_edit("nan"), True, "not finite"),
+    (same_length_leaf_edit("nan"), True, "not a number"),
     (same_length_leaf_edit("9e99"), True, "leaf value"),
     (first_tree_leaves("700"), True, "prediction"),  # finite leaves, infinite latency
     (lambda t: resized(t.replace("left_child=", "left_child=5", 1)), True, "not a tree"),
-    (lambda t: t.replace("tree_sizes=", "tree_sizes=1", 1), True, "tree_sizes"),
+    (lambda t: resized(t.replace("is_linear=0", "is_linear=0\nextra=1", 1)), True, "extra"),
+    (lambda t: t.replace("objective=regression", "objective=regression sqrt", 1), True,
+     "objective"),
 ])
 def test_damaged_model_exits_2_and_writes_nothing(
         saved: Path, tables: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],

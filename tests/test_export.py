@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
 
 from autoshard.access import AccessCurve
+from autoshard.analytical import AnalyticalCostModel
 from autoshard.cli import main
 from autoshard.errors import InputError, PlannerError
 from autoshard.export_torchrec import (
@@ -16,10 +18,12 @@ from autoshard.export_torchrec import (
     meta_collection,
     read_export,
     table_shardings,
+    to_plan,
     torchrec_unavailable,
 )
 from autoshard.hardware import load_hardware
-from autoshard.plan import Placement, Plan
+from autoshard.plan import Placement, Plan, Shard
+from autoshard.sharders import get_sharder
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
 
@@ -56,8 +60,9 @@ def test_description_round_trips_and_bad_entries_are_named(tmp_path: Path) -> No
     doc["tables"][1]["compute_kernel"] = "dense"
     with pytest.raises(InputError, match=r"tables\[1\].compute_kernel"):
         read_export(doc)
-    doc["tables"][1].update(compute_kernel="fused", rank=5)
-    with pytest.raises(InputError, match=r"tables\[1\].rank"):
+    doc["tables"][1]["compute_kernel"] = "fused"
+    doc["tables"][1]["shards"][0]["rank"] = 5
+    with pytest.raises(InputError, match=r"tables\[1\].shards\[0\].rank"):
         read_export(doc)
 
 
@@ -108,3 +113,111 @@ def test_torchrec_accepts_the_exported_plan(tmp_path: Path) -> None:
                              ("c", 2000, 8, "FP32")])
     with pytest.raises(PlannerError, match="table 'a'"):
         check_sharding_plan(plan, other, world_size=2)
+
+
+def _split_task() -> ShardingTask:
+    tables = (Table("a", rows=1000, dim=16), Table("b", rows=400, dim=32, pooling_factor=3.0),
+              Table("c", rows=2000, dim=8))
+    return ShardingTask(tables, load_hardware("8xH100-80GB", devices=4))
+
+
+def _split_plan() -> Plan:
+    return Plan((
+        Placement.split("a", "row_wise", (Shard(3, 0, 600, 0, 16, 600),
+                                          Shard(1, 600, 1000, 0, 16, 100))),
+        Placement.split("b", "column_wise", (Shard(0, 0, 400, 0, 8, 400),
+                                             Shard(2, 0, 400, 8, 32, 400))),
+        Placement.split("c", "table_row_wise", (Shard(1, 0, 1000, 0, 8, 0),
+                                                Shard(2, 1000, 2000, 0, 8, 0))),
+    ), sharder="hand")
+
+
+def test_split_tables_export_with_ranks_offsets_and_sizes() -> None:
+    by_name = {s.table: s for s in table_shardings(_split_plan(), _split_task())}
+    a, b, c = by_name["a"], by_name["b"], by_name["c"]
+    # Row-wise: one shard per rank of the world in rank order, the plan's row counts.
+    assert a.sharding_type == "row_wise" and a.ranks == [0, 1, 2, 3]
+    assert [(x.row_offset, x.rows) for x in a.shards] == [(0, 0), (0, 400), (400, 0),
+                                                           (400, 600)]
+    assert a.compute_kernel == "fused_uvm_caching"
+    assert a.cache_load_factor == pytest.approx(0.7)
+    assert b.sharding_type == "column_wise" and b.compute_kernel == "fused"
+    assert [(x.rank, x.col_offset, x.cols, x.rows) for x in b.shards] == [
+        (0, 0, 8, 400), (2, 8, 24, 400)]
+    assert c.sharding_type == "table_row_wise" and c.ranks == [0, 1, 2, 3]
+    assert c.compute_kernel == "fused_uvm" and sum(x.rows for x in c.shards) == 2000
+    # Back to our plan: same geometry; the row-wise table keeps its share of rows in HBM.
+    back = {p.table: p for p in to_plan(list(by_name.values()), _split_task()).placements}
+    assert [(s.device, s.rows, s.hbm_rows) for s in back["a"].shards] == [(1, 400, 280),
+                                                                          (3, 600, 420)]
+    assert back["b"] == _split_plan().placements[1]
+
+
+def test_bad_shards_are_rejected_with_the_field_named() -> None:
+    doc = export_doc(_split_plan(), _split_task())
+    cases = [
+        (("tables", 1, "shards", 1, "cols"), 0, r"tables\[1\]\.shards\[1\]"),  # empty block
+        (("tables", 1, "shards", 1, "col_offset"), 4, r"tables\[1\]\.shards\[1\]"),  # overlap
+        (("tables", 0, "shards", 3, "rows"), 500, r"tables\[0\]\.shards"),  # short of rows
+        (("tables", 0, "shards", 2, "rank"), 9, r"tables\[0\]\.shards\[2\]\.rank"),
+    ]
+    for path, value, field in cases:
+        bad = copy.deepcopy(doc)
+        target = bad
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        with pytest.raises(InputError, match=field):
+            read_export(bad)
+
+
+def test_cli_export_rejects_a_plan_for_more_devices_than_the_hardware(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tables, plan, out = tmp_path / "t.json", tmp_path / "p.json", tmp_path / "tr.json"
+    save_tables(tables, _split_task().tables)
+    _split_plan().save(plan)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", str(plan), "-t", str(tables), "--devices", "2", "-o", str(out)])
+    assert exit_info.value.code == 2
+    assert "device" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@needs_torchrec
+def test_torchrec_accepts_split_tables_and_its_storage_estimate_fits(tmp_path: Path) -> None:
+    tables, plan, out = tmp_path / "t.json", tmp_path / "p.json", tmp_path / "tr.json"
+    save_tables(tables, _split_task().tables)
+    _split_plan().save(plan)
+    main(["export", str(plan), "-t", str(tables), "--devices", "4", "-o", str(out), "--check"])
+    module_plan = load_sharding_plan(out).get_plan_for_module("")
+    a = module_plan["a"]
+    assert a.sharding_type == "row_wise" and a.ranks == [0, 1, 2, 3]
+    assert [list(m.shard_sizes) for m in a.sharding_spec.shards] == [[0, 16], [400, 16],
+                                                                      [0, 16], [600, 16]]
+    assert [str(m.placement) for m in module_plan["b"].sharding_spec.shards] == [
+        "rank:0/cuda:0", "rank:2/cuda:2"]
+
+
+@needs_torchrec
+def test_export_fits_a_full_plan_to_torchrecs_hbm_count(tmp_path: Path) -> None:
+    from autoshard.torchrec_estimate import estimate_plan
+    from autoshard.workloads import constrained_task, dlrm_tables
+
+    task = constrained_task(dlrm_tables(10, seed=5), 2, hbm_fraction=0.3)
+    plan = get_sharder("recshard", time_limit=10).shard(task, AnalyticalCostModel())
+    assert estimate_plan(plan, task).hbm_fill > 1.0  # full under ours, over under TorchRec's
+    tables, path, out = tmp_path / "t.json", tmp_path / "p.json", tmp_path / "tr.json"
+    save_tables(tables, task.tables)
+    plan.save(path)
+    hbm_gb = str(task.device_arrays.hbm_capacity[0] / 1e9)
+    args = ["export", str(path), "-t", str(tables), "--devices", "2", "--hbm-gb", hbm_gb,
+            "-o", str(out), "--check"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--no-fit"])
+    assert exit_info.value.code != 0 and not out.exists()
+    main([*args, "--fitted-plan", str(tmp_path / "fitted.json")])
+    fitted = Plan.load(tmp_path / "fitted.json")
+    assert estimate_plan(fitted, task).fits
+    _, fitted_rows = fitted.arrays(task)
+    _, rows = plan.arrays(task)
+    assert (fitted_rows <= rows).all() and fitted_rows.sum() < rows.sum()

@@ -18,10 +18,17 @@ from autoshard.cost import load_cost_model
 from autoshard.errors import InputError
 from autoshard.evaluator import CostReport, evaluate
 from autoshard.hardware import load_hardware
-from autoshard.plan import Placement, Plan
+from autoshard.plan import Placement, Plan, Shard
 from autoshard.runner import FAULT_ENV, MeasuredReport, RunConfig, RunError, run_plan
-from autoshard.runner.data import TableBatch, rank_rows, split_tier, synthetic_batch
-from autoshard.runner.exchange import sample_blocks
+from autoshard.runner.config import ShardTable
+from autoshard.runner.data import (
+    TableBatch,
+    rank_rows,
+    shard_lookups,
+    split_tier,
+    synthetic_batch,
+)
+from autoshard.runner.exchange import Assembly, sample_blocks
 from autoshard.runner.kernels import TierTable, TorchTier, rowwise_adagrad
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask, Workload
@@ -242,7 +249,7 @@ def test_plan_for_more_devices_exits_2_before_launching(
         main(["run-plan", str(tmp_path / "plan.json"), "--tables", str(tmp_path / "tables.json"),
               "--devices", "2", "--logs", str(tmp_path / "logs")])
     assert exit_info.value.code == 2
-    assert "table 'b': device 2 of 2" in capsys.readouterr().err
+    assert "placements[1].device', value 2" in capsys.readouterr().err
     assert not (tmp_path / "logs").exists()
 
 
@@ -297,3 +304,68 @@ def test_interrupt_or_killed_rank_stops_every_rank(action: str, tmp_path: Path) 
     else:
         assert cli.returncode == 2 and "rank 1 exited with code -9" in err, err
     assert workers_of(tmp_path) == {}
+
+
+# a split row-wise over both ranks (hashed ids), c split into two column blocks, b whole.
+SPLIT_PLAN = Plan((
+    Placement.split("a", "row_wise", (Shard(1, 0, 70, 0, 8, 20), Shard(0, 70, 120, 0, 8, 50))),
+    Placement("b", 1, 10),
+    Placement.split("c", "column_wise", (Shard(0, 0, 200, 0, 8, 200),
+                                         Shard(1, 0, 200, 8, 16, 0))),
+), "hand", Workload(64), "2xH100-80GB")
+
+
+def test_assembly_places_column_blocks_and_adds_row_partial_sums() -> None:
+    import torch
+
+    # Rank 0 sends [a rows 70-120 (dim 8) | c cols 0-8], rank 1 [a rows 0-70 | b | c cols 8-16].
+    layout = [[ShardTable("a", 0, 50, 8, 0, 120, 8, 70, 0), ShardTable("c", 2, 200, 8, 0, 200,
+                                                                       16, 0, 0)],
+              [ShardTable("a", 0, 70, 8, 0, 120, 8, 0, 0), ShardTable("b", 1, 60, 4, 0),
+               ShardTable("c", 2, 200, 8, 0, 200, 16, 0, 8)]]
+    assembly = Assembly(layout)
+    assert not assembly.identity and assembly.width == 8 + 4 + 16
+    received = torch.arange(3 * 36, dtype=torch.float32).view(3, 36)
+    out = assembly.forward(received)
+    assert torch.equal(out[:, :8], received[:, 0:8] + received[:, 16:24])  # a: partial sums
+    assert torch.equal(out[:, 8:12], received[:, 24:28])  # b whole
+    assert torch.equal(out[:, 12:20], received[:, 8:16])  # c columns 0-8 from rank 0
+    assert torch.equal(out[:, 20:28], received[:, 28:36])  # c columns 8-16 from rank 1
+    grad = torch.randn(3, 28)
+    back = assembly.backward(grad)
+    assert torch.equal(back[:, 0:8], grad[:, :8]) and torch.equal(back[:, 16:24], grad[:, :8])
+    assert torch.equal(back[:, 8:16], grad[:, 12:20])
+    whole = Assembly([[ShardTable("a", 0, 120, 8, 0)], [ShardTable("b", 1, 60, 4, 0)]])
+    assert whole.identity
+
+
+def test_row_shards_split_a_tables_lookups_by_hashed_id() -> None:
+    table = TABLES[0]
+    batch = synthetic_batch(table, 4000, np.random.default_rng(2))
+    low = shard_lookups(batch, ShardTable("a", 0, 70, 8, 20, 120, 8, 0, 0))
+    high = shard_lookups(batch, ShardTable("a", 0, 50, 8, 50, 120, 8, 70, 0))
+    assert np.array_equal(low.lengths + high.lengths, batch.lengths)
+    assert low.indices.max() < 70 and high.indices.max() < 50
+    # Hashing spreads hot rows over both shards: each sees about its share of the lookups.
+    share = low.indices.size / batch.indices.size
+    assert 0.3 < share < 0.9
+    # Within a shard, ids are renumbered hottest first.
+    counts = np.bincount(low.indices, minlength=70)
+    assert counts[:10].sum() > counts[-10:].sum()
+    column = ShardTable("c", 2, 200, 8, 0, 200, 16, 0, 8)
+    assert shard_lookups(batch, column) is batch
+
+
+def test_split_plan_runs_on_two_gloo_ranks(tmp_path: Path) -> None:
+    config = RunConfig(batch_size=64, iterations=3, warmup=1, timeout_s=60)
+    result = run_plan(SPLIT_PLAN, task(64), config, logs=tmp_path / "logs")
+    assert result is not None
+    ranks = result.measured.per_device
+    assert [r.table_names for r in ranks] == [("a", "c"), ("a", "b", "c")]
+    assert [r.hbm_rows for r in ranks] == [(50, 200), (20, 10, 0)]
+    for r, m in zip(ranks, result.modelled.per_device, strict=True):
+        assert r.comm_ms > 0 and r.backward_optimizer_ms > 0
+        # Row shards see their share of a's lookups, column blocks all of c's, as modelled.
+        assert r.lookups == pytest.approx(m.lookups, rel=0.3)
+    want = evaluate(SPLIT_PLAN, task(64), load_cost_model("analytical"))
+    assert result.modelled.step_cost_ms == pytest.approx(want.step_cost_ms)

@@ -36,7 +36,7 @@ def test_latency_is_slowest_call_plus_dense_without_queueing() -> None:
     lat = simulate(model, prof, mapping, qps=1.0, sample=sample)  # a second apart: no queue
     per_server = [(costs.work_us[list(i)] + costs.transfer_us[list(i)]).sum()
                   for i in ((0, 1), (2, 3))]
-    expected = max(per_server) + prof.call_overhead_us + 4 * 10.0
+    expected = max(per_server) + prof.call_overhead_us + prof.network_latency_us + 4 * 10.0
     np.testing.assert_allclose(lat.end_to_end_us, expected, rtol=1e-5)
     assert lat.calls.tolist() == [2, 2, 2]
 
@@ -57,7 +57,7 @@ def test_queueing_raises_latency_with_rate() -> None:
     sample = sample_requests(model, 5000, seed=1)
     mapping = Mapping(2, (0, 0, 1, 1))
     low = simulate(model, prof, mapping, 10.0, sample)
-    high = simulate(model, prof, mapping, 1500.0, sample)
+    high = simulate(model, prof, mapping, 5000.0, sample)  # sparse servers ~80% busy
     assert high.percentile_ms(99) > 1.5 * low.percentile_ms(99)
     assert high.utilisation[1:].max() > low.utilisation[1:].max()
 
@@ -99,7 +99,8 @@ def test_matches_a_request_by_request_reference() -> None:
             core = seen[s] % 2
             seen[s] += 1
             free[s, core] = max(arrivals[r], free[s, core]) + service
-            ends[s] = free[s, core] - arrivals[r]
+            ends[s] = free[s, core] - arrivals[r] + (prof.network_latency_us * tail[r, s]
+                                                     if s else 0.0)
         slowest = max([v for s, v in ends.items() if s] or [-dense]) + dense
         assert got[r] == pytest.approx(max(ends[0], slowest), rel=1e-5)
 

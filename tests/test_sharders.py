@@ -12,7 +12,14 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.plan import check_plan
-from autoshard.sharders import get_sharder, list_sharders, sharder_info, sharder_names
+from autoshard.sharders import (
+    common_options,
+    get_sharder,
+    list_sharders,
+    sharder_info,
+    sharder_names,
+)
+from autoshard.shards import check_layout, shard_memory
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 
@@ -37,9 +44,23 @@ def test_unknown_sharder_names_the_value() -> None:
     assert info.value.field == "sharder"
 
 
-def test_options_a_sharder_does_not_take_are_ignored() -> None:
-    assert get_sharder("size_greedy", seed=3).name == "size_greedy"
+def test_options_are_strict_and_common_ones_filtered() -> None:
     assert get_sharder("random", seed=3).seed == 3  # type: ignore[attr-defined]
+    with pytest.raises(InputError, match=r"accepted: none") as info:
+        get_sharder("round_robin", seed=3)
+    assert info.value.field == "round_robin.seed"
+    with pytest.raises(InputError, match=r"accepted: split") as info:
+        get_sharder("size_greedy", seed=3)
+    assert info.value.field == "size_greedy.seed"
+    with pytest.raises(InputError, match=r"unknown option.*accepted: time_limit, .*seed"):
+        get_sharder("recshard", time_limt=1.0)
+    with pytest.raises(InputError, match="expected float"):
+        get_sharder("recshard", time_limit="soon")
+    assert get_sharder("recshard", time_limit=2).time_limit == 2  # type: ignore[attr-defined]
+    common = {"seed": 3, "time_limit": 5.0}
+    assert common_options("size_greedy", common) == {}
+    assert common_options("random", common) == {"seed": 3}
+    assert common_options("recshard", common) == common
 
 
 @pytest.mark.parametrize("name", [*GREEDY, "round_robin"])
@@ -117,19 +138,15 @@ def check_sharder_on(name: str, task: ShardingTask) -> None:
     a, dev = task.table_arrays, task.device_arrays
     need = a.rows * a.memory_bytes_per_row
     try:
-        plan = get_sharder(name, seed=1).shard(task, MODEL)
+        plan = get_sharder(name, **common_options(name, {"seed": 1})).shard(task, MODEL)
     except PlannerError as exc:
         assert exc.kind == "capacity"
         # Host memory on every device that holds all tables together makes any table fit.
         assert dev.host_capacity.min() < need.sum(), f"{name} failed with ample host memory"
         return
     assert need.sum() <= (dev.hbm_capacity + dev.host_capacity).sum()
-    device, hbm = check_plan(plan, task)
-    per_row = a.memory_bytes_per_row
-    for d in range(task.num_devices):
-        on = device == d
-        assert (hbm[on] * per_row[on]).sum() <= dev.hbm_capacity[d]
-        assert ((a.rows[on] - hbm[on]) * per_row[on]).sum() <= dev.host_capacity[d]
+    used_hbm, used_host = shard_memory(task, check_layout(plan, task))  # splits included
+    assert (used_hbm <= dev.hbm_capacity).all() and (used_host <= dev.host_capacity).all()
     report = evaluate(plan, task, MODEL)
     assert report.step_cost_ms >= report.lower_bound_ms * (1 - 1e-9)
     assert report.step_cost_ms == pytest.approx(max(d.total_ms for d in report.per_device))
@@ -211,3 +228,24 @@ def test_best_split_prefers_most_free_hbm_then_least_load() -> None:
     assert (device, rows) == (1, 555)  # devices 1 and 2 tie on 20,000 B; 1 comes first
     state.place(0, device, rows)
     assert state.best_split(2) == (2, 500)
+
+
+def test_split_greedy_variant_splits_only_tables_above_the_device_mean() -> None:
+    from autoshard.bounds import lower_bound_ms
+    from autoshard.shards import check_layout
+    from autoshard.tables import Table
+    from autoshard.workloads import constrained_task, dlrm_tables
+
+    tables = (*dlrm_tables(10, seed=3),
+              Table("huge", rows=2_000_000, dim=128, pooling_factor=100.0, zipf_alpha=1.05))
+    task = constrained_task(tables, 4, hbm_fraction=0.3)
+    plain = get_sharder("lookup_greedy").shard(task, MODEL)
+    split = get_sharder("split_lookup_greedy").shard(task, MODEL)
+    assert not plain.is_split and get_sharder("lookup_greedy", split=True).shard(
+        task, MODEL) == split.__class__(split.placements, "lookup_greedy", split.workload,
+                                        split.hardware)
+    assert [p.table for p in split.placements if p.is_split] == ["huge"]
+    check_layout(split, task)
+    cost = evaluate(split, task, MODEL).step_cost_ms
+    assert cost < 0.8 * evaluate(plain, task, MODEL).step_cost_ms
+    assert cost >= lower_bound_ms(task, MODEL)

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import builtins
 import importlib.util
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoshard.analytical import AnalyticalCostModel
+from autoshard.cli import main
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
-from autoshard.export_torchrec import torchrec_unavailable
+from autoshard.export_torchrec import SHARDING_TYPES, torchrec_unavailable
 from autoshard.sharders import get_sharder, sharder_info
 from autoshard.sharders.torchrec_planner import TorchRecSharder
+from autoshard.tables import save_tables
+from autoshard.torchrec_estimate import estimate_plan
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
@@ -46,30 +51,107 @@ def test_unavailable_names_the_extra_when_torchrec_is_missing(monkeypatch: Any) 
 
 
 @needs_torchrec
-def test_plans_a_capacity_constrained_task_and_converts_exactly() -> None:
+def test_plans_with_splits_and_converts_shard_by_shard() -> None:
     task = constrained_task(dlrm_tables(8, seed=2), 2, hbm_fraction=0.5)
-    sharder = TorchRecSharder()
+    sharder = TorchRecSharder(sharding_types=SHARDING_TYPES)
     plan = sharder.shard(task, MODEL)
-    report = evaluate(plan, task, MODEL)
-    assert report.step_cost_ms > 0 and plan.sharder == "torchrec"
-    device, rows = plan.arrays(task)
-    assert sharder.last_repaired == []
+    assert plan.sharder == "torchrec"
     module_plan = sharder.last_sharding_plan.get_plan_for_module("")
-    kernels = set()
-    for i, t in enumerate(task.tables):
-        ps = module_plan[t.name]
+    kinds, kernels = set(), set()
+    for p in plan.placements:
+        t = task.tables[task.index[p.table]]
+        ps = module_plan[p.table]
+        kinds.add(ps.sharding_type)
         kernels.add(ps.compute_kernel)
-        assert ps.sharding_type == "table_wise" and ps.ranks == [device[i]]
-        expected = {"fused": t.rows, "fused_uvm": 0}.get(ps.compute_kernel)
-        if expected is None:
-            expected = round(ps.cache_params.load_factor * t.rows)
-        assert rows[i] == expected, t.name
+        metas = [m for m in ps.sharding_spec.shards if m.shard_sizes[0] * m.shard_sizes[1]]
+        pieces = p.pieces(t.rows, t.dim)
+        assert len(pieces) == len(metas)
+        clf = ps.cache_params.load_factor if ps.compute_kernel == "fused_uvm_caching" else None
+        for s, m in zip(pieces, sorted(metas, key=lambda m: tuple(m.shard_offsets)),
+                        strict=True):
+            assert (s.device, s.row_start, s.col_start) == (
+                m.placement.rank(), *m.shard_offsets)
+            assert (s.rows, s.cols) == tuple(m.shard_sizes)
+            expected = {"fused": s.rows, "fused_uvm": 0}.get(ps.compute_kernel)
+            assert s.hbm_rows == (round(clf * s.rows) if expected is None else expected)
     assert kernels - {"fused"}, "half the bytes fit in HBM: some table must leave it"
+    # Its own storage estimate of the converted plan fits every rank.
+    assert estimate_plan(plan, task).fits
 
 
 @needs_torchrec
-def test_roomy_hbm_keeps_every_table_fused() -> None:
+def test_cache_search_starts_from_a_cache_that_fits() -> None:
+    # 30% of the bytes in HBM: caches of TorchRec's default 0.2 load factor do not all fit, so
+    # it falls back to host memory for big tables; starting from a fitting size does better
+    # under TorchRec's own estimate.
+    task = constrained_task(dlrm_tables(12, seed=2), 2, hbm_fraction=0.3)
+    auto = TorchRecSharder(sharding_types=SHARDING_TYPES)
+    auto.shard(task, MODEL)
+    fixed = TorchRecSharder(cache_load_factor=0.2, sharding_types=SHARDING_TYPES)
+    fixed.shard(task, MODEL)
+    assert auto.last_cache_load_factor is not None and auto.last_cache_load_factor < 0.2
+    assert auto.last_rating_ms is not None and fixed.last_rating_ms is not None
+    assert auto.last_rating_ms < 0.8 * fixed.last_rating_ms
+
+
+@needs_torchrec
+def test_table_wise_only_keeps_tables_whole() -> None:
+    task = constrained_task(dlrm_tables(6, seed=4), 2, hbm_fraction=0.5)
+    plan = TorchRecSharder(sharding_types=("table_wise",)).shard(task, MODEL)
+    assert not plan.is_split
+    assert evaluate(plan, task, MODEL).step_cost_ms > 0
+
+
+@needs_torchrec
+def test_roomy_hbm_keeps_every_row_in_hbm() -> None:
     task = constrained_task(dlrm_tables(6, seed=4), 2, hbm_fraction=3.0)
-    device, rows = get_sharder("torchrec").shard(task, MODEL).arrays(task)
-    assert (rows == task.table_arrays.rows).all()
-    assert len(set(device)) == 2
+    plan = TorchRecSharder(sharding_types=SHARDING_TYPES).shard(task, MODEL)
+    for p in plan.placements:
+        t = task.tables[task.index[p.table]]
+        assert all(s.hbm_rows == s.rows for s in p.pieces(t.rows, t.dim))
+    assert len({s.device for p in plan.placements
+                for s in p.pieces(1, 1)}) == 2
+
+
+@needs_torchrec
+def test_evaluate_prices_a_split_plan_with_torchrecs_estimators_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    task = constrained_task(dlrm_tables(8, seed=2), 2, hbm_fraction=0.5)
+    plan = TorchRecSharder().shard(task, MODEL)
+    assert plan.is_split
+    tables, path = tmp_path / "t.json", tmp_path / "p.json"
+    save_tables(tables, task.tables)
+    plan.save(path)
+    hbm_gb = str(task.device_arrays.hbm_capacity[0] / 1e9)
+    main(["evaluate", str(path), "-t", str(tables), "--devices", "2", "--hbm-gb", hbm_gb,
+          "--estimator", "torchrec", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    ours = evaluate(plan, task, MODEL)
+    assert doc["step_cost_ms"] == pytest.approx(ours.step_cost_ms)
+    theirs = estimate_plan(plan, task)
+    assert doc["torchrec"]["step_cost_ms"] == pytest.approx(theirs.step_ms)
+    assert [r["rank"] for r in doc["torchrec"]["per_rank"]] == [0, 1]
+    assert doc["torchrec"]["fits"] is True  # TorchRec's own plan fits its own estimate
+    main(["evaluate", str(path), "-t", str(tables), "--devices", "2", "--hbm-gb", hbm_gb,
+          "--estimator", "torchrec"])
+    assert "TorchRec's" in capsys.readouterr().out
+
+
+@needs_torchrec
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_our_mirror_of_torchrecs_hbm_count_is_exact(mode: str) -> None:
+    from autoshard.export_torchrec import table_shardings
+    from autoshard.torchrec_estimate import estimate_shardings
+    from autoshard.torchrec_memory import fit_shardings, rank_hbm
+
+    task = constrained_task(dlrm_tables(10, seed=6), 2, hbm_fraction=0.3, mode=mode)
+    for plan in (TorchRecSharder().shard(task, MODEL),  # splits and caches
+                 get_sharder("lookup_greedy").shard(task, MODEL)):
+        shardings = table_shardings(plan, task)
+        theirs = [r.hbm_bytes for r in estimate_shardings(shardings, task).per_rank]
+        assert rank_hbm(shardings, task).tolist() == theirs
+        fitted, changed = fit_shardings(shardings, task)
+        assert estimate_shardings(fitted, task).fits  # checked by TorchRec's estimator
+        for before, after in zip(shardings, fitted, strict=True):
+            assert after.hbm_rows <= before.hbm_rows
+            assert (after.hbm_rows < before.hbm_rows) == (after.table in changed)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.errors import InputError
+from autoshard.tracking import check_wandb_mode
 
-WANDB_MODES = ("offline", "online", "disabled")
 VEC_ENVS = ("dummy", "subproc")
 
 
@@ -60,9 +60,7 @@ class TrainConfig:
     wandb_project: str = "autoshard"  # W&B project name
 
     def __post_init__(self) -> None:
-        if self.wandb_mode not in WANDB_MODES:
-            raise InputError(f"must be one of {', '.join(WANDB_MODES)}", field="wandb_mode",
-                             value=self.wandb_mode)
+        check_wandb_mode(self.wandb_mode)
         if self.vec_env not in VEC_ENVS:
             raise InputError(f"must be one of {', '.join(VEC_ENVS)}", field="vec_env",
                              value=self.vec_env)

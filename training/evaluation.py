@@ -11,6 +11,7 @@ import numpy as np
 from autoshard.compare import CompareRow, FixedTask, run_one
 from autoshard.cost import CostModel
 from autoshard.plan import Plan
+from autoshard.sharders import common_options
 from autoshard.sharders.ppo import GREEDY
 from autoshard.sharders.ppo_policy import PlacementNet, decode
 from autoshard.task import ShardingTask
@@ -68,11 +69,13 @@ def compare(items: list[EvalTask], model: CostModel, sharders: tuple[str, ...],
             options: dict[str, Any] | None = None, suite: str = "held-out"
             ) -> list[CompareRow]:
     """Every registered sharder named on every task, as rows of the comparison harness
-    (failed and skipped sharders become rows with the reason)."""
+    (failed and skipped sharders become rows with the reason). ``options`` are common
+    settings (``seed``, ``time_limit``), each given to the sharders that take it."""
     rows = []
     for item in items:
         task = FixedTask(item.name, item.task)
         for name in sharders:
-            rows.append(run_one(suite, task, item.task, name, model, None, options or {})[0])
+            rows.append(run_one(suite, task, item.task, name, model, None,
+                                common_options(name, options or {}))[0])
     return rows
 

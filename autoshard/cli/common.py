@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,6 +33,13 @@ ModeOpt = Annotated[str | None, typer.Option(help="train or infer (default train
 CostModelOpt = Annotated[str, typer.Option(
     "--cost-model", help="'analytical' or a directory with a learned cost model.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+OptOpt = Annotated[list[str] | None, typer.Option(
+    "--opt", help="Sharder option KEY=VALUE, repeatable (VALUE read as JSON: 5, 0.5, true, "
+    "null; anything else is a string); SHARDER.KEY=VALUE for one sharder. Checked strictly: "
+    "an option the sharder does not take is an error.")]
+PolicyOpt = Annotated[Path | None, typer.Option(
+    "--policy", help="Folder of a trained PPO policy (config.json, weights.pt) for the ppo "
+    "sharder (default: the one shipped with autoshard).")]
 
 
 def read_tables(spec: str) -> tuple[Table, ...]:
@@ -77,16 +85,61 @@ def check_options(devices: int | None = None, nodes: int | None = None,
             raise InputError(rule, source="command line", field=option, value=value)
 
 
+def parse_opts(items: list[str] | None, sharders: list[str]) -> dict[str, dict[str, Any]]:
+    """``--opt`` values as options per sharder: ``KEY=VALUE`` applies to every sharder in
+    ``sharders``, ``SHARDER.KEY=VALUE`` to that one (which must be among them).
+
+    Values are read as JSON scalars (``5``, ``0.5``, ``true``, ``null``, ``"text"``); a value
+    that is not JSON is taken as a string (``policy=runs/x/policy``). Option names may use
+    dashes for underscores. Whether each sharder takes each option is checked by the caller.
+
+    Raises:
+        InputError: A malformed item, a non-finite number, or a sharder not being run.
+    """
+    given: dict[str, dict[str, Any]] = {name: {} for name in sharders}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        scope, dot, name = key.strip().rpartition(".")
+        name = name.replace("-", "_")
+        if not sep or not name.isidentifier():
+            raise InputError("expected KEY=VALUE or SHARDER.KEY=VALUE", source="command line",
+                             field="--opt", value=item)
+        if dot and scope not in given:
+            raise InputError(f"sharder not being run (running: {', '.join(sharders)})",
+                             source="command line", field="--opt", value=item)
+        value = _scalar(text.strip(), item)
+        for target in [scope] if dot else sharders:
+            given[target][name] = value
+    return {name: opts for name, opts in given.items() if opts}
+
+
+def _scalar(text: str, item: str) -> Any:
+    """A JSON scalar, or the text itself when it is not JSON."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(value, (dict, list)):
+        raise InputError("expected a single value (number, true/false, null or text)",
+                         source="command line", field="--opt", value=item)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError("must be a finite number", source="command line", field="--opt",
+                         value=item)
+    return value
+
+
 @contextlib.contextmanager
-def options_named() -> Iterator[None]:
-    """Attributes input errors that name no file to the command line, as ``--option``."""
+def options_named(sharder_options: bool = False) -> Iterator[None]:
+    """Attributes input errors that name no file to the command line: as ``--option``, or, for
+    ``sharder_options``, as ``--opt SHARDER.KEY``."""
     try:
         yield
     except InputError as exc:
         if exc.source:
             raise
-        option = "--" + (exc.field or "").replace("_", "-")
-        raise InputError(exc.reason, source="command line", field=option,
+        field = (f"--opt {exc.field}" if sharder_options
+                 else "--" + (exc.field or "").replace("_", "-"))
+        raise InputError(exc.reason, source="command line", field=field,
                          value=exc.value) from exc
 
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from autoshard.cli import app
-from autoshard.cli.common import CostModelOpt, console
-from autoshard.compare import CompareRow, read_rows, run_suite
+from autoshard.cli.common import CostModelOpt, OptOpt, console, options_named, parse_opts
+from autoshard.compare import CompareRow, model_identity, read_rows, run_suite, sharder_options
 from autoshard.compare_report import markdown_table, summarize, write_plots
 from autoshard.cost import load_cost_model
+from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text, read_structured
 from autoshard.machine import describe_machine
 from autoshard.sharders import sharder_names
@@ -34,16 +36,35 @@ def compare(
     seed: Annotated[int, typer.Option(help="Seed for randomised sharders.")] = 0,
     fresh: Annotated[bool, typer.Option(
         help="Recompute the selected sharders' rows instead of resuming.")] = False,
+    opt: OptOpt = None,
     wandb_mode: Annotated[str, typer.Option(
         help="W&B tracking: offline (default, no account), online or disabled.")] = "offline",
+    torchrec: Annotated[bool, typer.Option(
+        "--torchrec", help="Also price every plan with TorchRec's estimators, as planned and "
+        "as exported (fitted to TorchRec's HBM count): <suite>.torchrec.csv/.md; saves the "
+        "plans under <suite>.plans/ (needs the torchrec extra).")] = False,
 ) -> None:
-    """Run every registered sharder on a suite of tasks; write CSV, Markdown and plots."""
+    """Run every registered sharder on a suite of tasks; write CSV, Markdown and plots.
+
+    Rows already in the results folder are reused only when made with the same cost model
+    (folder and digest) and the same sharder options. --seed and --time-limit go to every
+    sharder that takes them; --opt SHARDER.KEY=VALUE to one sharder (KEY=VALUE: to all of
+    them), checked strictly.
+    """
     specs = get_suite(suite)
     names = _sharder_list(sharders)
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        raise InputError("must be > 0", source="command line", field="--time-limit",
+                         value=time_limit)
+    given = parse_opts(opt, names)
+    with options_named(sharder_options=True):
+        sharder_options(names, {"seed": seed, "time_limit": time_limit}, given)
     model = load_cost_model(cost_model)
+    model_id = model_identity(cost_model)
     tracker = Tracker(wandb_mode, Path("runs"), run_name(f"compare-{suite}", seed),
-                      {"suite": suite, "cost_model": model.name, "sharders": names,
-                       "time_limit": time_limit, "seed": seed}, job_type="compare")
+                      {"suite": suite, "cost_model": model.name, "cost_model_id": model_id,
+                       "sharders": names, "time_limit": time_limit, "seed": seed,
+                       "options": given}, job_type="compare")
 
     def show(row: CompareRow) -> None:
         ratio = "" if row.status != "ok" else f"cost/bound {row.cost_ratio:.3f}"
@@ -53,8 +74,9 @@ def compare(
     start = time.perf_counter()
     console.print(f"suite {suite}: {len(specs)} task(s) x {len(names)} sharder(s)")
     rows = run_suite(suite, specs, model, out, names,
-                     {"seed": seed, "time_limit": time_limit}, on_row=show, fresh=fresh)
-    rows = [r for r in read_rows(out / f"{suite}.csv") if r.cost_model == model.name]
+                     {"seed": seed, "time_limit": time_limit}, on_row=show, fresh=fresh,
+                     given=given, cost_model_id=model_id, save_plans=torchrec)
+    rows = [r for r in read_rows(out / f"{suite}.csv") if r.cost_model_id == model_id]
     breakdown = read_structured(out / f"{suite}.devices.json") if (
         out / f"{suite}.devices.json").is_file() else {}
     plots = write_plots(rows, breakdown, out, suite)
@@ -64,13 +86,30 @@ def compare(
     console.print(table)
     console.print(f"wrote {out / (suite + '.csv')}, {out / (suite + '.md')}, "
                   + ", ".join(str(p) for p in plots))
+    if torchrec:
+        _torchrec_opinions(suite, specs, out, names, model, fresh)
     if tracker.enabled:
         _log_wandb(tracker, rows, plots)
 
 
-def _sharder_list(spec: str | None) -> list[str]:
-    from autoshard.errors import InputError
+def _torchrec_opinions(suite: str, specs: Any, out: Path, names: list[str], model: Any,
+                       fresh: bool) -> None:
+    from autoshard.torchrec_compare import opinions_markdown, run_opinions
 
+    path = out / f"{suite}.torchrec.csv"
+    if fresh and path.is_file():
+        path.unlink()
+    rows = run_opinions(suite, specs, out, names, model)
+    command = "autoshard " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    md = (f"# TorchRec's estimators on suite `{suite}`\n\nCommand: `{command}`  \n"
+          f"Machine: {describe_machine()}; torchrec 1.8.0 planner estimators (CPU, simulated "
+          f"topology of the same hardware)\n\n{opinions_markdown(rows)}")
+    atomic_write_text(out / f"{suite}.torchrec.md", md)
+    console.print(opinions_markdown(rows).splitlines()[-1])
+    console.print(f"wrote {path}, {out / (suite + '.torchrec.md')}")
+
+
+def _sharder_list(spec: str | None) -> list[str]:
     known = sharder_names()
     if not spec:
         return known

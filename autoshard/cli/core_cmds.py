@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Annotated
@@ -19,22 +20,31 @@ from autoshard.cli.common import (
     JsonOpt,
     ModeOpt,
     NodesOpt,
+    OptOpt,
+    PolicyOpt,
     TablesOpt,
     build_task,
     check_options,
     check_output_path,
     console,
     options_named,
+    parse_opts,
     print_json,
 )
-from autoshard.cli.report import show_report
+from autoshard.cli.report import show_report, show_torchrec_estimate
 from autoshard.cost import load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.hardware import BUNDLED, load_hardware
 from autoshard.limits import check_finite_costs
 from autoshard.plan import Plan
-from autoshard.sharders import get_sharder, list_sharders
+from autoshard.sharders import (
+    accepted_options,
+    check_sharder_options,
+    common_options,
+    get_sharder,
+    list_sharders,
+)
 
 
 @app.command()
@@ -53,17 +63,33 @@ def plan(
     seed: Annotated[int, typer.Option(help="Seed for randomised sharders.")] = 0,
     time_limit: Annotated[float, typer.Option(
         help="Time limit for sharders that take one (recshard), s.")] = 60.0,
+    opt: OptOpt = None,
+    policy: PolicyOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Plan a task with a sharder and write the plan (JSON/YAML)."""
+    """Plan a task with a sharder and write the plan (JSON/YAML).
+
+    --seed and --time-limit go to the sharder when it takes them; --opt and --policy must be
+    options it takes.
+    """
     check_output_path(output)
-    if not time_limit > 0:
+    if not (math.isfinite(time_limit) and time_limit > 0):
         raise InputError("must be > 0", source="command line", field="--time-limit",
                          value=time_limit)
+    with options_named():
+        options = common_options(sharder, {"seed": seed, "time_limit": time_limit})
+    given = parse_opts(opt, [sharder]).get(sharder, {})
+    if policy is not None:
+        if "policy" not in accepted_options(sharder):
+            raise InputError(f"sharder '{sharder}' takes no policy (the ppo sharder does)",
+                             source="command line", field="--policy", value=str(policy))
+        given["policy"] = str(policy)
+    with options_named(sharder_options=True):
+        check_sharder_options(sharder, given)
     task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode)
     with options_named():
         model = load_cost_model(cost_model)
-        chosen = get_sharder(sharder, seed=seed, time_limit=time_limit)
+        chosen = get_sharder(sharder, **{**options, **given})
     if note := machine_warning(model):
         typer.echo(f"warning: {note}", err=True)
     start = time.perf_counter()
@@ -99,6 +125,10 @@ def evaluate_cmd(
         "--bound", help="Lower bound: 'simple' (fast, valid for every plan, split tables "
         "included) or 'lp' (adds the MILP's LP relaxation over whole-table plans, tighter; not "
         "used for a plan that splits tables).")] = "simple",
+    estimator: Annotated[str, typer.Option(
+        "--estimator", help="'ours' (the cost model), or 'torchrec' to also price and size "
+        "the plan with TorchRec's EmbeddingPerfEstimator and EmbeddingStorageEstimator on the "
+        "same topology (needs the torchrec extra).")] = "ours",
     json_out: JsonOpt = False,
 ) -> None:
     """Price a plan: per-device cost, step cost, lower bound, balance and UVM share."""
@@ -112,16 +142,28 @@ def evaluate_cmd(
                    f"'{task.hardware.name}'", err=True)
     if bound not in ("simple", "lp"):
         raise InputError("must be 'simple' or 'lp'", field="--bound", value=bound)
+    if estimator not in ("ours", "torchrec"):
+        raise InputError("must be 'ours' or 'torchrec'", field="--estimator", value=estimator)
     bound_ms = None
     if bound == "lp" and not loaded.is_split:
         from autoshard.sharders.recshard import recshard_bound
 
         bound_ms = recshard_bound(task, model)
     report = evaluate(loaded, task, model, bound_ms=bound_ms, source=str(plan_file))
+    second = None
+    if estimator == "torchrec":
+        from autoshard.torchrec_estimate import estimate_plan
+
+        second = estimate_plan(loaded, task)
     if json_out:
-        print_json(report.to_dict())
-    else:
-        show_report(report)
+        doc = report.to_dict()
+        if second is not None:
+            doc["torchrec"] = second.to_dict()
+        print_json(doc)
+        return
+    show_report(report)
+    if second is not None:
+        show_torchrec_estimate(report, second)
 
 
 hardware_app = typer.Typer(help="Bundled and custom hardware profiles.", no_args_is_help=True)

@@ -10,14 +10,15 @@ import typer
 from rich.table import Table as RichTable
 
 from autoshard.cli import app
-from autoshard.cli.common import console
-from autoshard.compare import CompareRow, FixedTask, read_rows, run_suite
+from autoshard.cli.common import PolicyOpt, console
+from autoshard.compare import CompareRow, FixedTask, model_identity, read_rows, run_suite
 from autoshard.compare_report import markdown_table, summarize, write_plots
 from autoshard.cost import CostModel, load_cost_model
 from autoshard.errors import InputError
 from autoshard.evaluator import CostReport, evaluate
 from autoshard.fileio import atomic_write_text, read_structured
 from autoshard.limits import MAX_BATCH_SIZE, MAX_DEVICES, int_in, number_in
+from autoshard.sharders import sharder_info
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 
@@ -44,11 +45,17 @@ def demo(
              "'none' to skip).")] = "auto",
     time_limit: Annotated[float, typer.Option(help="Time limit per plan (s).")] = 30.0,
     seed: Annotated[int, typer.Option(help="Seed of the workload and randomised sharders.")] = 0,
+    policy: PolicyOpt = None,
 ) -> None:
     """Synthesise a DLRM-like workload, profile it, plan it with every sharder, compare."""
     from autoshard.workloads import constrained_task
 
     _check_sizes(tables, devices, trace_batch, batch_size, hbm_fraction)
+    given: dict[str, dict[str, object]] = (
+        {"ppo": {"policy": str(policy)}} if policy is not None else {})
+    reason = sharder_info("ppo", **given.get("ppo", {})).unavailable
+    if policy is not None and reason:
+        raise InputError(reason, source="command line", field="--policy", value=str(policy))
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     measured = _synth_and_profile(out, tables, trace_batch, seed)
@@ -62,7 +69,7 @@ def demo(
     name = f"demo-{tables}x{devices}"
     rows = run_suite("demo", [FixedTask(name, task)], model, out,
                      options={"seed": seed, "time_limit": time_limit}, fresh=True,
-                     save_plans=True,
+                     save_plans=True, given=given, cost_model_id=model_identity(cost_model),
                      on_row=lambda r: console.print(f"   {r.sharder:<20} {r.status}"))
     repriced = _reprice(learned, task, out / "demo.plans" / name) if learned else {}
     _show(rows, repriced)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -41,40 +41,86 @@ def export(
     batch_size: BatchOpt = None,
     mode: ModeOpt = None,
     check: Annotated[bool, typer.Option(
-        "--check", help="Load the result as a TorchRec ShardingPlan and check it against "
-        "TorchRec's sharder (needs the torchrec extra).")] = False,
+        "--check", help="Load the result as a TorchRec ShardingPlan, check it against "
+        "TorchRec's sharder and size it with TorchRec's storage estimator per rank (needs the "
+        "torchrec extra).")] = False,
+    fit: Annotated[bool, typer.Option(
+        "--fit/--no-fit", help="Lower HBM caches on ranks whose HBM TorchRec's storage "
+        "estimate overfills (I/O buffers, cache state) until every rank fits.")] = True,
+    fitted_plan: Annotated[Path | None, typer.Option(
+        "--fitted-plan", help="Also write the exported plan as our plan file (what TorchRec "
+        "gets, fitted), to price it with `evaluate`.")] = None,
 ) -> None:
-    """Write a plan as a TorchRec ShardingPlan description (table-wise; fused, fused_uvm or
-    fused_uvm_caching with the plan's HBM rows as cache load factor).
+    """Write a plan as a TorchRec ShardingPlan description: each table table-wise, row-wise,
+    table-row-wise or column-wise with its shards' ranks, offsets and sizes, and fused,
+    fused_uvm or fused_uvm_caching with its share of rows in HBM as cache load factor.
 
-    Load it in Python with ``autoshard.export_torchrec.load_sharding_plan(path)``.
+    TorchRec counts more HBM per shard than the plan's memory model (I/O buffers and cache
+    state); by default the caches of ranks it would overfill are lowered until they fit, and
+    the tables changed are listed. Load the file in Python with
+    ``autoshard.export_torchrec.load_sharding_plan(path)``.
     """
+    from autoshard.export_torchrec import export_doc, table_shardings, to_plan
+    from autoshard.fileio import write_structured
+    from autoshard.torchrec_memory import fit_shardings
+
+    if to not in TARGETS:
+        raise InputError(f"must be one of {', '.join(TARGETS)}", field="--to", value=to)
+    check_output_path(output)
+    if fitted_plan is not None:
+        check_output_path(fitted_plan)
+    loaded = Plan.load(plan_file)
+    task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
+                      default=loaded.workload)
+    try:
+        shardings = table_shardings(loaded, task)
+        changed: list[str] = []
+        if fit:
+            shardings, changed = fit_shardings(shardings, task)
+        exported = to_plan(shardings, task, loaded.sharder)
+        doc = export_doc(exported, task)
+    except InputError as exc:
+        raise exc.located(str(plan_file)) from exc
+    except PlannerError as exc:
+        raise PlannerError(exc.kind, f"{plan_file}: {exc}") from exc
+    if check:
+        _check(doc, task)
+    write_structured(output, doc)
+    if fitted_plan is not None:
+        exported.save(fitted_plan)
+    kinds = Counter(f"{t['sharding_type']}/{t['compute_kernel']}" for t in doc["tables"])
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    console.print(f"wrote {output}: {len(doc['tables'])} tables on {doc['world_size']} ranks "
+                  f"({summary})")
+    if changed:
+        console.print(f"lowered the HBM caches of {len(changed)} table(s) to fit TorchRec's "
+                      f"HBM count (I/O buffers, cache state): {', '.join(changed[:8])}"
+                      f"{' ...' if len(changed) > 8 else ''}")
+
+
+def _check(doc: dict[str, Any], task: Any) -> None:
+    """TorchRec loads the description, its sharder accepts every table's sharding, and its
+    storage estimator fits every rank; else a PlannerError naming what fails."""
+    from autoshard.errors import gib
     from autoshard.export_torchrec import (
         check_sharding_plan,
         load_sharding_plan,
         meta_collection,
         read_export,
-        write_export,
     )
+    from autoshard.torchrec_estimate import estimate_shardings
 
-    if to not in TARGETS:
-        raise InputError(f"must be one of {', '.join(TARGETS)}", field="--to", value=to)
-    check_output_path(output)
-    loaded = Plan.load(plan_file)
-    task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
-                      default=loaded.workload)
-    try:
-        doc = write_export(output, loaded, task)
-    except PlannerError as exc:
-        raise PlannerError(exc.kind, f"{plan_file}: {exc}") from exc
-    kernels = Counter(t["compute_kernel"] for t in doc["tables"])
-    summary = ", ".join(f"{n} {k}" for k, n in sorted(kernels.items()))
-    console.print(f"wrote {output}: {len(doc['tables'])} tables on {doc['world_size']} ranks "
-                  f"({summary})")
-    if check:
-        sharding_plan = load_sharding_plan(output)
-        _, shardings = read_export(output)
-        module = meta_collection([(s.table, s.rows, s.dim, s.data_type) for s in shardings])
-        check_sharding_plan(sharding_plan, module, doc["world_size"])
-        console.print("TorchRec accepts it: every table planned with a sharding type and kernel "
-                      "its EmbeddingBagCollection sharder offers, shards covering each table")
+    sharding_plan = load_sharding_plan(doc)
+    _, shardings = read_export(doc)
+    module = meta_collection([(s.table, s.rows, s.dim, s.data_type) for s in shardings])
+    check_sharding_plan(sharding_plan, module, doc["world_size"], doc["local_world_size"])
+    estimate = estimate_shardings(shardings, task)
+    for r in estimate.per_rank:
+        if not r.fits:
+            raise PlannerError("capacity", f"TorchRec's storage estimate of rank {r.rank}: "
+                               f"HBM {gib(r.hbm_bytes)} of {gib(r.hbm_capacity)}, host "
+                               f"{gib(r.ddr_bytes)} of {gib(r.ddr_capacity)}")
+    console.print(f"TorchRec accepts it: every table planned with a sharding type and kernel "
+                  f"its EmbeddingBagCollection sharder offers, shards tiling each table, and "
+                  f"its storage estimate fits every rank (fullest HBM "
+                  f"{100 * estimate.hbm_fill:.1f}%)")

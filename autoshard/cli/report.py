@@ -6,6 +6,7 @@ from rich.table import Table as RichTable
 
 from autoshard.cli.common import console
 from autoshard.evaluator import CostReport
+from autoshard.torchrec_estimate import TorchRecEstimate
 
 
 def show_report(report: CostReport, title: str = "") -> None:
@@ -32,3 +33,22 @@ def show_report(report: CostReport, title: str = "") -> None:
         f"{report.lower_bound_ms:.3f} ms, cost / bound [bold]{report.cost_ratio:.3f}[/], "
         f"load balance {report.load_balance:.3f}, UVM lookup share "
         f"{report.uvm_lookup_share:.2%}; access curves: {assumptions}")
+
+
+def show_torchrec_estimate(report: CostReport, estimate: TorchRecEstimate) -> None:
+    """Prints TorchRec's per-rank perf and storage estimates next to our per-device cost."""
+    table = RichTable(title="the same plan under TorchRec's estimators (EmbeddingPerfEstimator, "
+                      "EmbeddingStorageEstimator)")
+    for col in ("rank", "ours\nms", "TorchRec\nms", "TorchRec HBM\nGiB", "HBM cap\nGiB",
+                "TorchRec host\nGiB", "fits"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for d, r in zip(report.per_device, estimate.per_rank, strict=True):
+        table.add_row(str(r.rank), f"{d.total_ms:.3f}", f"{r.perf_ms:.3f}",
+                      f"{r.hbm_bytes / 2**30:.2f}", f"{r.hbm_capacity / 2**30:.2f}",
+                      f"{r.ddr_bytes / 2**30:.2f}", "yes" if r.fits else "[red]NO[/]")
+    console.print(table)
+    console.print(f"step cost: ours [bold]{report.step_cost_ms:.3f} ms[/], TorchRec's "
+                  f"[bold]{estimate.step_ms:.3f} ms[/] (ratio "
+                  f"{estimate.step_ms / max(report.step_cost_ms, 1e-12):.2f}); TorchRec's "
+                  f"fullest HBM {estimate.hbm_fill:.1%} of capacity"
+                  f"{'' if estimate.fits else ' [red](overfilled: export fits it)[/]'}")

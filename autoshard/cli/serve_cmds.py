@@ -192,6 +192,7 @@ def write_plan_outputs(task: Any, rows: list[dict[str, Any]], fewest: dict[str, 
         plot_p99_vs_servers,
         write_csv,
     )
+    from autoshard.serving.suite_run import server_gap
 
     ours = [r for r in rows if r["strategy"] == "optimiser" and not r.get("error")]
     answer = "no optimiser rows"
@@ -208,6 +209,7 @@ def write_plan_outputs(task: Any, rows: list[dict[str, Any]], fewest: dict[str, 
     summary = {"model": task.model.name, "profile": task.profile.name, "qps": task.qps,
                "p99_target_ms": task.p99_ms, "requests": task.requests,
                "memory_bound_servers": task.min_servers(), "fewest_servers": fewest,
+               "optimiser_servers_over_bound": server_gap(fewest, task.min_servers()),
                "advantage_at_equal_servers": advantage_at_equal_servers(rows),
                "answer": answer, "machine": describe_machine()}
     output.mkdir(parents=True, exist_ok=True)
@@ -270,7 +272,7 @@ def bench_cmd(
         raise InputError(exc.reason, source="command line",
                          field=with_field.get(exc.field or "", exc.field), value=exc.value
                          ) from exc
-    task = make_task(model, profile, rates[0], max(requests, 100), seed)
+    task = make_task(model, profile, rates[0], config.simulated_requests, seed)
     mapping = get_strategy(strategy).map(task, servers)
     rows = run_bench(task, mapping, config, logs)
     if output is not None:
@@ -312,23 +314,23 @@ def calibrate_cmd(
 ) -> None:
     """Measure this machine's call and lookup costs (torch.distributed.rpc, EmbeddingBag) and
     write a serving profile with them."""
-    from dataclasses import replace
-
     from autoshard.machine import describe_machine
     from autoshard.serving.bench import calibrate
-    from autoshard.serving.profile import load_serving_profile, save_serving_profile
+    from autoshard.serving.profile import (
+        CALIBRATED,
+        load_serving_profile,
+        save_serving_profile,
+        with_calibration,
+    )
 
     check_output_path(output)
     if calls < 3:
         raise InputError("must be >= 3", source="command line", field="--calls", value=calls)
     prof = load_serving_profile(base)
     found = calibrate(calls)
-    fields = ("call_overhead_us", "call_table_overhead_us", "network_gbps", "lookup_ns",
-              "memory_bandwidth_gbps", "table_overhead_us")
-    values: dict[str, Any] = {k: float(found[k]) for k in fields}
-    prof = replace(prof, name=output.stem, **values)
+    prof = with_calibration(prof, found, output.stem)
     save_serving_profile(output, prof)
-    for key in fields:
+    for key in CALIBRATED:
         console.print(f"{key}: {found[key]:g}")
     console.print(f"[dim]{describe_machine()}; wrote {output}[/]")
 
@@ -347,11 +349,17 @@ def compare_cmd(
         "results/serving"),
 ) -> None:
     """Every strategy on a suite at its request rates: P99 vs servers, fewest servers meeting
-    the target, the optimiser's margin at equal servers; measured beside simulated with
-    --measure. Writes SUITE.md/.csv/.png/.json (and SUITE.bench.*)."""
+    the target, the optimiser's margin at equal servers. With --measure, first calibrates this
+    machine's constants (`serve calibrate`), then serves every strategy for real and reports
+    measured beside simulated. Writes SUITE.md/.csv/.png/.json (and SUITE.bench.*)."""
     import sys
 
-    from autoshard.serving.suite_run import measure_suite, simulate_suite, write_suite
+    from autoshard.serving.suite_run import (
+        calibrated_profile,
+        measure_suite,
+        simulate_suite,
+        write_suite,
+    )
     from autoshard.serving.suites import SUITES
 
     if suite not in SUITES:
@@ -360,8 +368,10 @@ def compare_cmd(
     check_output_path(output / f"{suite}.md")
     if span < 1:
         raise InputError("must be >= 1", source="command line", field="--span", value=span)
-    rows, per_rate = simulate_suite(suite, requests, span, seed)
-    measured = measure_suite(suite, bench_requests, seed) if measure else None
+    profile = calibrated_profile(suite) if measure else None
+    rows, per_rate = simulate_suite(suite, requests, span, seed, profile)
+    measured = (measure_suite(suite, bench_requests, seed, profile, requests) if measure
+                else None)
     command = "autoshard serve " + " ".join(sys.argv[sys.argv.index("compare"):]) \
         if "compare" in sys.argv else f"autoshard serve compare --suite {suite}"
     write_suite(suite, output, command, rows, per_rate, measured)

@@ -11,10 +11,11 @@ from typing import Any
 from autoshard.cost import CostModel, load_cost_model
 from autoshard.errors import InputError, gib
 from autoshard.evaluator import evaluate
-from autoshard.plan import Plan, check_plan
+from autoshard.plan import Plan
 from autoshard.runner.config import FAULT_ENV, RunConfig
 from autoshard.runner.launch import RunError, launch_local
 from autoshard.runner.report import MeasuredDeviceReport, MeasuredReport, RunResult, measured_report
+from autoshard.shards import check_layout
 from autoshard.task import ShardingTask, Workload
 
 __all__ = ["FAULT_ENV", "MeasuredDeviceReport", "MeasuredReport", "RunConfig", "RunError",
@@ -54,7 +55,7 @@ def run_plan(plan: Plan, task: ShardingTask, config: RunConfig,
         RunError: A rank failed or made no progress for ``config.timeout_s``.
     """
     task = task.with_workload(Workload(batch_size=config.batch_size, mode=config.mode))
-    check_plan(plan, task)
+    check_layout(plan, task)
     model = load_cost_model(cost_model) if isinstance(cost_model, str) else cost_model
     modelled = evaluate(plan, task, model)
     if config.trace:

@@ -81,13 +81,31 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class ShardTable:
-    """One table as a rank holds it: rows ``[0, hbm_rows)`` (the hottest) in the fast tier."""
+    """One table, or one shard of a split table, as a rank holds it: its hottest ``hbm_rows``
+    rows (``[0, hbm_rows)`` in its own popularity order) in the fast tier.
+
+    A row shard holds rows ``[row_start, row_start + rows)`` of its table's hashed id space (it
+    sees the lookups whose hashed id falls there and writes partial sums of the full dim); a
+    column block holds columns ``[col_start, col_start + dim)`` of every row.
+    """
 
     name: str
     position: int  # index in the task's table order (also seeds its synthetic lookups)
     rows: int
     dim: int
     hbm_rows: int
+    table_rows: int = 0  # the whole table's rows and dim (0: this is the whole table)
+    table_dim: int = 0
+    row_start: int = 0
+    col_start: int = 0
+
+    @property
+    def row_split(self) -> bool:
+        return 0 < self.table_rows != self.rows
+
+    @property
+    def full_dim(self) -> int:
+        return self.table_dim or self.dim
 
 
 def _positive_int(value: Any) -> bool:

@@ -9,12 +9,14 @@ hottest first by their counts in the trace, as a deployment pinning hot rows wou
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autoshard.errors import InputError
+from autoshard.runner.config import ShardTable
 from autoshard.tables import Table
 
 if TYPE_CHECKING:
@@ -105,3 +107,38 @@ def split_tier(batch: TableBatch, first_row: int, end_row: int) -> TierInput:
     counts = np.bincount(bags[keep], minlength=batch.lengths.size)
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     return TierInput(batch.indices[keep] - first_row, offsets, bags[keep])
+
+
+#: Seed of the id hash that spreads a table's rows over its row shards (the same on every rank).
+_HASH_SEED = 0x5EED
+
+
+def shard_lookups(batch: TableBatch, shard: ShardTable) -> TableBatch:
+    """The lookups of a table's batch that one shard serves, in the shard's own popularity order.
+
+    A column block serves every lookup. A row shard holds a range of the table's *hashed* id
+    space, as a row-wise sharded table does: ids are hashed by a fixed permutation of the
+    table's rows (so each shard receives its share of hot and cold rows alike, the table's
+    access curve, as the cost model assumes), and renumbered within the shard hottest first, so
+    that its ``hbm_rows`` hottest rows are its rows ``[0, hbm_rows)``.
+    """
+    if not shard.row_split:
+        return batch
+    local = _local_rows(shard.position, shard.table_rows, shard.row_start,
+                        shard.row_start + shard.rows)
+    ids = local[batch.indices]
+    keep = ids >= 0
+    bags = np.repeat(np.arange(batch.lengths.size, dtype=np.int64), batch.lengths)
+    return TableBatch(ids[keep], np.bincount(bags[keep], minlength=batch.lengths.size
+                                             ).astype(np.int64))
+
+
+@functools.cache
+def _local_rows(position: int, rows: int, start: int, end: int) -> np.ndarray:
+    """Popularity-ranked table row -> popularity rank within the shard holding hashed ids
+    ``[start, end)``, or -1 for rows of other shards."""
+    hashed = np.random.default_rng([_HASH_SEED, position]).permutation(rows)
+    mine = np.flatnonzero((hashed >= start) & (hashed < end))  # ascending: hottest first
+    local = np.full(rows, -1, dtype=np.int64)
+    local[mine] = np.arange(mine.size, dtype=np.int64)
+    return local

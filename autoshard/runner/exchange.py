@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autoshard.runner.config import ShardTable
+
 
 def sample_blocks(batch_size: int, world: int) -> list[int]:
     """Samples per rank: the global batch split as evenly as possible."""
@@ -57,3 +59,52 @@ class Exchange:
         out = torch.empty(sum(self.send_fwd), device=self.device)
         dist.all_to_all_single(out, send, self.send_fwd, self.recv_fwd)
         return out.view(sum(self.blocks), self.dims[self.rank])
+
+
+class Assembly:
+    """The received pooled pieces of every rank -> each table's pooled features, and back.
+
+    After the all-to-all a rank holds, for its samples, every rank's pieces side by side in rank
+    order. A whole table's piece is its features; column blocks of a table are placed side by
+    side at their columns; row shards' pieces are partial sums of the full dim and are added
+    (the reduction of a row-wise table). Backward hands each piece its slice of the table's
+    gradient (every row shard the full gradient of the sum). Plans without split tables keep
+    the pieces as received.
+
+    Args:
+        layout: The pieces (tables and shards) of every rank, rank order.
+    """
+
+    def __init__(self, layout: Sequence[Sequence[ShardTable]]) -> None:
+        pieces = [t for ts in layout for t in ts]
+        self.identity = all(t.table_dim in (0, t.dim) and not t.row_split for t in pieces)
+        widths = dict(sorted({t.position: t.full_dim for t in pieces}.items()))
+        offsets, edge = {}, 0
+        for position, width in widths.items():
+            offsets[position] = edge
+            edge += width
+        self.width = edge
+        self.moves: list[tuple[int, int, int]] = []  # (source column, width, target column)
+        source = 0
+        for t in pieces:
+            self.moves.append((source, t.dim, offsets[t.position] + t.col_start))
+            source += t.dim
+
+    def forward(self, features: Any) -> Any:
+        """[B_rank, sum of piece widths] -> [B_rank, sum of table dims] (task order)."""
+        if self.identity:
+            return features
+        import torch
+
+        out = torch.zeros((features.shape[0], self.width), device=features.device)
+        for s, w, d in self.moves:
+            out[:, d:d + w] += features[:, s:s + w]
+        return out
+
+    def backward(self, grad: Any) -> Any:
+        """[B_rank, sum of table dims] gradient -> the pieces' gradients, as received."""
+        if self.identity:
+            return grad
+        import torch
+
+        return torch.cat([grad[:, d:d + w] for _, w, d in self.moves], dim=1)

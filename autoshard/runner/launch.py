@@ -42,7 +42,7 @@ def free_port() -> int:
 
 
 def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
-                 logs: Path | None = None) -> list[dict[str, Any]]:
+                 logs: Path | None = None, worker: str = "autoshard.runner.worker") -> Any:
     """Runs ``world`` ranks of ``spec`` here; returns rank 0's gathered results.
 
     Args:
@@ -51,6 +51,7 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
         timeout_s: Longest time a rank may go without progress.
         logs: Folder for the ranks' logs (a temporary one if None); kept when the run fails,
             removed when it succeeds.
+        worker: Module each rank runs as ``python -m WORKER SPEC RANK``.
 
     Raises:
         RunError: A rank failed or stalled; all ranks have been stopped.
@@ -68,11 +69,10 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
         for rank in range(world):
             with (work / f"rank{rank}.log").open("wb") as log:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "autoshard.runner.worker", str(work / "spec.json"),
-                     str(rank)], stdout=log, stderr=subprocess.STDOUT, env=env,
-                    start_new_session=True))
+                    [sys.executable, "-m", worker, str(work / "spec.json"), str(rank)],
+                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         watch(procs, work, timeout_s)
-        result: list[dict[str, Any]] = json.loads((work / "result.json").read_text())
+        result = json.loads((work / "result.json").read_text())
         ok = True
         return result
     finally:

@@ -15,17 +15,29 @@ TIERS = ("hbm", "uvm")
 
 def rank_tables(placements: Sequence[dict[str, Any]], table_dims: dict[str, tuple[int, int, int]],
                 rank: int) -> list[ShardTable]:
-    """The tables the plan puts on ``rank``, in task order.
+    """The tables and shards the plan puts on ``rank``, in task order (a table's shards in row,
+    then column order).
 
     Args:
-        placements: The plan's placements (``table``, ``device``, ``hbm_rows``).
+        placements: The plan document's placements: ``{table, device, hbm_rows}`` or ``{table,
+            sharding, shards: [{device, rows: [start, end], cols: [start, end], hbm_rows}]}``.
         table_dims: Table name -> (position in the task, rows, dim).
         rank: This rank.
     """
-    mine = [ShardTable(p["table"], table_dims[p["table"]][0], table_dims[p["table"]][1],
-                       table_dims[p["table"]][2], int(p["hbm_rows"]))
-            for p in placements if int(p["device"]) == rank]
-    return sorted(mine, key=lambda t: t.position)
+    mine = []
+    for p in placements:
+        position, rows, dim = table_dims[p["table"]]
+        if "shards" not in p:
+            if int(p["device"]) == rank:
+                mine.append(ShardTable(p["table"], position, rows, dim, int(p["hbm_rows"])))
+            continue
+        for s in p["shards"]:
+            if int(s["device"]) != rank:
+                continue
+            (r0, r1), (c0, c1) = s["rows"], s["cols"]
+            mine.append(ShardTable(p["table"], position, r1 - r0, c1 - c0, int(s["hbm_rows"]),
+                                   table_rows=rows, table_dim=dim, row_start=r0, col_start=c0))
+    return sorted(mine, key=lambda t: (t.position, t.row_start, t.col_start))
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import numpy as np
 
 from autoshard.fileio import atomic_write_text
 from autoshard.runner.config import FAULT_ENV, RunConfig, ShardTable
-from autoshard.runner.data import TableBatch, synthetic_batch, trace_batches
-from autoshard.runner.exchange import Exchange
+from autoshard.runner.data import TableBatch, shard_lookups, synthetic_batch, trace_batches
+from autoshard.runner.exchange import Assembly, Exchange
 from autoshard.runner.shard import PreparedBatch, Shard
 from autoshard.tables import Table
 
@@ -66,9 +66,11 @@ def make_batches(spec: dict[str, Any], tables: list[ShardTable], config: RunConf
         per_table = [trace_batches(trace, by_name[t.name], t.position, config.batch_size, count,
                                    config.trace) for t in tables]
         count = min((len(b) for b in per_table), default=count)
-        return [[b[i] for b in per_table] for i in range(count)]
+        return [[shard_lookups(b[i], t) for b, t in zip(per_table, tables, strict=True)]
+                for i in range(count)]
+    # Seeded by table: every shard of a table, on any rank, draws the table's same lookups.
     rngs = [np.random.default_rng([config.seed, t.position]) for t in tables]
-    return [[synthetic_batch(by_name[t.name], config.batch_size, rng)
+    return [[shard_lookups(synthetic_batch(by_name[t.name], config.batch_size, rng), t)
              for t, rng in zip(tables, rngs, strict=True)] for _ in range(count)]
 
 
@@ -98,7 +100,7 @@ def run_rank(spec: dict[str, Any], rank: int, world: int, init_method: str,
         exchange = Exchange([sum(t.dim for t in ts) for ts in layout], config.batch_size,
                             rank, device)
         progress("ready")
-        times = run_steps(shard, exchange, prepared, config, rank, progress)
+        times = run_steps(shard, exchange, Assembly(layout), prepared, config, rank, progress)
         result = summarise(rank, shard, prepared, times, device, backend)
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, result)
@@ -107,9 +109,11 @@ def run_rank(spec: dict[str, Any], rank: int, world: int, init_method: str,
         dist.destroy_process_group()
 
 
-def run_steps(shard: Shard, exchange: Exchange, prepared: list[PreparedBatch],
-              config: RunConfig, rank: int, progress: Progress) -> dict[str, list[float]]:
-    """Warm-up and timed steps; each part's time per timed step, ms."""
+def run_steps(shard: Shard, exchange: Exchange, assembly: Assembly,
+              prepared: list[PreparedBatch], config: RunConfig, rank: int,
+              progress: Progress) -> dict[str, list[float]]:
+    """Warm-up and timed steps; each part's time per timed step, ms (the assembly of split
+    tables' pieces counts with the all-to-all it follows or precedes)."""
     import torch
     import torch.distributed as dist
 
@@ -140,12 +144,12 @@ def run_steps(shard: Shard, exchange: Exchange, prepared: list[PreparedBatch],
         mark()
         dist.barrier()
         mark()
-        features = exchange.forward(pooled)
+        features = assembly.forward(exchange.forward(pooled))
         mark()
         if config.train:
             grad = features / max(features.shape[0], 1)  # d/dx of 0.5 * mean_b |x_b|^2
             mark()
-            local_grad = exchange.backward(grad)
+            local_grad = exchange.backward(assembly.backward(grad))
             mark()
             shard.backward_tier("hbm", batch, local_grad)
             mark()

@@ -1,7 +1,8 @@
 """Measured serving on this machine: one process per server, torch.distributed.rpc (TensorPipe).
 
-The requests are the simulator's own seeded sample (same tables touched, same arrival gaps),
-so each measured percentile stands next to the simulated one for the same stream. Tables are
+The measured requests are drawn by the simulator's own sampler (same seed: same tables
+touched, same arrival gaps), and the simulated percentiles come from a longer stream of the same
+distribution (``simulated_requests``). Tables are
 real ``EmbeddingBag`` s with their rows capped (``max_rows``) to keep the run small; lookups
 per touched table follow the model. A process that dies, or makes no progress for
 ``timeout_s``, ends the run with an error naming it (main server or sparse server N); every
@@ -10,12 +11,6 @@ process is stopped before the error is raised.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.errors import InputError
-from autoshard.runner.launch import RunError, free_port, stop, watch
+from autoshard.runner.launch import RunError, launch_local
 from autoshard.serving.mapping import Mapping
 from autoshard.serving.model import INDEX_BYTES, ServingModel
 from autoshard.serving.planning import percentiles
@@ -40,7 +35,9 @@ class BenchConfig:
         requests: Requests per rate.
         max_rows: Rows per table held for real (larger tables are capped).
         timeout_s: Longest time a process may go without progress.
-        seed: Seed of the request sample (the simulator uses the same one).
+        seed: Seed of the request sample.
+        simulated_requests: Requests the simulator's percentiles are taken over (same seed,
+            same distribution; more than are measured, so its P99 is not a 2nd-largest value).
     """
 
     qps: tuple[float, ...]
@@ -48,6 +45,7 @@ class BenchConfig:
     max_rows: int = 20_000
     timeout_s: float = 30.0
     seed: int = 0
+    simulated_requests: int = 20_000
 
     def __post_init__(self) -> None:
         if not self.qps or any(not (np.isfinite(q) and q > 0) for q in self.qps):
@@ -81,32 +79,12 @@ def launch(spec: dict[str, Any], world: int, timeout_s: float,
     Raises:
         RunError: A process died or stalled (named); every process has been stopped.
     """
-    if logs is not None:
-        logs.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="autoshard-serve-", dir=logs))
-    spec = dict(spec, world_size=world, init_method=f"tcp://127.0.0.1:{free_port()}")
-    (work / "spec.json").write_text(json.dumps(spec))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    procs: list[subprocess.Popen[bytes]] = []
-    ok = False
     try:
-        for rank in range(world):
-            with (work / f"rank{rank}.log").open("wb") as log:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "autoshard.serving.bench_worker",
-                     str(work / "spec.json"), str(rank)], stdout=log, stderr=subprocess.STDOUT,
-                    env=env, start_new_session=True))
-        try:
-            watch(procs, work, timeout_s)
-        except RunError as exc:
-            raise RunError(_named(str(exc), world)) from exc
-        result: dict[str, Any] = json.loads((work / "result.json").read_text())
-        ok = True
-        return result
-    finally:
-        stop(procs)
-        if ok:
-            shutil.rmtree(work, ignore_errors=True)
+        result: dict[str, Any] = launch_local(spec, world, timeout_s, logs,
+                                              worker="autoshard.serving.bench_worker")
+    except RunError as exc:
+        raise RunError(_named(str(exc), world)) from exc
+    return result
 
 
 def _named(message: str, world: int) -> str:
@@ -122,7 +100,8 @@ def run_bench(task: ServingTask, mapping: Mapping, config: BenchConfig,
     mapping.check_fits(task.model, task.profile)
     result = launch(bench_spec(task.model, mapping, config), mapping.servers + 1,
                     config.timeout_s, logs)
-    sample = sample_requests(task.model, config.requests, config.seed)
+    sample = sample_requests(task.model, max(config.requests, config.simulated_requests),
+                             config.seed)
     rows = []
     for qps in config.qps:
         measured = np.asarray(result["latencies_us"][str(qps)])
@@ -141,23 +120,31 @@ def calibrate(calls: int = 40, pause_s: float = 0.01, logs: Path | None = None
     """Measures this machine's serving constants for a profile.
 
     Local lookups (:func:`fit_lookup_costs`) give ``lookup_ns``, ``table_overhead_us`` and
-    ``memory_bandwidth_gbps``. Spaced remote calls (``pause_s`` apart, as in a request stream)
-    of 1-8 tables and 16-512 lookups per table are timed end to end (median of ``calls``) and
-    fitted by least squares as ``a + b * tables + c * lookups``: ``call_overhead_us = a``,
+    ``memory_bandwidth_gbps``. Remote calls of 1-8 tables and 16-512 lookups per table are made
+    ``pause_s`` apart, as in a request stream. The server's CPU time per call (its process CPU
+    time over the block, so load from elsewhere does not inflate it) is fitted by least
+    squares as ``a + b * tables + c * lookups``: ``call_overhead_us = a``,
     ``call_table_overhead_us = b`` less the local per-table cost, and ``network_gbps`` from
-    what ``c`` adds to a local lookup (an 8-byte index sent per lookup).
+    what ``c`` adds to a local lookup (an 8-byte index per lookup). The median round trip
+    beyond the server's CPU time (mean over configurations) is the latency a call adds
+    without occupying the server, ``network_latency_us``. ``tail_sigma`` is the median spread
+    (standard deviation of log time) of the round trips.
     """
     spec = {"rows": [20_000] * 8, "dims": [32] * 8, "assign": [0] * 8, "calls": calls,
             "pause_s": pause_s, "timeout_s": 60.0, "mode": "calibrate"}
-    points = np.asarray(launch(spec, 2, 120.0, logs)["points"], float)
+    measured = launch(spec, 2, 120.0, logs)
+    points = np.asarray(measured["points"], float)
     design = np.c_[np.ones(len(points)), points[:, 0], points[:, 1]]
     (a, b, c), *_ = np.linalg.lstsq(design, points[:, 2], rcond=None)
     local = fit_lookup_costs()
     local_ns = local["lookup_ns"] + 32 * 4 / local["memory_bandwidth_gbps"]
     extra_ns = max(float(c) * 1e3 - local_ns, 0.1)
     return {"call_overhead_us": round(max(float(a), 1.0), 2),
+            "network_latency_us": round(max(float(np.mean(points[:, 3] - points[:, 2])), 0.0),
+                                        2),
             "call_table_overhead_us": round(max(float(b) - local["table_overhead_us"], 0.0), 2),
             "network_gbps": round(INDEX_BYTES / extra_ns, 4), **local,
+            "tail_sigma": round(min(float(measured["log_spread"]), 3.0), 3),
             "points": points.tolist()}
 
 

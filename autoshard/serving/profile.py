@@ -40,8 +40,10 @@ class ServingProfile:
         lookup_ns: Fixed CPU cost of one embedding-row lookup, nanoseconds.
         table_overhead_us: Fixed cost of looking up one table in a call (operator dispatch,
             one more tensor to send), microseconds.
-        call_overhead_us: Fixed cost of one remote call (serialisation, scheduling, the network
-            round trip), microseconds.
+        call_overhead_us: Fixed server time of one remote call (receiving, deserialising,
+            scheduling, replying), microseconds; it occupies a core.
+        network_latency_us: Latency a remote call adds without occupying the server (the
+            network round trip, waking the threads), microseconds.
         call_table_overhead_us: Extra cost of each table carried by a remote call (its tensors
             serialised and sent), microseconds.
         network_gbps: Network bandwidth between the main server and a sparse server, GB/s.
@@ -58,7 +60,8 @@ class ServingProfile:
     cores: int = 16
     lookup_ns: float = 60.0
     table_overhead_us: float = 5.0
-    call_overhead_us: float = 400.0
+    call_overhead_us: float = 300.0
+    network_latency_us: float = 100.0
     call_table_overhead_us: float = 5.0
     network_gbps: float = 3.0
     dense_us_per_item: float = 20.0
@@ -73,7 +76,7 @@ class ServingProfile:
     def _checks(self) -> list[tuple[str, Any, bool, str]]:
         positive = ("server_memory_gb", "memory_bandwidth_gbps", "network_gbps")
         non_negative = ("main_memory_gb", "lookup_ns", "table_overhead_us", "call_overhead_us",
-                        "call_table_overhead_us", "dense_us_per_item",
+                        "network_latency_us", "call_table_overhead_us", "dense_us_per_item",
                         "tail_sigma")
         checks: list[tuple[str, Any, bool, str]] = [
             ("name", self.name, isinstance(self.name, str) and bool(self.name),
@@ -122,9 +125,13 @@ class ServingProfile:
 
 
 #: Bundled profiles. ``cpu-256gb``: dual-socket CPU servers with 256 GB for tables (the scale of
-#: Lui et al.'s servers), a datacenter network with a 400 us remote-call overhead (serialisation,
-#: RPC stack, round trip).
+#: Lui et al.'s servers), a datacenter network: a remote call costs 300 us of server time (RPC
+#: stack, serialisation) plus a 100 us round trip.
 #: ``cpu-64gb``: the same servers with 64 GB, so mid-size models need several.
+#: ``local-cpu``: the processes of ``serve bench`` on one small machine (one busy thread per
+#: server: the interpreter lock serialises its RPC worker threads); its timing constants are
+#: placeholders for ``serve calibrate`` to measure (``serve compare --measure`` calibrates
+#: before it measures).
 BUNDLED: dict[str, ServingProfile] = {
     "cpu-256gb": ServingProfile(name="cpu-256gb"),
     "cpu-64gb": ServingProfile(name="cpu-64gb", server_memory_gb=64.0, main_memory_gb=32.0),
@@ -133,6 +140,19 @@ BUNDLED: dict[str, ServingProfile] = {
                                 call_overhead_us=300.0, network_gbps=1.0, dense_us_per_item=0.0,
                                 tail_sigma=0.5, max_servers=3),
 }
+
+
+#: The fields ``serve calibrate`` measures on this machine.
+CALIBRATED = ("call_overhead_us", "network_latency_us", "call_table_overhead_us",
+              "network_gbps", "lookup_ns",
+              "memory_bandwidth_gbps", "table_overhead_us", "tail_sigma")
+
+
+def with_calibration(profile: ServingProfile, found: dict[str, Any],
+                     name: str | None = None) -> ServingProfile:
+    """``profile`` with the :data:`CALIBRATED` fields taken from ``found``."""
+    values: dict[str, Any] = {k: float(found[k]) for k in CALIBRATED}
+    return replace(profile, name=name or profile.name, **values)
 
 
 def load_serving_profile(spec: str | Path, *, server_gb: float | None = None,

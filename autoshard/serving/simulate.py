@@ -3,7 +3,8 @@
 For a mapping, each sampled request calls every sparse server that holds a table it touches
 (in parallel) and looks up its main-server tables locally. A call's service time is the
 per-call overhead plus its lookups' CPU time plus its tables' transfer and per-table call
-cost, times a lognormal tail factor (mean 1). Requests arrive as a Poisson stream at ``qps``;
+cost, times a lognormal tail factor (mean 1); the network latency adds to its response without
+occupying the server. Requests arrive as a Poisson stream at ``qps``;
 each server serves calls first come, first served on ``cores`` cores (calls dealt to the cores
 round-robin, each core a FIFO queue solved in closed form by the Lindley recursion
 ``D_k = max(a_k, D_{k-1}) + x_k = C_k + max_{j<=k}(a_j - C_{j-1})`` with ``C`` the cumulative
@@ -147,7 +148,7 @@ def simulate_load(load: ServerLoad, sample: RequestSample, profile: ServingProfi
         hit = np.flatnonzero(load.calls[:, s])
         if hit.size:
             done = fifo_departures(arrivals[hit], service[hit, s], profile.cores)
-            response[hit, s] = done - arrivals[hit]
+            response[hit, s] = done - arrivals[hit] + profile.network_latency_us * tail[hit, s]
             busy[s] = service[hit, s].sum()
     slowest = response[:, 1:].max(axis=1) + dense if cols > 1 else np.zeros(sample.requests)
     compute = service[:, 0] + np.where(load.calls[:, 1:], service[:, 1:], 0.0).sum(axis=1)

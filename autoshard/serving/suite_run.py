@@ -14,7 +14,12 @@ from autoshard.serving.planning import (
     server_range,
     sweep,
 )
-from autoshard.serving.profile import load_serving_profile
+from autoshard.serving.profile import (
+    CALIBRATED,
+    ServingProfile,
+    load_serving_profile,
+    with_calibration,
+)
 from autoshard.serving.registry import get_strategy, strategy_names
 from autoshard.serving.report import (
     BENCH_COLUMNS,
@@ -31,11 +36,13 @@ from autoshard.serving.task import ServingTask
 MEASURED_SERVERS = 2
 
 
-def simulate_suite(name: str, requests: int, span: int, seed: int = 0
+def simulate_suite(name: str, requests: int, span: int, seed: int = 0,
+                   profile: ServingProfile | None = None
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(sweep rows over every rate, per-rate summaries: fewest servers and advantage)."""
     spec = SUITES[name]
-    model, profile = suite_model(name, seed), load_serving_profile(spec.profile)
+    model = suite_model(name, seed)
+    profile = profile or load_serving_profile(spec.profile)
     rows: list[dict[str, Any]] = []
     per_rate = []
     for qps in spec.qps:
@@ -43,12 +50,20 @@ def simulate_suite(name: str, requests: int, span: int, seed: int = 0
                            seed=seed)
         got = sweep(task, strategy_names(), server_range(task, span))
         rows += got
+        fewest = fewest_servers(got, spec.p99_ms)
         per_rate.append({"qps": qps, "p99_target_ms": spec.p99_ms,
                          "memory_bound_servers": task.min_servers(),
-                         "fewest_servers": fewest_servers(got, spec.p99_ms),
+                         "fewest_servers": fewest,
+                         "optimiser_servers_over_bound": server_gap(fewest, task.min_servers()),
                          "advantage": advantage_at_equal_servers(got),
                          "single_server_p99_ms": _single_p99(got)})
     return rows, per_rate
+
+
+def server_gap(fewest: dict[str, int | None], bound: int) -> int | None:
+    """How many servers the optimiser needs beyond the memory bound (0: provably fewest)."""
+    ours = fewest.get("optimiser")
+    return None if ours is None else ours - max(bound, 1)
 
 
 def _single_p99(rows: list[dict[str, Any]]) -> float | None:
@@ -58,15 +73,29 @@ def _single_p99(rows: list[dict[str, Any]]) -> float | None:
     return None
 
 
-def measure_suite(name: str, requests: int, seed: int = 0) -> dict[str, Any]:
-    """Serves every strategy's mapping here at each of the suite's rates; Spearman of measured
-    against simulated P50 and P99 over (strategy, rate)."""
+def calibrated_profile(name: str) -> ServingProfile:
+    """The suite's profile with this machine's constants measured now
+    (:func:`autoshard.serving.bench.calibrate`)."""
+    from autoshard.serving.bench import calibrate
+
+    found = calibrate()
+    return with_calibration(load_serving_profile(SUITES[name].profile), found)
+
+
+def measure_suite(name: str, requests: int, seed: int = 0,
+                  profile: ServingProfile | None = None,
+                  simulated_requests: int = 20_000) -> dict[str, Any]:
+    """Serves every strategy's mapping here at each of the suite's rates (``requests`` each);
+    Spearman of measured against simulated (``simulated_requests``) P50 and P99 over
+    (strategy, rate)."""
     from autoshard.serving.bench import BenchConfig, run_bench
 
     spec = SUITES[name]
-    model, profile = suite_model(name, seed), load_serving_profile(spec.profile)
-    task = ServingTask(model, profile, qps=spec.qps[0], requests=max(requests, 100), seed=seed)
-    config = BenchConfig(qps=spec.qps, requests=requests, seed=seed)
+    model = suite_model(name, seed)
+    profile = profile or load_serving_profile(spec.profile)
+    task = ServingTask(model, profile, qps=spec.qps[0], requests=simulated_requests, seed=seed)
+    config = BenchConfig(qps=spec.qps, requests=requests, seed=seed,
+                         simulated_requests=simulated_requests)
     rows = []
     for strategy_name in strategy_names():
         strategy = get_strategy(strategy_name)
@@ -75,7 +104,7 @@ def measure_suite(name: str, requests: int, seed: int = 0) -> dict[str, Any]:
     rho = {q: spearman([r[f"simulated_{q}_ms"] for r in rows],
                        [r[f"measured_{q}_ms"] for r in rows]) for q in ("p50", "p99")}
     return {"rows": rows, "spearman_p50": round(rho["p50"], 4),
-            "spearman_p99": round(rho["p99"], 4)}
+            "spearman_p99": round(rho["p99"], 4), "profile": profile.to_dict()}
 
 
 def write_suite(name: str, output: Path, command: str, rows: list[dict[str, Any]],
@@ -89,7 +118,8 @@ def write_suite(name: str, output: Path, command: str, rows: list[dict[str, Any]
              f"{spec.items} items per request; profile `{spec.profile}`; P99 target "
              f"{spec.p99_ms:g} ms.", "", "## Fewest sparse servers meeting the P99 target", ""]
     for rate in per_rate:
-        lines.append(f"- {rate['qps']:g} qps (memory bound {rate['memory_bound_servers']}; "
+        lines.append(f"- {rate['qps']:g} qps (memory bound {rate['memory_bound_servers']}, "
+                     f"optimiser {rate['optimiser_servers_over_bound']} over it; "
                      f"single-server P99 {rate['single_server_p99_ms']} ms): " + ", ".join(
                          f"{k} {v if v is not None else 'none swept'}"
                          for k, v in rate["fewest_servers"].items()))
@@ -103,7 +133,9 @@ def write_suite(name: str, output: Path, command: str, rows: list[dict[str, Any]
     if measured is not None:
         lines += ["## Measured here vs simulated", "",
                   f"Spearman (measured vs simulated over strategy x rate): P99 "
-                  f"{measured['spearman_p99']}, P50 {measured['spearman_p50']}.", "",
+                  f"{measured['spearman_p99']}, P50 {measured['spearman_p50']}. Simulated with "
+                  "this machine's constants, measured by `serve calibrate` in the same run: "
+                  + ", ".join(f"{k} {measured['profile'][k]}" for k in CALIBRATED) + ".", "",
                   markdown_table(measured["rows"], BENCH_COLUMNS)]
         write_csv(output / f"{name}.bench.csv", measured["rows"], BENCH_COLUMNS)
         plot_measured_vs_simulated(measured["rows"], output / f"{name}.bench.png",
@@ -113,5 +145,6 @@ def write_suite(name: str, output: Path, command: str, rows: list[dict[str, Any]
     write_structured(output / f"{name}.json", {
         "suite": name, "command": command, "machine": machine, "per_rate": per_rate,
         "spearman_p99": measured and measured["spearman_p99"],
-        "spearman_p50": measured and measured["spearman_p50"]})
+        "spearman_p50": measured and measured["spearman_p50"],
+        "profile": measured and measured["profile"]})
     atomic_write_text(output / f"{name}.md", "\n".join(lines) + "\n")

@@ -48,7 +48,7 @@ SUITES: dict[str, SuiteSpec] = {
     # Sparse requests (60 groups, each touched by 1-6% of requests) on 1.2 TB: fan-out decides.
     "sparse": SuiteSpec(300, 1200.0, 60, 16, (5000.0, 20000.0), 1.5, (0.01, 0.06)),
     # Measured on this machine by `serve bench` (small tables, two sparse servers).
-    "bench": SuiteSpec(24, 0.02, 6, 8, (100.0, 200.0, 300.0), 50.0, (0.2, 0.8), "local-cpu"),
+    "bench": SuiteSpec(24, 0.02, 6, 8, (20.0, 50.0, 100.0), 100.0, (0.2, 0.8), "local-cpu"),
 }
 
 

@@ -9,34 +9,69 @@ import numpy as np
 from autoshard.cost import CostModel
 from autoshard.placement import PlacementState
 from autoshard.plan import Plan
+from autoshard.shards import ShardLayout, pricing_task
+from autoshard.splitting import split_heavy_tables
 from autoshard.task import ShardingTask
 
 
 class GreedySharder:
     """Sorts tables by :meth:`keys` (descending) and puts each on the device with the lowest
     accumulated key among those where it fits whole in HBM; a table that fits in no device's
-    free HBM is split (hottest rows that fit in HBM, the rest in host memory)."""
+    free HBM is split (hottest rows that fit in HBM, the rest in host memory).
+
+    Args:
+        split: First split every table whose cost exceeds the per-device mean of the least work
+            (:func:`autoshard.splitting.split_heavy_tables`), then place the shards as tables.
+            Off by default: the greedy family is the table-wise baseline.
+    """
 
     name: ClassVar[str] = "greedy"
     summary: ClassVar[str] = ""
+
+    def __init__(self, split: bool = False) -> None:
+        self.split = split
 
     def keys(self, task: ShardingTask) -> np.ndarray:
         raise NotImplementedError
 
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
+        if not self.split:
+            return self._place(task, cost_model).to_plan(self.name)
+        choice = split_heavy_tables(task, cost_model)
+        g = choice.geometry
+        # A shard keeps at most its table's share of HBM rows in the bound's relaxation, so
+        # that the first-placed shards do not take every device's HBM.
+        cap = np.where(g.parts > 1, np.floor(choice.hbm_share[g.table] * g.rows), -1)
+        state = self._place(pricing_task(task, g), cost_model, cap.astype(np.int64))
+        return ShardLayout(g, state.device, state.hbm_rows).to_plan(task, self.name)
+
+    def _place(self, task: ShardingTask, cost_model: CostModel,
+               hbm_cap: np.ndarray | None = None) -> PlacementState:
+        """Places every table; a table with ``hbm_cap[t] >= 0`` keeps at most that many rows
+        in HBM, on the least loaded device where they fit."""
         keys = self.keys(task)
         state = PlacementState(task, cost_model)
         accumulated = np.zeros(task.num_devices)
         for t in np.argsort(-keys, kind="stable"):
             t = int(t)
             fits = np.flatnonzero(state.full_fit(t))
-            if fits.size:
+            capped = hbm_cap is not None and hbm_cap[t] >= 0
+            if capped:
+                assert hbm_cap is not None
+                want = np.minimum(state.max_hbm_rows(t), hbm_cap[t])
+                ok = np.flatnonzero(state.fits(t, want))
+                if ok.size:
+                    device = int(ok[np.argmin(accumulated[ok])])
+                    rows = int(want[device])
+                else:
+                    device, rows = state.best_split(t)
+            elif fits.size:
                 device, rows = int(fits[np.argmin(accumulated[fits])]), int(task.tables[t].rows)
             else:
                 device, rows = state.best_split(t)
             state.place(t, device, rows)
             accumulated[device] += keys[t]
-        return state.to_plan(self.name)
+        return state
 
 
 class SizeGreedy(GreedySharder):
@@ -72,3 +107,13 @@ class SizeLookupGreedy(GreedySharder):
     def keys(self, task: ShardingTask) -> np.ndarray:
         a = task.table_arrays
         return a.dim * a.pooling_factor * a.coverage * np.log10(np.maximum(a.rows, 2))
+
+
+class SplitLookupGreedy(LookupGreedy):
+    """``lookup_greedy`` after splitting the tables dearer than the per-device mean."""
+
+    name: ClassVar[str] = "split_lookup_greedy"
+    summary: ClassVar[str] = "lookup_greedy after splitting tables dearer than the device mean"
+
+    def __init__(self, split: bool = True) -> None:
+        super().__init__(split)

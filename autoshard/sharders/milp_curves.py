@@ -12,6 +12,7 @@ plan it returns costs only slightly more than its objective says.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,79 +72,121 @@ class CostCurves:
     kinds: int
 
     def lines(self, max_lines: int | None = None, focus: np.ndarray | None = None,
-              tolerance: float = 1e-4) -> CostLines:
+              tolerance: float = 1e-4, deadline: float | None = None) -> CostLines:
         """Up to ``max_lines`` lines per curve (None: every hull segment). With ``focus``
         ([T, K] memory units), the lines around that point are kept first (where a solution is
-        expected), then those where the hull is missed most."""
+        expected), then those where the hull is missed most; past ``deadline`` (a
+        ``time.perf_counter`` instant) the remaining curves get evenly spaced lines instead of
+        that search (still lines under the hull: the relaxation stays valid)."""
         shape = self.max_memory.shape
         width = max_lines or max(h[0].size for h in self.hulls)
-        intercept, slope = np.zeros((*shape, width)), np.zeros((*shape, width))
-        error, count = np.zeros(shape), np.zeros(shape, dtype=np.int64)
-        for i, (hx, hy) in enumerate(self.hulls):
-            t, k = divmod(i, self.kinds)
-            if max_lines is None:
-                intercept[t, k], slope[t, k], count[t, k] = _all_lines(hx, hy, width)
-                continue
-            near = None if focus is None else float(focus[t, k])
-            intercept[t, k], slope[t, k], error[t, k], count[t, k] = _pick_lines(
-                hx, hy, width, tolerance, near)
+        n = len(self.hulls)
+        intercept, slope = np.zeros((n, width)), np.zeros((n, width))
+        error, count = np.zeros(n), np.zeros(n, dtype=np.int64)
+        done = 0
+        if max_lines is not None:
+            for i, (hx, hy) in enumerate(self.hulls):
+                if deadline is not None and i % 64 == 0 and time.perf_counter() > deadline:
+                    break
+                t, k = divmod(i, self.kinds)
+                near = None if focus is None else float(focus[t, k])
+                intercept[i], slope[i], error[i], count[i] = _pick_lines(
+                    hx, hy, width, tolerance, near)
+                done = i + 1
+        if done < n:
+            intercept[done:], slope[done:], count[done:] = _spread_lines(self.hulls[done:], width)
+        intercept = intercept.reshape(*shape, width)
+        slope = slope.reshape(*shape, width)
+        error_tk, count_tk = error.reshape(shape), count.reshape(shape)
         tt, kk = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")
-        draft = CostLines(intercept, slope, self.max_memory, np.zeros(shape), error, count)
+        draft = CostLines(intercept, slope, self.max_memory, np.zeros(shape), error_tk, count_tk)
         return CostLines(intercept, slope, self.max_memory,
-                         draft.cost(tt, kk, self.max_memory), error, count)
+                         draft.cost(tt, kk, self.max_memory), error_tk, count_tk)
 
 
 def cost_curves(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds) -> CostCurves:
-    """Prices every table's bend points on every device kind and keeps each curve's lower hull."""
+    """Prices every table's bend points on every device kind and keeps each curve's lower hull
+    (vectorised over all curves: one pricing call, one hull sweep)."""
     a = task.table_arrays
     cap = task.device_arrays.hbm_capacity[kinds.representative]
     cap_rows = np.minimum(a.rows[:, None], np.floor(cap[None, :] / a.memory_bytes_per_row[:, None]))
     raw = GRID[None, :] * a.rows[:, None]
     base = np.concatenate((np.floor(raw), np.ceil(raw)), axis=1)
-    tables, kk, points = [], [], []
-    for t in range(task.num_tables):
-        for k in range(kinds.count):
-            pts = np.unique(np.append(np.minimum(base[t], cap_rows[t, k]), cap_rows[t, k]))
-            tables.append(np.full(pts.size, t))
-            kk.append(np.full(pts.size, k))
-            points.append(pts)
-    t_idx, k_idx, rows = (np.concatenate(v) for v in (tables, kk, points))
-    price = cost_model.price(task, t_idx, kinds.representative[k_idx], rows).total_ms
-    memory = rows * a.memory_bytes_per_row[t_idx] / UNIT_BYTES
-    hulls = []
-    start = 0
-    for pts in points:
-        end = start + pts.size
-        hulls.append(_lower_hull(memory[start:end], price[start:end]))
-        start = end
+    pts = np.concatenate((np.minimum(base[:, None, :], cap_rows[:, :, None]),
+                          cap_rows[:, :, None]), axis=2)
+    n_t, n_k, n_p = pts.shape
+    pts = np.sort(pts, axis=2).reshape(n_t * n_k, n_p)
+    first = np.ones(pts.shape, dtype=bool)
+    first[:, 1:] = pts[:, 1:] != pts[:, :-1]
+    t_of = np.repeat(np.arange(n_t), n_k)
+    k_of = np.tile(np.arange(n_k), n_t)
+    rr, cc = np.nonzero(first)
+    price = cost_model.price(task, t_of[rr], kinds.representative[k_of[rr]], pts[rr, cc]).total_ms
+    cost = np.zeros(pts.shape)
+    cost[rr, cc] = price
+    # Repeated points take their first copy's price (forward fill along each curve).
+    source = np.maximum.accumulate(np.where(first, np.arange(n_p)[None, :], 0), axis=1)
+    cost = np.take_along_axis(cost, source, axis=1)
+    memory = pts * a.memory_bytes_per_row[t_of][:, None] / UNIT_BYTES
+    hulls = _lower_hulls(memory, cost)
     max_memory = cap_rows * a.memory_bytes_per_row[:, None] / UNIT_BYTES
     return CostCurves(tuple(hulls), max_memory, kinds.count)
 
 
-def _lower_hull(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Vertices of the lower convex hull of points sorted by x (monotone chain)."""
-    hull: list[int] = []
-    for i in range(x.size):
-        while len(hull) >= 2:
-            o, p = hull[-2], hull[-1]
-            cross = (x[p] - x[o]) * (y[i] - y[o]) - (y[p] - y[o]) * (x[i] - x[o])
-            if cross > 0:
+def _lower_hulls(x: np.ndarray, y: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Vertices of the lower convex hull of each row's points, sorted by x ([N, P] each):
+    the monotone chain run on every row at once (repeated points are dropped)."""
+    n, p = x.shape
+    stack = np.zeros((n, p), dtype=np.int64)
+    size = np.zeros(n, dtype=np.int64)
+    rows = np.arange(n)
+    for i in range(p):
+        xi, yi = x[:, i], y[:, i]
+        while True:
+            can = size >= 2
+            if not can.any():
                 break
-            hull.pop()
-        hull.append(i)
-    idx = np.array(hull)
-    return x[idx], y[idx]
+            o = stack[rows, np.maximum(size - 2, 0)]
+            q = stack[rows, np.maximum(size - 1, 0)]
+            xo, yo = x[rows, o], y[rows, o]
+            cross = (x[rows, q] - xo) * (yi - yo) - (y[rows, q] - yo) * (xi - xo)
+            pop = can & (cross <= 0)
+            if not pop.any():
+                break
+            size -= pop
+        # A repeat of the top point (same x) is not pushed.
+        top = stack[rows, np.maximum(size - 1, 0)]
+        push = (size == 0) | (x[rows, top] != xi)
+        stack[rows[push], size[push]] = i
+        size += push
+    return [(x[r, stack[r, :size[r]]], y[r, stack[r, :size[r]]]) for r in range(n)]
 
 
-def _all_lines(hx: np.ndarray, hy: np.ndarray,
-               width: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Every hull segment's line (intercepts, slopes padded to ``width``, count)."""
-    if hx.size == 1:
-        return np.full(width, hy[0]), np.zeros(width), 1
-    seg_slope = np.diff(hy) / np.diff(hx)
-    seg_icpt = hy[:-1] - seg_slope * hx[:-1]
-    keep = np.resize(np.arange(seg_slope.size), width)
-    return seg_icpt[keep], seg_slope[keep], seg_slope.size
+def _spread_lines(hulls: tuple[tuple[np.ndarray, np.ndarray], ...], width: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lines of up to ``width`` evenly spaced hull segments of each curve (every segment when
+    it has no more), vectorised; slots past a curve's count repeat its kept lines. Returns
+    (intercepts [N, width], slopes [N, width], lines kept [N])."""
+    size = np.array([h[0].size for h in hulls], dtype=np.int64)
+    top = int(size.max())
+    hx = np.zeros((size.size, top))
+    hy = np.zeros((size.size, top))
+    mask = np.arange(top)[None, :] < size[:, None]
+    hx[mask] = np.concatenate([h[0] for h in hulls])
+    hy[mask] = np.concatenate([h[1] for h in hulls])
+    segments = np.maximum(size - 1, 1)
+    j = np.arange(width)[None, :]
+    spread = np.round(j * (segments[:, None] - 1) / max(width - 1, 1)).astype(np.int64)
+    pick = np.where(segments[:, None] <= width, j % segments[:, None], spread)
+    rows = np.arange(size.size)[:, None]
+    x0, y0 = hx[rows, pick], hy[rows, pick]
+    x1, y1 = hx[rows, pick + 1], hy[rows, pick + 1]
+    single = (size == 1)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        seg_slope = np.where(single, 0.0, (y1 - y0) / np.where(single, 1.0, x1 - x0))
+    seg_icpt = np.where(single, hy[:, :1], y0 - seg_slope * x0)
+    kept = np.where(size == 1, 1, np.minimum(segments, width))
+    return seg_icpt, seg_slope, kept
 
 
 def _pick_lines(hx: np.ndarray, hy: np.ndarray, max_lines: int, tolerance: float,

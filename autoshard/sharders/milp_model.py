@@ -168,22 +168,19 @@ def solve(sub: Subproblem, lines: CostLines, *, order: np.ndarray | None = None,
     p = pt.size
     a = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                    shape=(lo.size, 3 * p + 1)).tocsc()
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = 3 * p + 1, lo.size
-    lp.col_cost_ = cost
-    lp.col_lower_ = np.concatenate((np.zeros(3 * p), [lower]))
-    lp.col_upper_ = np.concatenate((np.ones(p), lines.max_memory[sub.tables[pt], sub.kind[pd]],
-                                    np.full(p + 1, np.inf)))
-    lp.row_lower_, lp.row_upper_ = lo, hi
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
+    col_lower = np.concatenate((np.zeros(3 * p), [lower]))
+    col_upper = np.concatenate((np.ones(p), lines.max_memory[sub.tables[pt], sub.kind[pd]],
+                                np.full(p + 1, np.inf)))
+    integrality = np.zeros(3 * p + 1, dtype=np.int32)
     if sub.integer:
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * p + [
-            highspy.HighsVarType.kContinuous] * (2 * p + 1)
+        integrality[:p] = 1
     h = _new_highs()
     h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
-    h.passModel(lp)
+    # The array form of passModel: no per-element conversion of the (large) matrix.
+    h.passModel(3 * p + 1, lo.size, a.nnz, int(highspy.MatrixFormat.kColwise), 1, 0.0,
+                cost, col_lower, col_upper, lo, hi, a.indptr.astype(np.int32),
+                a.indices.astype(np.int32), a.data.astype(np.float64), integrality)
     if warm is not None and sub.integer:
         _set_start(h, sub, lines, pt, pd, order, warm, spread)
     h.run()

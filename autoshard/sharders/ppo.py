@@ -26,8 +26,11 @@ DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_polic
 #: (table, device) pairs, :data:`SAMPLES_LARGE` above (856 tables x 128 devices in under 2 s on
 #: one core, ``python benchmarks/bench_ppo.py``).
 SAMPLES_SMALL, SAMPLES_LARGE, SMALL_TASK = 4, 2, 20_000
-#: The greedy sharders whose plans are candidates (DreamShard's baselines).
+#: The table-wise greedy sharders (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+#: The greedy family whose plans are candidates: the table-wise four, and the variant that
+#: splits dominant tables (the policy's own actions are table-wise).
+CANDIDATES = (*GREEDY, "split_lookup_greedy")
 
 
 def _missing(folder: Path) -> str | None:
@@ -56,8 +59,8 @@ class PPOSharder:
     Candidates: the policy's greedy decode (the highest allowed logit at every step),
     ``samples`` rollouts that sample each action from the policy (seeded, so plans are
     deterministic), all run in lockstep with one batched network call per table, and, if
-    ``candidates``, the greedy sharders' plans. Each is priced by the cost model; the cheapest
-    step cost wins (ties: the earlier candidate). :attr:`last_choice` says which won.
+    ``candidates``, the plans of the greedy family (:data:`CANDIDATES`). Each is priced by the
+    cost model; the cheapest step cost wins (ties: the earlier candidate). :attr:`last_choice` says which won.
     ``samples=0, candidates=False`` is the policy's own greedy decode alone.
 
     Args:
@@ -85,8 +88,9 @@ class PPOSharder:
         self._load()  # load (and import torch) now, so that shard() is planning only
 
     @classmethod
-    def unavailable(cls) -> str | None:
-        return _missing(DEFAULT_POLICY)
+    def unavailable(cls, policy: str | Path | None = None) -> str | None:
+        """Why the policy in ``policy`` (default: the committed one) cannot be loaded here."""
+        return _missing(Path(policy) if policy is not None else DEFAULT_POLICY)
 
     def _load(self) -> None:
         reason = _missing(self.policy)
@@ -128,11 +132,12 @@ class PPOSharder:
     @staticmethod
     def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
                     plans: dict[str, Plan]) -> None:
-        """Adds each greedy sharder's plan and its evaluated step cost (failures are skipped)."""
+        """Adds each candidate greedy sharder's plan and its evaluated step cost (failures and
+        sharders that cannot run here are skipped)."""
         from autoshard.evaluator import evaluate
         from autoshard.sharders import get_sharder
 
-        for name in GREEDY:
+        for name in CANDIDATES:
             try:
                 plan = get_sharder(name).shard(task, cost_model)
             except PlannerError:

@@ -35,7 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from autoshard.bounds import lower_bound_ms
+from autoshard.bounds import lower_bound_ms, relax
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.plan import Plan
@@ -66,6 +66,11 @@ from autoshard.task import ShardingTask
 #: Shares of the spread-work bound above which tables are split, tried in turn (the cheapest
 #: plan is kept): first only the tables that alone exceed the per-device mean, then finer.
 SPLIT_TARGETS = (1.0, 0.5, 0.25)
+
+#: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
+#: :data:`LARGE_TASK_LINES` evenly spaced ones (a weaker but still valid relaxation).
+FULL_LINES_LIMIT = 200_000
+LARGE_TASK_LINES = 32
 
 #: Greedy sharders tried as warm starts (the best feasible one is kept).
 WARM_STARTS = ("lookup_greedy", "size_lookup_greedy", "size_greedy", "dim_greedy")
@@ -156,20 +161,20 @@ class RecShard:
             return self._result(Plan.from_arrays(task, found.device, found.rows, self.name),
                                 found, found.bound, start)
         # Valid for every plan, split tables included (the table-wise bounds are not).
-        bound = lower_bound_ms(task, cost_model)
+        relaxed = relax(task, cost_model)
+        bound = float(relaxed.cost_ms.sum()) / task.num_devices
+        choices: list[ShardGeometry] = []
+        for share in SPLIT_TARGETS:
+            g = split_heavy_tables(task, cost_model, share * bound, relaxed=relaxed).geometry
+            if not any(_same(g, h) for h in choices):
+                choices.append(g)
         best: tuple[Plan, _Found] | None = None
-        tried: list[ShardGeometry] = []
-        for i, share in enumerate(SPLIT_TARGETS):
+        for i, g in enumerate(choices):
             if best is not None and (_left(deadline) < 0.25 * self.time_limit
                                      or best[1].cost - bound <= self.mip_rel_gap * best[1].cost):
                 break
-            choice = split_heavy_tables(task, cost_model, share * bound)
-            g = choice.geometry
-            if any(_same(g, h) for h in tried) or (i > 0 and choice.split_tables.size == 0):
-                continue
-            tried.append(g)
-            last = i == len(SPLIT_TARGETS) - 1
-            stop = deadline if last or best is not None else start + 0.6 * self.time_limit
+            more = i < len(choices) - 1
+            stop = time.perf_counter() + _left(deadline) * (0.6 if more else 1.0)
             found = self._solve_tables(pricing_task(task, g), cost_model, stop)
             if best is None or found.cost < best[1].cost:
                 plan = ShardLayout(g, found.device, found.rows).to_plan(task, self.name)
@@ -192,7 +197,10 @@ class RecShard:
         kinds = device_kinds(task)
         curves = cost_curves(task, cost_model, kinds)
         full = curves.lines()
-        relaxed = milp_model.solve(aggregated(task, kinds), full, time_limit=_left(deadline))
+        if int(full.count.sum()) > FULL_LINES_LIMIT:  # keep the LPs small enough to stop in time
+            full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
+        relaxed = milp_model.solve(aggregated(task, kinds), full,
+                                   time_limit=min(_left(deadline), 0.3 * budget))
         bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full),
                     lower_bound_ms(task, cost_model, whole_tables=True))
         focus = None
@@ -201,7 +209,8 @@ class RecShard:
         pairs = task.num_tables * task.num_devices
         whole = pairs <= self.max_pairs
         lines_budget = int(np.clip(20000 // pairs, 8, 48)) if whole else 24
-        lines = curves.lines(self.max_lines or lines_budget, focus)
+        lines = curves.lines(self.max_lines or lines_budget, focus,
+                             deadline=start + 0.2 * budget)
         search_end = start + budget * (0.5 if whole else 1.0)
         ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound)
         name, device, rows = self._warm_start(ctx, relaxed)
@@ -228,11 +237,14 @@ class RecShard:
         task, model = ctx.task, ctx.cost_model
         starts: list[tuple[str, np.ndarray, np.ndarray]] = []
         for name in WARM_STARTS:
+            if starts and _past(ctx.deadline):
+                break
             try:
                 starts.append((name, *get_sharder(name).shard(task, model).arrays(task)))
             except PlannerError:
                 continue
-        packed = lp_packing(task, model, ctx.kinds, ctx.full, relaxed)
+        packed = None if starts and _past(ctx.deadline) else lp_packing(
+            task, model, ctx.kinds, ctx.full, relaxed)
         if packed is not None:
             starts.append(("lp_packing", *packed))
         if not starts:
@@ -243,6 +255,8 @@ class RecShard:
         everything, devices = np.arange(task.num_tables), np.arange(task.num_devices)
         for name, device, rows in starts:
             scored.append((step_cost(task, model, device, rows), name, device, rows))
+            if _past(ctx.deadline):
+                continue
             better = polish(task, ctx.kinds, ctx.full, everything, devices, device,
                             min(_left(ctx.deadline), 10.0))
             if better is not None and feasible(task, device, better):
@@ -356,6 +370,10 @@ class _Context:
     full: CostLines
     deadline: float
     bound: float
+
+
+def _past(deadline: float) -> bool:
+    return time.perf_counter() >= deadline
 
 
 def _left(deadline: float) -> float:

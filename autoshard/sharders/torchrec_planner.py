@@ -1,61 +1,78 @@
-"""TorchRec's EmbeddingShardingPlanner as a sharder, its plan converted into ours.
+"""TorchRec's EmbeddingShardingPlanner as a sharder, its plan converted exactly into ours.
 
 The planner runs on a simulated topology (no GPU, no process group) over a meta-device
-EmbeddingBagCollection of the task's tables, restricted to table-wise sharding so that the
-conversion is exact (:mod:`autoshard.export_torchrec`): ``fused`` keeps all rows in HBM,
-``fused_uvm`` none, ``fused_uvm_caching`` the cache load factor's share of rows. Our statistics go
-where TorchRec takes them: lookups per sample (pooling factor x coverage) as pooling factors, the
-access curve as cache statistics (expected miss rate of a cache of the hottest rows), the
-profile's bandwidths and capacities into the topology, the optimizer state into its storage
-estimate. The same evaluator then prices the plan with our cost model.
+EmbeddingBagCollection of the task's tables, configured as its users configure it at full
+strength: every sharding type our plans can hold (``table_wise``, ``row_wise``,
+``table_row_wise``, ``column_wise``, ``table_column_wise``), every compute kernel (``fused``,
+``fused_uvm_caching``, ``fused_uvm``), TorchRec's default proposers plus its cache-size search
+(``EmbeddingOffloadScaleupProposer``, given our access curves as cache statistics) and its own
+storage estimate of every shard. The cache search starts from a load factor whose caches fit
+the cluster's HBM (TorchRec's default 0.2 when that fits), so that big tables get an HBM cache
+instead of falling back to host memory whole.
+
+Our statistics go where TorchRec takes them: lookups per sample (pooling factor x coverage) as
+pooling factors, the access curve as cache statistics, the profile's bandwidths and capacities
+into the topology, the optimizer state into its storage estimate
+(:mod:`autoshard.torchrec_estimate`). The plan converts shard by shard: row ranges, column
+blocks and ranks as TorchRec placed them, a cache of load factor f over a shard of n rows as its
+round(f * n) hottest rows in HBM. The same evaluator then prices it with our cost model.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
 from typing import Any, ClassVar
 
-import numpy as np
-
 from autoshard.cost import CostModel
-from autoshard.errors import PlannerError, gib
+from autoshard.errors import PlannerError
 from autoshard.export_torchrec import (
+    DEFAULT_CACHE_LOAD_FACTOR,
     FUSED,
     FUSED_UVM,
     FUSED_UVM_CACHING,
-    TableSharding,
+    SHARDING_TYPES,
+    from_parameter_sharding,
     meta_collection,
+    to_plan,
     torchrec_unavailable,
 )
-from autoshard.plan import Plan, memory_use
+from autoshard.plan import Plan
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 
-_BYTES_PER_MS_PER_GBPS = 1e6  # 1 GB/s = 1e9 bytes/s = 1e6 bytes/ms (TorchRec's unit)
+#: Share of the cluster's HBM the starting caches may fill, leaving the partitioner room.
+_START_FILL = 0.9
+_TINY_CACHE = 1e-3  # the smallest starting load factor tried
 
 
 class TorchRecSharder:
-    """TorchRec's planner (table-wise, fused / fused_uvm / fused_uvm_caching kernels).
+    """TorchRec's planner at full strength: all sharding types and kernels, cache-size search.
 
     Args:
-        cache_load_factor: Share of rows TorchRec caches in HBM for ``fused_uvm_caching``
-            (TorchRec's default is 0.2).
-        use_stats: Pass the access curves as cache statistics.
+        cache_load_factor: Starting cache load factor for ``fused_uvm_caching``; ``None``
+            plans from the largest up to TorchRec's default 0.2 whose caches fit the cluster's
+            HBM, and also from 0.2 when that is larger, and keeps the plan TorchRec rates
+            best.
+        use_stats: Pass the access curves as cache statistics (and run the cache-size search).
+        sharding_types: Sharding types TorchRec may choose (default: all it has that our plans
+            hold).
 
-    After :meth:`shard`, ``last_sharding_plan`` holds TorchRec's own ShardingPlan and
-    ``last_repaired`` the devices whose HBM it overfilled under our memory model (their cached
-    rows were scaled down to fit), normally none.
+    After :meth:`shard`, ``last_sharding_plan`` holds TorchRec's own ShardingPlan,
+    ``last_cache_load_factor`` the starting load factor it came from and ``last_rating_ms``
+    TorchRec's perf estimate of its slowest rank.
     """
 
     name: ClassVar[str] = "torchrec"
-    summary: ClassVar[str] = "TorchRec's EmbeddingShardingPlanner, table-wise, converted"
+    summary: ClassVar[str] = ("TorchRec's EmbeddingShardingPlanner, every sharding type, cache "
+                              "search, converted")
 
-    def __init__(self, cache_load_factor: float = 0.2, use_stats: bool = True) -> None:
+    def __init__(self, cache_load_factor: float | None = None, use_stats: bool = True,
+                 sharding_types: tuple[str, ...] = SHARDING_TYPES) -> None:
         self.cache_load_factor = cache_load_factor
         self.use_stats = use_stats
-        self.last_repaired: list[int] = []
+        self.sharding_types = tuple(sharding_types)
         self.last_sharding_plan: Any = None
+        self.last_cache_load_factor: float | None = None
+        self.last_rating_ms: float | None = None
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -67,34 +84,67 @@ class TorchRecSharder:
             raise PlannerError("unavailable", reason)
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
         from torchrec.distributed.planner import EmbeddingShardingPlanner
+        from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
         from torchrec.distributed.planner.storage_reservations import (
             FixedPercentageStorageReservation,
         )
         from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
 
+        from autoshard.torchrec_estimate import (
+            declare_optimizers,
+            per_rank_batch,
+            quiet_torchrec,
+            torchrec_constraints,
+            torchrec_estimators,
+            torchrec_topology,
+        )
+
         ebc = meta_collection([(t.name, t.rows, t.dim, _data_type(t)) for t in task.tables])
         if task.workload.train:
-            _declare_optimizers(ebc, task)
-        quiet = logging.getLogger("torchrec")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)
-        try:
-            planner = EmbeddingShardingPlanner(
-                topology=_topology(task),
-                batch_size=max(task.workload.batch_size // task.num_devices, 1),
-                constraints={t.name: self._constraints(t, task) for t in task.tables},
-                storage_reservation=FixedPercentageStorageReservation(0.0),
-                proposer=self._proposers(), debug=False)
-            plan = planner.plan(ebc, [EmbeddingBagCollectionSharder()])
-        except TorchRecPlannerError as exc:
-            raise PlannerError("torchrec", f"TorchRec's planner found no plan for "
-                               f"{task.num_tables} tables on {task.num_devices} devices: "
-                               f"{str(exc).splitlines()[0]}") from exc
-        finally:
-            quiet.setLevel(level)
-        self.last_sharding_plan = plan
-        device, rows = self._convert(plan, task)
-        return Plan.from_arrays(task, device, rows, self.name)
+            declare_optimizers(ebc, task.tables)
+        sharders = [EmbeddingBagCollectionSharder()]
+        with quiet_torchrec():
+            topology = torchrec_topology(task)
+
+            def enumerator(clf: float) -> Any:
+                constraints = torchrec_constraints(
+                    task, self.use_stats, cache_load_factor=clf,
+                    sharding_types=list(self.sharding_types),
+                    compute_kernels=[FUSED, FUSED_UVM_CACHING, FUSED_UVM])
+                return EmbeddingEnumerator(
+                    topology, per_rank_batch(task), constraints,
+                    estimator=torchrec_estimators(task, topology, constraints)), constraints
+
+            starts: list[float] = []
+            if self.cache_load_factor is not None:
+                starts = [self.cache_load_factor]
+            else:
+                fit = fitting_cache_load_factor(enumerator(DEFAULT_CACHE_LOAD_FACTOR)[0], ebc,
+                                                sharders, task)
+                starts = [fit] + ([DEFAULT_CACHE_LOAD_FACTOR]
+                                  if fit < DEFAULT_CACHE_LOAD_FACTOR else [])
+            best: tuple[float, float, Any] | None = None
+            for clf in starts:
+                chosen, constraints = enumerator(clf)
+                try:
+                    planner = EmbeddingShardingPlanner(
+                        topology=topology, batch_size=per_rank_batch(task), enumerator=chosen,
+                        constraints=constraints,
+                        storage_reservation=FixedPercentageStorageReservation(0.0),
+                        proposer=self._proposers(), debug=False)
+                    plan = planner.plan(ebc, sharders)
+                except TorchRecPlannerError as exc:
+                    if best is None and clf == starts[-1]:
+                        raise PlannerError("torchrec", f"TorchRec's planner found no plan for "
+                                           f"{task.num_tables} tables on {task.num_devices} "
+                                           f"devices: {str(exc).splitlines()[0]}") from exc
+                    continue
+                rating = _rating(plan, task)
+                if best is None or rating < best[0]:
+                    best = (rating, clf, plan)
+        assert best is not None
+        self.last_rating_ms, self.last_cache_load_factor, self.last_sharding_plan = best
+        return convert_plan(self.last_sharding_plan, task, self.name)
 
     def _proposers(self) -> list[Any]:
         """TorchRec's default proposers, plus its cache-size search when it has statistics."""
@@ -111,126 +161,61 @@ class TorchRecSharder:
             proposers.append(EmbeddingOffloadScaleupProposer())
         return proposers
 
-    def _constraints(self, table: Table, task: ShardingTask) -> Any:
-        from torchrec.distributed.planner import ParameterConstraints
-        from torchrec.distributed.types import CacheParams
 
-        stats = _curve_stats(table, task.workload.batch_size) if self.use_stats else None
-        return ParameterConstraints(
-            sharding_types=["table_wise"], compute_kernels=[FUSED, FUSED_UVM_CACHING, FUSED_UVM],
-            pooling_factors=[table.lookups_per_sample],
-            cache_params=CacheParams(load_factor=self.cache_load_factor, stats=stats))
+def _rating(sharding_plan: Any, task: ShardingTask) -> float:
+    """TorchRec's rating of its plan: its perf estimate of the slowest rank, ms."""
+    from autoshard.torchrec_estimate import estimate_shardings
 
-    def _convert(self, plan: Any, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
-        """Device and HBM rows per table from TorchRec's plan, scaled to fit our HBM."""
-        module_plan = plan.get_plan_for_module("")
-        device = np.zeros(task.num_tables, dtype=np.int64)
-        rows = np.zeros(task.num_tables, dtype=np.int64)
-        for i, t in enumerate(task.tables):
-            ps = module_plan[t.name]
-            if ps.sharding_type != "table_wise" or ps.compute_kernel not in (
-                    FUSED, FUSED_UVM, FUSED_UVM_CACHING):
-                raise PlannerError("torchrec", f"table '{t.name}': TorchRec chose "
-                                   f"{ps.sharding_type} / {ps.compute_kernel}, not convertible")
-            clf = None
-            if ps.compute_kernel == FUSED_UVM_CACHING:
-                clf = getattr(ps.cache_params, "load_factor", None) or self.cache_load_factor
-            one = TableSharding(t.name, t.rows, t.dim, _data_type(t), int(ps.ranks[0]),
-                                ps.compute_kernel, clf)
-            device[i], rows[i] = one.rank, one.hbm_rows
-        rows, self.last_repaired = _fit_hbm(task, device, rows)
-        _, host = memory_use(task, device, rows)
-        over = np.flatnonzero(host > task.device_arrays.host_capacity)
-        if over.size:
-            d = int(over[0])
-            raise PlannerError("capacity", f"TorchRec's plan puts {gib(host[d])} in device {d}'s "
-                               f"host memory of {gib(task.device_arrays.host_capacity[d])}")
-        return device, rows
+    module_plan = sharding_plan.get_plan_for_module("")
+    return estimate_shardings([from_parameter_sharding(t.name, module_plan[t.name], t.rows,
+                                                       t.dim, _data_type(t))
+                               for t in task.tables], task).step_ms
+
+
+def fitting_cache_load_factor(enumerator: Any, module: Any, sharders: list[Any],
+                              task: ShardingTask) -> float:
+    """The largest cache load factor, up to TorchRec's default, at which the cache-size search's
+    starting plan (every table on its best-rated cached option) fits the cluster's HBM under
+    TorchRec's own storage estimate, with room to partition.
+
+    ``enumerator`` enumerates at TorchRec's default load factor; the starting plan's HBM is
+    affine in the load factor (TorchRec's own model for its cache search), so two estimates
+    give it. A small positive factor when even the buffers leave no room.
+    """
+    from torchrec.distributed.planner.proposers import EmbeddingOffloadScaleupProposer
+
+    proposer = EmbeddingOffloadScaleupProposer()
+    proposer.load(enumerator.enumerate(module, sharders), enumerator)
+    start = proposer.starting_proposal
+    cached = [o for o in start if o.compute_kernel == FUSED_UVM_CACHING]
+    high = sum(o.total_storage.hbm for o in start)
+    for o in cached:
+        o.cache_params.load_factor = _TINY_CACHE
+    enumerator.populate_estimates(cached)
+    low = sum(o.total_storage.hbm for o in start)
+    room = _START_FILL * float(task.device_arrays.hbm_capacity.sum())
+    if high <= room or high <= low:
+        return DEFAULT_CACHE_LOAD_FACTOR
+    clf = _TINY_CACHE + (room - low) / (high - low) * (DEFAULT_CACHE_LOAD_FACTOR - _TINY_CACHE)
+    return float(min(max(clf, _TINY_CACHE), DEFAULT_CACHE_LOAD_FACTOR))
+
+
+def convert_plan(sharding_plan: Any, task: ShardingTask, sharder: str = "torchrec") -> Plan:
+    """Our plan of TorchRec's ShardingPlan, shard by shard (:func:`to_plan`).
+
+    Raises:
+        PlannerError: A table is missing, or has a sharding type or kernel our plans cannot
+            hold.
+    """
+    module_plan = sharding_plan.get_plan_for_module("") or {}
+    shardings = []
+    for t in task.tables:
+        if t.name not in module_plan:
+            raise PlannerError("torchrec", f"TorchRec's plan leaves table '{t.name}' out")
+        shardings.append(from_parameter_sharding(t.name, module_plan[t.name], t.rows, t.dim,
+                                                 _data_type(t)))
+    return to_plan(shardings, task, sharder)
 
 
 def _data_type(table: Table) -> str:
     return {4: "FP32", 2: "FP16", 1: "INT8"}.get(table.bytes_per_element, "FP32")
-
-
-def _topology(task: ShardingTask) -> Any:
-    """TorchRec's Topology of the profile: per-device HBM and host capacity (the smallest device,
-    as TorchRec's caps are uniform), HBM and host-link bandwidths, node size and links."""
-    from torchrec.distributed.planner import Topology
-
-    dev = task.device_arrays
-    hw = task.hardware
-    host_bw = float(dev.host_gbps.min()) * _BYTES_PER_MS_PER_GBPS
-    return Topology(
-        world_size=task.num_devices, compute_device="cuda",
-        hbm_cap=int(dev.hbm_capacity.min()), ddr_cap=int(dev.host_capacity.min()),
-        local_world_size=min(hw.devices_per_node, task.num_devices),
-        hbm_mem_bw=float(dev.hbm_gbps.min()) * _BYTES_PER_MS_PER_GBPS,
-        ddr_mem_bw=host_bw, hbm_to_ddr_mem_bw=host_bw,
-        intra_host_bw=hw.intra_node_gbps * _BYTES_PER_MS_PER_GBPS,
-        inter_host_bw=hw.inter_node_gbps * _BYTES_PER_MS_PER_GBPS)
-
-
-def _declare_optimizers(ebc: Any, task: ShardingTask) -> None:
-    """Tells TorchRec's storage estimate about the optimizer state our memory model counts:
-    one element per row is row-wise Adagrad, one row's worth Adagrad, two Adam."""
-    import torch
-    from torchrec.optim import RowWiseAdagrad
-
-    for t in task.tables:
-        extra = t.optimizer_bytes_per_row / max(t.row_bytes, 1)
-        if t.optimizer_bytes_per_row == 0:
-            continue
-        if t.optimizer_bytes_per_row <= t.bytes_per_element:
-            cls: type = RowWiseAdagrad
-        elif extra <= 1.0:
-            cls = torch.optim.Adagrad
-        else:
-            cls = torch.optim.Adam
-        ebc.embedding_bags[t.name].weight._optimizer_classes = [cls]
-
-
-def _fit_hbm(task: ShardingTask, device: np.ndarray,
-             rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """Scales down HBM rows on devices whose HBM the plan overfills under our memory model."""
-    hbm, _ = memory_use(task, device, rows)
-    cap = task.device_arrays.hbm_capacity
-    repaired = [int(d) for d in np.flatnonzero(hbm > cap)]
-    rows = rows.copy()
-    for d in repaired:
-        on = device == d
-        rows[on] = np.floor(rows[on] * (cap[d] / hbm[d]) * (1 - 1e-9)).astype(np.int64)
-    return rows, repaired
-
-
-def _curve_stats(table: Table, batch_size: int) -> Any:
-    """TorchRec cache statistics of one table from its access curve: a cache of the hottest
-    ``clf`` share of rows misses the rest of the lookups."""
-    return _stats_class()(table, batch_size)
-
-
-@functools.cache
-def _stats_class() -> type:
-    from torchrec.distributed.types import CacheStatistics
-
-    class CurveStats(CacheStatistics):
-        def __init__(self, table: Table, batch_size: int) -> None:
-            curve = table.access_curve()
-            self._curve = curve
-            used = curve.used_fraction * table.rows
-            self._lookups = float(min(used, table.lookups_per_sample * batch_size))
-            # Area under the miss-rate curve over the cache load factor: 0 = caches perfectly.
-            grid = np.linspace(0.0, 1.0, 101)
-            self._cacheability = float(np.mean(1.0 - curve.share_at(grid)))
-
-        @property
-        def expected_lookups(self) -> float:
-            return self._lookups
-
-        def expected_miss_rate(self, clf: float) -> float:
-            return float(1.0 - self._curve.share_at(min(max(clf, 0.0), 1.0)))
-
-        @property
-        def cacheability(self) -> float:
-            return self._cacheability
-
-    return CurveStats
