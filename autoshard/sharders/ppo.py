@@ -60,8 +60,8 @@ class PPOSharder:
     ``samples`` rollouts that sample each action from the policy (seeded, so plans are
     deterministic), all run in lockstep with one batched network call per table, and, if
     ``candidates``, the plans of the greedy family (:data:`CANDIDATES`). Each is priced by the
-    cost model; the cheapest step cost wins (ties: the earlier candidate). :attr:`last_choice` says which won.
-    ``samples=0, candidates=False`` is the policy's own greedy decode alone.
+    cost model; the cheapest step cost wins (ties: the earlier candidate). :attr:`last_choice`
+    says which won. ``samples=0, candidates=False`` is the policy's own greedy decode alone.
 
     Args:
         policy: Folder with ``config.json`` and ``weights.pt`` (default: the committed one).
