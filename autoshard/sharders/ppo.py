@@ -28,8 +28,9 @@ DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_polic
 SAMPLES_SMALL, SAMPLES_LARGE, SMALL_TASK = 4, 2, 20_000
 #: The table-wise greedy sharders (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
-#: The greedy family whose plans are candidates: the table-wise four, and the variant that
-#: splits dominant tables (the policy's own actions are table-wise).
+#: The greedy family whose plans are candidates: the table-wise four, and, for tasks of up to
+#: :data:`SMALL_TASK` (table, device) pairs, the variant that splits dominant tables (the
+#: policy's own actions are table-wise; the split variant takes 0.8 s at 856 x 128).
 CANDIDATES = (*GREEDY, "split_lookup_greedy")
 
 
@@ -137,7 +138,8 @@ class PPOSharder:
         from autoshard.evaluator import evaluate
         from autoshard.sharders import get_sharder
 
-        for name in CANDIDATES:
+        small = task.num_tables * task.num_devices <= SMALL_TASK
+        for name in CANDIDATES if small else GREEDY:
             try:
                 plan = get_sharder(name).shard(task, cost_model)
             except PlannerError:
