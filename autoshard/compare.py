@@ -169,7 +169,14 @@ def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_mo
             cost_model_id: str | None = None) -> tuple[CompareRow, Plan | None,
                                                        CostReport | None]:
     """Runs one sharder, made with exactly ``options``, on one task; failures and
-    unavailability become rows, not exceptions."""
+    unavailability become rows, not exceptions.
+
+    Raises:
+        InputError: An option the sharder does not take (a caller's mistake, not a failure of
+            the sharder; harnesses pass common settings through :func:`common_options`).
+    """
+    with contextlib.suppress(PlannerError):  # not importable here: a skipped row below
+        check_sharder_options(name, options)
     base = dict(suite=suite, task=spec.name, tables=task.num_tables, devices=task.num_devices,
                 mode=task.workload.mode, sharder=name, cost_model=cost_model.name,
                 cost_model_id=cost_model_id or cost_model.name, options=options_key(options))

@@ -51,6 +51,9 @@ class Device:
     host: Tier
     node: int = 0
 
+    def __post_init__(self) -> None:
+        check_count("node", self.node, MAX_DEVICES - 1, low=0)
+
 
 @dataclass(frozen=True)
 class HardwareProfile:

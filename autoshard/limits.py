@@ -32,6 +32,9 @@ MAX_OPTIMIZER_BYTES_PER_ROW = 1 << 20
 MAX_POOLING = 1e6
 #: Zipf skew exponent (beyond ~5 all lookups already hit one row).
 MAX_ZIPF_ALPHA = 100.0
+#: Table-samples (tables x batch) of a generated trace, which is held in memory: about 16
+#: lookups of 8 bytes each per cell, so the largest trace takes about 17 GB.
+MAX_TRACE_CELLS = 1 << 27
 #: Global batch size, samples per step.
 MAX_BATCH_SIZE = 1 << 30
 #: Bytes in one memory tier of one device (2^50, about 1.1 PB).

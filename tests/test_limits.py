@@ -98,6 +98,7 @@ def test_absurd_table_files_exit_2_and_write_nothing(tmp_path: Path,
     ({}, {"intra_node_gbps": 1e300}, "intra_node_gbps"),
     ({}, {"kernel_overhead_us": 1e300}, "kernel_overhead_us"),
     ({}, {"devices_per_node": 10**9}, "devices_per_node"),
+    ({"node": 10**9}, {}, "device.node"),
 ])
 def test_absurd_hardware_files(tmp_path: Path, device: dict[str, float], top: dict[str, float],
                                field: str) -> None:
@@ -133,6 +134,7 @@ def test_constructors_reject_absurd_values() -> None:
 def test_demo_rejects_absurd_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for args, option in ((["--devices", "1000000000"], "--devices"),
                          (["--tables", "100000", "--trace-batch", "100000"], "--trace-batch"),
+                         (["--tables", "1000000000"], "--tables"),
                          (["--hbm-fraction", "nan"], "--hbm-fraction"),
                          (["--batch-size", str(2**40)], "--batch-size")):
         code, _, err = run(["demo", "--out", str(tmp_path / "demo"), *args], capsys)
@@ -172,7 +174,39 @@ def test_plan_never_writes_a_nan_plan(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not out.exists()
 
 
+def test_evaluate_refuses_a_nan_report(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoshard.cli.core_cmds as core_cmds
+
+    tables = tmp_path / "t.yaml"
+    save_tables(tables, [Table("a", 100, 4), Table("b", 50, 4)])
+    plan = tmp_path / "plan.json"
+    code, _, err = run(["plan", "-t", str(tables), "-s", "round_robin", "-o", str(plan)], capsys)
+    assert code == 0, err
+    monkeypatch.setattr(core_cmds, "load_cost_model", lambda spec: NaNModel())
+    code, out, err = run(["evaluate", str(plan), "-t", str(tables), "--json"], capsys)
+    assert code == 2 and "step_cost_ms is nan" in err and str(plan) in err, err
+    assert "step_cost_ms" not in out
+
+
 def test_compare_records_a_nan_plan_as_failed(tmp_path: Path) -> None:
     rows = run_suite("s", [FixedTask("hand", hand_task_of())], NaNModel(), tmp_path,  # type: ignore[arg-type]
                      ["round_robin"])
     assert [(r.status, "nan" in r.reason) for r in rows] == [("failed", True)]
+
+
+def test_synth_rejects_a_trace_beyond_memory(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "trace.pt"
+    for args, option in ((["--tables", "1000000000"], "--tables"),
+                         (["--tables", "856", "--batch-size", "10000000"], "--batch-size")):
+        code, _, err = run(["synth", *args, "-o", str(out)], capsys)
+        assert code == 2 and option in err, (args, err)
+        assert not out.exists()
+
+
+def test_device_node_in_range() -> None:
+    tier = Tier(10**9, 100.0)
+    with pytest.raises(InputError) as info:
+        Device(tier, tier, node=-1)
+    assert info.value.field == "node"

@@ -160,3 +160,30 @@ def test_results_written_before_the_key_columns_still_read(tmp_path: Path) -> No
     rows = run_suite("s", TASKS, AnalyticalCostModel(), tmp_path, ["size_greedy"])
     assert len(rows) == 1 and rows[0].options == "{}"  # options unknown: recomputed
     assert json.loads(rows[0].options) == {}
+
+
+def test_run_one_rejects_an_option_instead_of_recording_a_failure() -> None:
+    from autoshard.compare import run_one
+
+    with pytest.raises(InputError, match=r"size_greedy\.seed"):
+        run_one("s", TASKS[0], TASKS[0].task, "size_greedy", AnalyticalCostModel(), None,
+                {"seed": 0})
+
+
+def test_compare_cli_recomputes_rows_for_another_learned_model(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shipped = Path(__file__).resolve().parents[1] / "autoshard" / "data" / "cost_model"
+    one, two = tmp_path / "model-one", tmp_path / "model-two"
+    shutil.copytree(shipped, one)
+    shutil.copytree(shipped, two)
+    out = tmp_path / "cmp"
+    base = ["compare", "--suite", "tiny", "--out", str(out), "--wandb-mode", "disabled",
+            "--sharders", "size_greedy"]
+    for model in (one, two, one):
+        code, _, err = run([*base, "--cost-model", str(model)], capsys)
+        assert code == 0, err
+    rows = read_rows(out / "tiny.csv")
+    ids = {r.cost_model_id for r in rows}
+    assert {r.cost_model for r in rows} == {"lightgbm"}  # the name alone cannot tell them apart
+    assert ids == {model_identity(str(one)), model_identity(str(two))}
+    assert len(rows) == 2 * len({r.task for r in rows})  # the third run resumed

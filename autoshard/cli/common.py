@@ -14,7 +14,14 @@ from rich.console import Console
 
 from autoshard.errors import InputError
 from autoshard.hardware import load_hardware
-from autoshard.limits import MAX_BATCH_SIZE, MAX_CAPACITY_GB, MAX_DEVICES, int_in, number_in
+from autoshard.limits import (
+    MAX_BATCH_SIZE,
+    MAX_CAPACITY_GB,
+    MAX_DEVICES,
+    MAX_TRACE_CELLS,
+    int_in,
+    number_in,
+)
 from autoshard.tables import Table, load_tables
 from autoshard.task import MODES, ShardingTask, Workload
 
@@ -126,6 +133,19 @@ def _scalar(text: str, item: str) -> Any:
         raise InputError("must be a finite number", source="command line", field="--opt",
                          value=item)
     return value
+
+
+def check_trace_size(tables: int, batch: int, batch_option: str = "--batch-size") -> None:
+    """Rejects a generated trace's table count and batch when either, or their product (the
+    table-samples held in memory), is out of range; errors name the option."""
+    for option, value in (("--tables", tables), (batch_option, batch)):
+        if not int_in(value, 1, MAX_TRACE_CELLS):
+            raise InputError(f"must be in [1, {MAX_TRACE_CELLS:,}]", source="command line",
+                             field=option, value=value)
+    if tables * batch > MAX_TRACE_CELLS:
+        raise InputError(f"--tables x {batch_option} must be at most {MAX_TRACE_CELLS:,} (the "
+                         "trace is held in memory)", source="command line", field=batch_option,
+                         value=batch)
 
 
 @contextlib.contextmanager

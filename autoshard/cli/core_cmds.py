@@ -150,6 +150,8 @@ def evaluate_cmd(
 
         bound_ms = recshard_bound(task, model)
     report = evaluate(loaded, task, model, bound_ms=bound_ms, source=str(plan_file))
+    check_finite_costs({"step_cost_ms": report.step_cost_ms,
+                        "lower_bound_ms": report.lower_bound_ms}, f"{plan_file}")
     second = None
     if estimator == "torchrec":
         from autoshard.torchrec_estimate import estimate_plan

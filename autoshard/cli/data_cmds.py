@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 from autoshard.cli import app
-from autoshard.cli.common import check_output_path, console, print_json
+from autoshard.cli.common import check_output_path, check_trace_size, console, print_json
 from autoshard.errors import InputError
 
 if TYPE_CHECKING:
@@ -130,9 +130,7 @@ def synth(
     from autoshard.synth import draw_tables, generate_trace
     from autoshard.tables import save_tables
 
-    for option, value in (("--tables", tables), ("--batch-size", batch_size)):
-        if value < 1:
-            raise InputError("must be >= 1", source="command line", field=option, value=value)
+    check_trace_size(tables, batch_size)
     check_output_path(output)
     if table_file is not None:
         check_output_path(table_file)

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table as RichTable
 
 from autoshard.cli import app
-from autoshard.cli.common import PolicyOpt, console
+from autoshard.cli.common import PolicyOpt, check_trace_size, console
 from autoshard.compare import CompareRow, FixedTask, model_identity, read_rows, run_suite
 from autoshard.compare_report import markdown_table, summarize, write_plots
 from autoshard.cost import CostModel, load_cost_model
@@ -53,8 +53,8 @@ def demo(
     _check_sizes(tables, devices, trace_batch, batch_size, hbm_fraction)
     given: dict[str, dict[str, object]] = (
         {"ppo": {"policy": str(policy)}} if policy is not None else {})
-    reason = sharder_info("ppo", **given.get("ppo", {})).unavailable
-    if policy is not None and reason:
+    reason = sharder_info("ppo", policy=str(policy)).unavailable if policy is not None else None
+    if reason:
         raise InputError(reason, source="command line", field="--policy", value=str(policy))
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -81,27 +81,15 @@ def demo(
                   f"demo.md; plots: " + ", ".join(str(p) for p in plots))
 
 
-#: Table-samples of the demo's trace (tables x trace batch), which is held in memory: about
-#: 16 lookups of 8 bytes each, so the largest trace takes a few GB.
-MAX_TRACE_CELLS = 1 << 24
-
-
 def _check_sizes(tables: int, devices: int, trace_batch: int, batch_size: int,
                  hbm_fraction: float) -> None:
     """Rejects sizes out of range before any work; errors name the option."""
-    rules = [("--tables", tables, int_in(tables, 1, MAX_TRACE_CELLS), MAX_TRACE_CELLS),
-             ("--devices", devices, int_in(devices, 1, MAX_DEVICES), MAX_DEVICES),
-             ("--trace-batch", trace_batch, int_in(trace_batch, 1, MAX_TRACE_CELLS),
-              MAX_TRACE_CELLS),
-             ("--batch-size", batch_size, int_in(batch_size, 1, MAX_BATCH_SIZE), MAX_BATCH_SIZE)]
-    for option, value, ok, high in rules:
-        if not ok:
+    check_trace_size(tables, trace_batch, "--trace-batch")
+    for option, value, high in (("--devices", devices, MAX_DEVICES),
+                                ("--batch-size", batch_size, MAX_BATCH_SIZE)):
+        if not int_in(value, 1, high):
             raise InputError(f"must be in [1, {high:,}]", source="command line", field=option,
                              value=value)
-    if tables * trace_batch > MAX_TRACE_CELLS:
-        raise InputError(f"--tables x --trace-batch must be at most {MAX_TRACE_CELLS:,} (the "
-                         "trace is held in memory)", source="command line",
-                         field="--trace-batch", value=trace_batch)
     if not number_in(hbm_fraction, 0, 1000, open_low=True):
         raise InputError("must be a number in (0, 1000]", source="command line",
                          field="--hbm-fraction", value=hbm_fraction)
