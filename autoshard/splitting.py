@@ -50,7 +50,7 @@ def _price_at_share(task: ShardingTask, cost_model: CostModel, g: ShardGeometry,
                     share: np.ndarray) -> np.ndarray:
     """Each shard's total cost with the hottest ``share`` (per shard) of its rows in HBM (at
     most what one device's HBM holds), on device 0."""
-    sub = shard_task(task, g)
+    sub = shard_task(task, g, named=False)
     a = sub.table_arrays
     # No shard holds more HBM rows than one device's HBM can.
     fit = np.floor(float(task.device_arrays.hbm_capacity.max()) / a.memory_bytes_per_row)

@@ -58,11 +58,12 @@ def loop_simulate(task: ServingTask, assign: np.ndarray, servers: int, qps: floa
             called[s] = True
         slowest = 0.0
         main = 0.0
+        issue = prof.main_call_us * sum(called[1:]) * tail[r, 0]
         for s in range(cols):
             if s and not called[s]:
                 continue
             if s == 0:
-                service = work[0] * tail[r, 0] + dense
+                service = work[0] * tail[r, 0] + dense + issue
             else:
                 service = (work[s] + wire[s] + prof.call_overhead_us) * tail[r, s]
             core = calls_seen[s] % prof.cores
@@ -73,7 +74,7 @@ def loop_simulate(task: ServingTask, assign: np.ndarray, servers: int, qps: floa
                 main = done - arrivals[r]
             else:
                 slowest = max(slowest, done - arrivals[r] + prof.network_latency_us * tail[r, s])
-        out[r] = max(main, slowest + dense if servers else 0.0)
+        out[r] = max(main, issue + slowest + dense if any(called[1:]) else 0.0)
     return out
 
 

@@ -36,7 +36,8 @@ def test_latency_is_slowest_call_plus_dense_without_queueing() -> None:
     lat = simulate(model, prof, mapping, qps=1.0, sample=sample)  # a second apart: no queue
     per_server = [(costs.work_us[list(i)] + costs.transfer_us[list(i)]).sum()
                   for i in ((0, 1), (2, 3))]
-    expected = max(per_server) + prof.call_overhead_us + prof.network_latency_us + 4 * 10.0
+    expected = (max(per_server) + prof.call_overhead_us + prof.network_latency_us
+                + 2 * prof.main_call_us + 4 * 10.0)
     np.testing.assert_allclose(lat.end_to_end_us, expected, rtol=1e-5)
     assert lat.calls.tolist() == [2, 2, 2]
 
@@ -94,14 +95,18 @@ def test_matches_a_request_by_request_reference() -> None:
                 continue
             work = sum(np.float32(costs.work_us[t]) for t in tables)
             wire = sum(np.float32(costs.transfer_us[t]) for t in tables)
-            service = (work * tail[r, 0] + dense if s == 0 else
+            calls = len({mapping.assign[t] for t in range(4)
+                         if sample.touched[r, t] and mapping.assign[t] != MAIN})
+            issue = prof.main_call_us * calls * tail[r, 0]
+            service = (work * tail[r, 0] + dense + issue if s == 0 else
                        (work + wire + prof.call_overhead_us) * tail[r, s])
             core = seen[s] % 2
             seen[s] += 1
             free[s, core] = max(arrivals[r], free[s, core]) + service
             ends[s] = free[s, core] - arrivals[r] + (prof.network_latency_us * tail[r, s]
                                                      if s else 0.0)
-        slowest = max([v for s, v in ends.items() if s] or [-dense]) + dense
+        slowest = (issue + max(v for s, v in ends.items() if s) + dense if len(ends) > 1
+                   else 0.0)
         assert got[r] == pytest.approx(max(ends[0], slowest), rel=1e-5)
 
 

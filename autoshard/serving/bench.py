@@ -127,7 +127,8 @@ def calibrate(calls: int = 40, pause_s: float = 0.01, logs: Path | None = None
     ``call_table_overhead_us = b`` less the local per-table cost, and ``network_gbps`` from
     what ``c`` adds to a local lookup (an 8-byte index per lookup). The median round trip
     beyond the server's CPU time (mean over configurations) is the latency a call adds
-    without occupying the server, ``network_latency_us``. ``tail_sigma`` is the median spread
+    without occupying the server, ``network_latency_us``; the main process's own CPU time per
+    call (median over configurations) is ``main_call_us``. ``tail_sigma`` is the median spread
     (standard deviation of log time) of the round trips.
     """
     spec = {"rows": [20_000] * 8, "dims": [32] * 8, "assign": [0] * 8, "calls": calls,
@@ -142,6 +143,7 @@ def calibrate(calls: int = 40, pause_s: float = 0.01, logs: Path | None = None
     return {"call_overhead_us": round(max(float(a), 1.0), 2),
             "network_latency_us": round(max(float(np.mean(points[:, 3] - points[:, 2])), 0.0),
                                         2),
+            "main_call_us": round(float(np.median(points[:, 4])), 2),
             "call_table_overhead_us": round(max(float(b) - local["table_overhead_us"], 0.0), 2),
             "network_gbps": round(INDEX_BYTES / extra_ns, 4), **local,
             "tail_sigma": round(min(float(measured["log_spread"]), 3.0), 3),

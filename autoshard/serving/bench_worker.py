@@ -15,11 +15,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import torch.distributed.rpc as rpc
+
+if TYPE_CHECKING:
+    import torch
 
 _TABLES: dict[int, torch.nn.EmbeddingBag] = {}
 HEARTBEAT_S = 0.5
@@ -29,11 +30,15 @@ SPIN_S = 0.002
 def lookup(ids: list[int], indices: list[torch.Tensor],
            offsets: list[torch.Tensor]) -> list[torch.Tensor]:
     """Pooled embeddings of one call: per table, one bag per offset (sum pooling)."""
+    import torch
+
     with torch.no_grad():
         return [_TABLES[t](i, o) for t, i, o in zip(ids, indices, offsets, strict=True)]
 
 
 def build_tables(spec: dict[str, Any], server: int) -> None:
+    import torch
+
     gen = torch.Generator().manual_seed(1234 + server)
     for t, (rows, dim, where) in enumerate(zip(spec["rows"], spec["dims"], spec["assign"],
                                                strict=True)):
@@ -46,6 +51,8 @@ def build_tables(spec: dict[str, Any], server: int) -> None:
 
 def requests_of(spec: dict[str, Any], qps: float) -> list[dict[int, tuple[list[Any], ...]]]:
     """Per request: server -> (table ids, indices, offsets), drawn from the seeded sample."""
+    import torch
+
     rng = np.random.default_rng([spec["seed"], int(qps)])
     out = []
     for touched in spec["touched"]:
@@ -65,6 +72,9 @@ def requests_of(spec: dict[str, Any], qps: float) -> list[dict[int, tuple[list[A
 
 def serve_requests(spec: dict[str, Any], qps: float, progress: Any) -> list[float]:
     """Replays the requests at ``qps``; returns each one's latency, microseconds."""
+    import torch
+    import torch.distributed.rpc as rpc
+
     reqs = requests_of(spec, qps)
     arrivals = np.cumsum(spec["gaps"]) / qps
     done = np.zeros(len(reqs))
@@ -103,12 +113,16 @@ def calibrate_calls(spec: dict[str, Any]) -> dict[str, Any]:
     """Per configuration (tables per call, lookups per table): the server's CPU time per call
     (its process CPU time over a block of calls) and the median round trip of calls spaced
     ``pause_s`` apart, as in a request stream."""
+    import torch
+    import torch.distributed.rpc as rpc
+
     rng = np.random.default_rng(0)
     points, spreads = [], []
     for tables in (1, 2, 4, 8):
         for pooling in (4, 32, 128):
             times = []
             cpu0 = rpc.rpc_sync("server0", cpu_seconds)
+            main0 = time.process_time()
             for _ in range(spec["calls"]):
                 args = (list(range(tables)),
                         [torch.from_numpy(rng.integers(0, spec["rows"][t], pooling * 4))
@@ -118,14 +132,17 @@ def calibrate_calls(spec: dict[str, Any]) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 rpc.rpc_async("server0", lookup, args=args).wait()
                 times.append(time.perf_counter() - t0)
+            main = (time.process_time() - main0) / spec["calls"]
             cpu = (rpc.rpc_sync("server0", cpu_seconds) - cpu0) / (spec["calls"] + 1)
             points.append([tables, tables * pooling * 4, cpu * 1e6,
-                           float(np.median(times)) * 1e6])
+                           float(np.median(times)) * 1e6, main * 1e6])
             spreads.append(float(np.std(np.log(times))))
     return {"points": points, "log_spread": float(np.median(spreads))}
 
 
 def run(spec: dict[str, Any], rank: int, progress: Any) -> dict[str, Any] | None:
+    import torch.distributed.rpc as rpc
+
     server = rank - 1 if rank else -1
     build_tables(spec, server)
     progress("tables built")
@@ -157,6 +174,8 @@ def run(spec: dict[str, Any], rank: int, progress: Any) -> dict[str, Any] | None
 
 
 def main(argv: list[str]) -> int:
+    import torch
+
     spec_path, rank = Path(argv[0]), int(argv[1])
     work = spec_path.parent
     (work / f"rank{rank}.pid").write_text(str(os.getpid()))

@@ -121,6 +121,7 @@ class _State:
         self.transfer = self.touched @ (onehot * costs.transfer_us[:, None])
         self.count = self.touched @ onehot
         self.group = costs.group
+        self.expected = costs.expected_us
 
     def score(self) -> float:
         load = ServerLoad(self.work, self.transfer, self.count > 0.5)
@@ -128,9 +129,30 @@ class _State:
                             self.task.qps)
         return objective(lat.percentile_ms(99), float(lat.end_to_end_us.mean()) / 1e3)
 
+    def busiest_move(self, rng: np.random.Generator) -> tuple[np.ndarray, int, int] | None:
+        """A table of the busiest server (drawn by its share of the load) to the least busy
+        server it fits on."""
+        busy = (self.work[:, 1:] + self.transfer[:, 1:]).sum(axis=0) + (
+            self.count[:, 1:] > 0.5).sum(axis=0) * self.task.profile.call_overhead_us
+        src = int(np.argmax(busy))
+        tables = np.flatnonzero(self.assign == src)
+        if tables.size < 2:
+            return None
+        load = self.expected[tables]
+        t = int(rng.choice(tables, p=load / load.sum())) if load.sum() > 0 else int(tables[0])
+        room = self.used + self.bytes[t] <= self.task.profile.server_bytes
+        room[src] = False
+        if not room.any():
+            return None
+        dst = int(np.flatnonzero(room)[np.argmin(busy[room])])
+        return np.array([t]), src, dst
+
     def propose(self, rng: np.random.Generator) -> tuple[np.ndarray, int, int] | None:
-        """(tables, from, to): a table, or its group's tables on its server, to another server;
-        a third of the time to a server holding others of its group."""
+        """(tables, from, to): half the time a table off the busiest server
+        (:meth:`busiest_move`); else a random table, or its group's tables on its server, to
+        another server, a third of the time to one holding others of its group."""
+        if rng.random() < 0.5:
+            return self.busiest_move(rng)
         t = int(rng.integers(self.assign.size))
         src = int(self.assign[t])
         mates = np.flatnonzero(self.group == self.group[t])

@@ -42,6 +42,8 @@ class ServingProfile:
             one more tensor to send), microseconds.
         call_overhead_us: Fixed server time of one remote call (receiving, deserialising,
             scheduling, replying), microseconds; it occupies a core.
+        main_call_us: CPU time the main server spends on each remote call it makes (issuing,
+            serialising, receiving the reply), microseconds; calls are issued one after another.
         network_latency_us: Latency a remote call adds without occupying the server (the
             network round trip, waking the threads), microseconds.
         call_table_overhead_us: Extra cost of each table carried by a remote call (its tensors
@@ -62,6 +64,7 @@ class ServingProfile:
     table_overhead_us: float = 5.0
     call_overhead_us: float = 300.0
     network_latency_us: float = 100.0
+    main_call_us: float = 20.0
     call_table_overhead_us: float = 5.0
     network_gbps: float = 3.0
     dense_us_per_item: float = 20.0
@@ -76,8 +79,8 @@ class ServingProfile:
     def _checks(self) -> list[tuple[str, Any, bool, str]]:
         positive = ("server_memory_gb", "memory_bandwidth_gbps", "network_gbps")
         non_negative = ("main_memory_gb", "lookup_ns", "table_overhead_us", "call_overhead_us",
-                        "network_latency_us", "call_table_overhead_us", "dense_us_per_item",
-                        "tail_sigma")
+                        "network_latency_us", "main_call_us", "call_table_overhead_us",
+                        "dense_us_per_item", "tail_sigma")
         checks: list[tuple[str, Any, bool, str]] = [
             ("name", self.name, isinstance(self.name, str) and bool(self.name),
              "must be a non-empty string")]
@@ -143,7 +146,7 @@ BUNDLED: dict[str, ServingProfile] = {
 
 
 #: The fields ``serve calibrate`` measures on this machine.
-CALIBRATED = ("call_overhead_us", "network_latency_us", "call_table_overhead_us",
+CALIBRATED = ("call_overhead_us", "network_latency_us", "main_call_us", "call_table_overhead_us",
               "network_gbps", "lookup_ns",
               "memory_bandwidth_gbps", "table_overhead_us", "tail_sigma")
 

@@ -27,7 +27,7 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> st
 
 def _cell(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return str(int(value)) if value.is_integer() else f"{value:.4g}"
     return str(value).replace("|", "/")
 
 

@@ -8,9 +8,9 @@ occupying the server. Requests arrive as a Poisson stream at ``qps``;
 each server serves calls first come, first served on ``cores`` cores (calls dealt to the cores
 round-robin, each core a FIFO queue solved in closed form by the Lindley recursion
 ``D_k = max(a_k, D_{k-1}) + x_k = C_k + max_{j<=k}(a_j - C_{j-1})`` with ``C`` the cumulative
-service). The main server queues each request's local lookups and dense compute the same way.
-End-to-end latency is the later of the main server's response and the slowest call's response
-plus the dense compute.
+service). The main server queues each request's local lookups, its cost of issuing the calls
+and dense compute the same way. End-to-end latency is the later of the main server's response
+and the time to issue the calls plus the slowest call's response plus the dense compute.
 """
 
 from __future__ import annotations
@@ -138,7 +138,9 @@ def simulate_load(load: ServerLoad, sample: RequestSample, profile: ServingProfi
     dense = profile.dense_us_per_item * items
     service = (load.work_us + load.transfer_us) * tail
     service[:, 1:] += profile.call_overhead_us * tail[:, 1:]
-    service[:, 0] = load.work_us[:, 0] * tail[:, 0] + dense  # local lookups: no call
+    calls = load.calls[:, 1:].sum(axis=1)
+    issue = profile.main_call_us * calls * tail[:, 0]  # the main server issues calls in turn
+    service[:, 0] = load.work_us[:, 0] * tail[:, 0] + dense + issue  # local lookups: no call
     response = np.zeros((sample.requests, cols))
     span = arrivals[-1] + 1e-9
     busy = np.zeros(cols)
@@ -150,10 +152,11 @@ def simulate_load(load: ServerLoad, sample: RequestSample, profile: ServingProfi
             done = fifo_departures(arrivals[hit], service[hit, s], profile.cores)
             response[hit, s] = done - arrivals[hit] + profile.network_latency_us * tail[hit, s]
             busy[s] = service[hit, s].sum()
-    slowest = response[:, 1:].max(axis=1) + dense if cols > 1 else np.zeros(sample.requests)
+    slowest = (issue + response[:, 1:].max(axis=1) + dense if cols > 1
+               else np.zeros(sample.requests))
     compute = service[:, 0] + np.where(load.calls[:, 1:], service[:, 1:], 0.0).sum(axis=1)
-    return Latencies(np.maximum(response[:, 0], slowest), compute,
-                     load.calls[:, 1:].sum(axis=1), busy / (span * profile.cores))
+    return Latencies(np.maximum(response[:, 0], slowest), compute, calls,
+                     busy / (span * profile.cores))
 
 
 def simulate(model: ServingModel, profile: ServingProfile, mapping: Mapping, qps: float,

@@ -40,15 +40,15 @@ class SuiteSpec:
 
 SUITES: dict[str, SuiteSpec] = {
     # Fits the main server's 128 GB: the singular mapping applies.
-    "small": SuiteSpec(40, 90.0, 8, 16, (5000.0, 20000.0), 1.2),
+    "small": SuiteSpec(40, 90.0, 8, 16, (5000.0, 20000.0), 1.0),
     # 600 GB on 256 GB servers: at least 3 sparse servers.
-    "medium": SuiteSpec(200, 600.0, 25, 16, (5000.0, 20000.0), 2.3),
+    "medium": SuiteSpec(200, 600.0, 25, 16, (5000.0, 20000.0), 3.56),
     # 2.2 TB: at least 9 sparse servers.
-    "large": SuiteSpec(800, 2200.0, 100, 16, (5000.0, 20000.0), 6.0),
+    "large": SuiteSpec(800, 2200.0, 100, 16, (5000.0, 20000.0), 8.0),
     # Sparse requests (60 groups, each touched by 1-6% of requests) on 1.2 TB: fan-out decides.
-    "sparse": SuiteSpec(300, 1200.0, 60, 16, (5000.0, 20000.0), 1.5, (0.01, 0.06)),
+    "sparse": SuiteSpec(300, 1200.0, 60, 16, (5000.0, 20000.0), 1.9, (0.01, 0.06)),
     # Measured on this machine by `serve bench` (small tables, two sparse servers).
-    "bench": SuiteSpec(24, 0.02, 6, 8, (20.0, 50.0, 100.0), 100.0, (0.2, 0.8), "local-cpu"),
+    "bench": SuiteSpec(24, 0.02, 6, 8, (20.0, 60.0, 150.0), 100.0, (0.1, 0.5), "local-cpu"),
 }
 
 

@@ -128,9 +128,35 @@ def cost_curves(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds) -
     source = np.maximum.accumulate(np.where(first, np.arange(n_p)[None, :], 0), axis=1)
     cost = np.take_along_axis(cost, source, axis=1)
     memory = pts * a.memory_bytes_per_row[t_of][:, None] / UNIT_BYTES
-    hulls = _lower_hulls(memory, cost)
+    hulls = _convex_hulls(memory, cost, first)
     max_memory = cap_rows * a.memory_bytes_per_row[:, None] / UNIT_BYTES
     return CostCurves(tuple(hulls), max_memory, kinds.count)
+
+
+def _convex_hulls(x: np.ndarray, y: np.ndarray, first: np.ndarray
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Lower hulls of each row's points ([N, P], sorted by x; ``first`` marks each distinct
+    point's first copy). A row whose slopes between distinct points strictly increase is its own
+    hull (the usual case: a concave access curve makes cost convex in HBM bytes); the monotone
+    chain runs only on the others."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step = np.where(first[:, 1:], (y[:, 1:] - y[:, :-1]) / (x[:, 1:] - x[:, :-1]), np.nan)
+    # Each slope against the one before it (forward-filled over repeated points).
+    cols = np.arange(step.shape[1])
+    last = np.maximum.accumulate(np.where(first[:, 1:], cols[None, :], -1), axis=1)
+    prev = np.full(step.shape, -1)
+    prev[:, 1:] = last[:, :-1]
+    rows = np.arange(step.shape[0])[:, None]
+    before = np.where(prev >= 0, step[rows, np.maximum(prev, 0)], -np.inf)
+    convex = np.all(~first[:, 1:] | (step > before), axis=1)
+    hulls: list[tuple[np.ndarray, np.ndarray]] = [(x[r, first[r]], y[r, first[r]])
+                                                   if convex[r] else (x[r, :0], y[r, :0])
+                                                   for r in range(x.shape[0])]
+    other = np.flatnonzero(~convex)
+    if other.size:
+        for r, hull in zip(other, _lower_hulls(x[other], y[other]), strict=True):
+            hulls[r] = hull
+    return hulls
 
 
 def _lower_hulls(x: np.ndarray, y: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -65,7 +65,7 @@ from autoshard.task import ShardingTask
 
 #: Shares of the spread-work bound above which tables are split, tried in turn (the cheapest
 #: plan is kept): first only the tables that alone exceed the per-device mean, then finer.
-SPLIT_TARGETS = (1.0, 0.5, 0.25)
+SPLIT_TARGETS = (1.0, 0.5)
 
 #: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
 #: :data:`LARGE_TASK_LINES` evenly spaced ones (a weaker but still valid relaxation).
@@ -169,13 +169,19 @@ class RecShard:
             if not any(_same(g, h) for h in choices):
                 choices.append(g)
         best: tuple[Plan, _Found] | None = None
+        first = self.time_limit
         for i, g in enumerate(choices):
-            if best is not None and (_left(deadline) < 0.25 * self.time_limit
+            if best is not None and (_left(deadline) < 0.1 * self.time_limit
                                      or best[1].cost - bound <= self.mip_rel_gap * best[1].cost):
                 break
             more = i < len(choices) - 1
-            stop = time.perf_counter() + _left(deadline) * (0.6 if more else 1.0)
+            began = time.perf_counter()
+            # A finer split gets no more time than the first solve took (at least a tenth of
+            # the limit), so that splitting costs a bounded multiple of a table-wise solve.
+            stop = began + min(_left(deadline) * (0.6 if more else 1.0), first)
             found = self._solve_tables(pricing_task(task, g), cost_model, stop)
+            if i == 0:
+                first = max(time.perf_counter() - began, 0.1 * self.time_limit)
             if best is None or found.cost < best[1].cost:
                 plan = ShardLayout(g, found.device, found.rows).to_plan(task, self.name)
                 best = (plan, found)
@@ -201,8 +207,9 @@ class RecShard:
             full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
         relaxed = milp_model.solve(aggregated(task, kinds), full,
                                    time_limit=min(_left(deadline), 0.3 * budget))
-        bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full),
-                    lower_bound_ms(task, cost_model, whole_tables=True))
+        bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full))
+        if not _past(start + 0.3 * budget):  # the spread bound too, while time allows
+            bound = max(bound, lower_bound_ms(task, cost_model, whole_tables=True))
         focus = None
         if relaxed.memory is not None:
             focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)

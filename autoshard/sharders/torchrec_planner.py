@@ -55,6 +55,8 @@ class TorchRecSharder:
         use_stats: Pass the access curves as cache statistics (and run the cache-size search).
         sharding_types: Sharding types TorchRec may choose (default: all it has that our plans
             hold).
+        time_limit: Seconds for TorchRec's proposal search (its planner's ``timeout_seconds``),
+            shared by the starting points; enumerating the options is not bounded by it.
 
     After :meth:`shard`, ``last_sharding_plan`` holds TorchRec's own ShardingPlan,
     ``last_cache_load_factor`` the starting load factor it came from and ``last_rating_ms``
@@ -66,8 +68,10 @@ class TorchRecSharder:
                               "search, converted")
 
     def __init__(self, cache_load_factor: float | None = None, use_stats: bool = True,
-                 sharding_types: tuple[str, ...] = SHARDING_TYPES) -> None:
+                 sharding_types: tuple[str, ...] = SHARDING_TYPES,
+                 time_limit: float | None = None) -> None:
         self.cache_load_factor = cache_load_factor
+        self.time_limit = time_limit
         self.use_stats = use_stats
         self.sharding_types = tuple(sharding_types)
         self.last_sharding_plan: Any = None
@@ -124,6 +128,8 @@ class TorchRecSharder:
                 starts = [fit] + ([DEFAULT_CACHE_LOAD_FACTOR]
                                   if fit < DEFAULT_CACHE_LOAD_FACTOR else [])
             best: tuple[float, float, Any] | None = None
+            timeout = (None if self.time_limit is None
+                       else max(1, int(self.time_limit / len(starts))))
             for clf in starts:
                 chosen, constraints = enumerator(clf)
                 try:
@@ -131,7 +137,7 @@ class TorchRecSharder:
                         topology=topology, batch_size=per_rank_batch(task), enumerator=chosen,
                         constraints=constraints,
                         storage_reservation=FixedPercentageStorageReservation(0.0),
-                        proposer=self._proposers(), debug=False)
+                        proposer=self._proposers(), debug=False, timeout_seconds=timeout)
                     plan = planner.plan(ebc, sharders)
                 except TorchRecPlannerError as exc:
                     if best is None and clf == starts[-1]:
