@@ -12,8 +12,8 @@ host capacities. One solve:
 2. warm starts: the greedy family and a packing of the LP's splits, each with its splits
    re-optimised for its devices by an LP; the cheapest is kept, and nothing worse is returned;
 3. a large-neighbourhood search: the MILP re-solved on the most loaded device and a lighter one
-   at a time, while it improves by more than ``stall`` per half of its run (any size, 856
-   tables on 128 devices included);
+   at a time, while it improves (on tasks too large for step 4: by more than ``stall`` per half
+   of its run), at any size, 856 tables on 128 devices included;
 4. for tasks of up to ``max_pairs`` (table, device) pairs whose gap is still above
    ``mip_rel_gap``, the whole MILP (symmetry of identical devices broken by fixing variables),
    warm-started from the search, whose dual bound tightens the LP's.
@@ -153,10 +153,11 @@ class RecShard:
         seed: Seed of the search's choice of devices.
         split: Also split tables (row-wise or column-wise) whose cost exceeds a share of the
             per-device mean of the least work (:data:`SPLIT_TARGETS`); False: every table whole.
-        stall: The search stops once the second half of its time lowered the step cost by
-            less than this share of it (default 0.5%: splitting, whose search would otherwise
-            run to the limit with the split bound's gap open, then plans within a small multiple
-            of a table-wise solve's time); 0: it runs while it improves at all.
+        stall: On tasks too large for the whole MILP, the search stops once the second half of
+            its time lowered the step cost by less than this share of it (default 0.5%:
+            splitting, whose search would otherwise run to the limit with the split bound's gap
+            open, then plans within a small multiple of a table-wise solve's time); 0: it runs
+            while it improves at all.
     """
 
     name: ClassVar[str] = "recshard"
@@ -295,7 +296,9 @@ class RecShard:
         ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound)
         name, device, rows = self._warm_start(ctx, relaxed, fallback, time.perf_counter() - start)
         warm_cost = step_cost(task, cost_model, device, rows)
-        device, rows = self._search(ctx, device, rows)
+        # With the whole MILP to follow (to the deadline), stopping the search early saves
+        # nothing: it runs while it improves at all.
+        device, rows = self._search(ctx, device, rows, 0.0 if whole else self.stall)
         cost = step_cost(task, cost_model, device, rows)
         method, status = ("lns" if cost < warm_cost else "warm"), "search"
         if whole and (cost - bound) > self.mip_rel_gap * cost:
@@ -366,9 +369,10 @@ class RecShard:
             new_rows = better
         return sol.status, (sol.device, new_rows), sol.bound
 
-    def _search(self, ctx: _Context, device: np.ndarray, rows: np.ndarray
+    def _search(self, ctx: _Context, device: np.ndarray, rows: np.ndarray, stall: float
                 ) -> tuple[np.ndarray, np.ndarray]:
-        """Large-neighbourhood search: re-solve the most loaded device with a few others."""
+        """Large-neighbourhood search: re-solve the most loaded device with a few others (until
+        it stalls: :func:`_stalled`)."""
         task = ctx.task
         rng = np.random.default_rng(self.seed)
         device, rows = device.copy(), rows.copy()
@@ -381,7 +385,7 @@ class RecShard:
         while _left(ctx.deadline) > 0.2 and stale < patience:
             if loads.max() - ctx.bound <= self.mip_rel_gap * loads.max():
                 break
-            if self._stalled(history):
+            if _stalled(history, stall):
                 break
             order = np.argsort(loads)
             worst = int(order[-1])
@@ -395,16 +399,6 @@ class RecShard:
             stale = 0 if self._improve(ctx, devs, device, rows, loads) else stale + 1
             history.append((time.perf_counter(), float(loads.max())))
         return device, rows
-
-    def _stalled(self, history: list[tuple[float, float]]) -> bool:
-        """True once the search has run :data:`MIN_SEARCH_S` and its last half lowered the step
-        cost by less than ``stall`` of it (``history``: (instant, step cost) after each step)."""
-        begun, now = history[0][0], time.perf_counter()
-        if self.stall <= 0 or now - begun < MIN_SEARCH_S:
-            return False
-        halfway = begun + (now - begun) / 2
-        before = next(cost for at, cost in reversed(history) if at <= halfway)
-        return before - history[-1][1] < self.stall * history[-1][1]
 
     def _improve(self, ctx: _Context, devs: np.ndarray, device: np.ndarray, rows: np.ndarray,
                  loads: np.ndarray) -> bool:
@@ -479,6 +473,17 @@ class _Context:
     full: CostLines
     deadline: float
     bound: float
+
+
+def _stalled(history: list[tuple[float, float]], stall: float) -> bool:
+    """True once the search has run :data:`MIN_SEARCH_S` and its last half lowered the step cost
+    by less than ``stall`` of it (``history``: (instant, step cost) after each step)."""
+    begun, now = history[0][0], time.perf_counter()
+    if stall <= 0 or now - begun < MIN_SEARCH_S:
+        return False
+    halfway = begun + (now - begun) / 2
+    before = next(cost for at, cost in reversed(history) if at <= halfway)
+    return before - history[-1][1] < stall * history[-1][1]
 
 
 def _lp_seconds(lines: CostLines) -> float:
