@@ -8,7 +8,11 @@ strength: every sharding type our plans can hold (``table_wise``, ``row_wise``,
 (``EmbeddingOffloadScaleupProposer``, given our access curves as cache statistics) and its own
 storage estimate of every shard. The cache search starts from a load factor whose caches fit
 the cluster's HBM (TorchRec's default 0.2 when that fits), so that big tables get an HBM cache
-instead of falling back to host memory whole.
+instead of falling back to host memory whole. On large tasks (more than
+:data:`FULL_STRENGTH_CELLS` tables x devices) only the dominant tables (dearer whole than the
+per-device mean, :func:`autoshard.splitting.dominant_tables`) are offered the split types, the
+others ``table_wise``, as a user planning a large model constrains them: TorchRec enumerates a
+row-wise option as one shard per rank, so otherwise its options grow with tables x devices.
 
 Our statistics go where TorchRec takes them: lookups per sample (pooling factor x coverage) as
 pooling factors, the access curve as cache statistics, the profile's bandwidths and capacities
