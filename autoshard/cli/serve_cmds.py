@@ -246,7 +246,12 @@ def bench_cmd(
         "feature_group"),
     servers: Annotated[int, typer.Option(help="Sparse server processes.")] = 2,
     qps: Annotated[str, typer.Option("--qps", help="Request rates, comma-separated.")] = "100",
-    requests: Annotated[int, typer.Option(help="Requests per rate.")] = 300,
+    requests: Annotated[int, typer.Option(
+        help="Requests per rate and round, warm-up included.")] = 300,
+    rounds: Annotated[int, typer.Option(
+        help="Rounds over the rates; each percentile is the median over rounds.")] = 1,
+    warmup: Annotated[int, typer.Option(
+        help="Requests dropped at the start of each rate's round.")] = 0,
     max_rows: Annotated[int, typer.Option(help="Rows held per table (capped).")] = 20_000,
     seed: SeedOpt = 0,
     timeout: Annotated[float, typer.Option(
@@ -264,10 +269,11 @@ def bench_cmd(
     if output is not None:
         check_output_path(output)
     rates = parse_rates(qps)
-    with_field = {"requests": "--requests", "timeout": "--timeout", "qps": "--qps"}
+    with_field = {"requests": "--requests", "timeout": "--timeout", "qps": "--qps",
+                  "rounds": "--rounds", "warmup": "--warmup"}
     try:
         config = BenchConfig(qps=rates, requests=requests, max_rows=max_rows, timeout_s=timeout,
-                             seed=seed)
+                             seed=seed, rounds=rounds, warmup=warmup)
     except InputError as exc:
         raise InputError(exc.reason, source="command line",
                          field=with_field.get(exc.field or "", exc.field), value=exc.value

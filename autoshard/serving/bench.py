@@ -126,7 +126,7 @@ def run_bench(task: ServingTask, mapping: Mapping, config: BenchConfig,
     return rows
 
 
-def calibrate(calls: int = 40, pause_s: float = 0.01, logs: Path | None = None
+def calibrate(calls: int = 40, pause_s: float = 0.004, logs: Path | None = None
               ) -> dict[str, Any]:
     """Measures this machine's serving constants for a profile.
 

@@ -49,7 +49,7 @@ SUITES: dict[str, SuiteSpec] = {
     "sparse": SuiteSpec(300, 1200.0, 60, 16, (5000.0, 20000.0), 1.9, (0.01, 0.06)),
     # Measured on this machine by `serve bench` (small tables, two sparse servers); the top
     # rate keeps the main process busy about half the time with the most fan-out.
-    "bench": SuiteSpec(24, 0.02, 6, 8, (50.0, 200.0, 400.0), 100.0, (0.1, 0.5), "local-cpu"),
+    "bench": SuiteSpec(24, 0.02, 6, 8, (150.0, 300.0, 500.0), 100.0, (0.1, 0.5), "local-cpu"),
 }
 
 
