@@ -90,11 +90,13 @@ def test_slow_setup_returns_the_cheap_plan_by_the_deadline(
 
 
 def test_returns_within_the_limit_on_a_large_task() -> None:
-    """Wall time on 10,000 tables x 64 devices with a 2 s limit (the old setup alone ran past
-    it several times over); the margin allows for the cheap first plan and slow machines."""
+    """CPU time on 10,000 tables x 64 devices with a 2 s limit (the old setup alone ran past
+    it several times over); the margin allows for the cheap first plan and slow machines.
+    Process CPU time, not wall time: on a loaded machine the wall clock also counts other
+    processes' turns, while the phases the deadline does not cut stay the same work."""
     task = constrained_task(dlrm_tables(10_000, seed=0), 64, hbm_fraction=0.3)
     assert task.table_arrays.rows.size == 10_000  # the task's own arrays, built beforehand
-    start = time.perf_counter()
+    start = time.process_time()
     result = RecShard(time_limit=2.0).solve(task, MODEL)
-    assert time.perf_counter() - start <= 2.0 + 1.5
+    assert time.process_time() - start <= 2.0 + 1.5
     check_layout(result.plan, task)
