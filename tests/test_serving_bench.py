@@ -25,9 +25,10 @@ def test_measured_run_reports_beside_the_simulator() -> None:
     model = suite_model("bench")
     task = ServingTask(model, load_serving_profile("local-cpu"), qps=100.0, requests=100)
     mapping = get_strategy("feature_group").map(task, 2)
-    rows = run_bench(task, mapping, BenchConfig(qps=(100.0,), requests=40, timeout_s=60.0))
+    config = BenchConfig(qps=(100.0,), requests=40, rounds=2, warmup=10, timeout_s=60.0)
+    rows = run_bench(task, mapping, config)
     (row,) = rows
-    assert row["servers"] == 2 and row["requests"] == 40
+    assert row["servers"] == 2 and row["requests"] == 30 and row["rounds"] == 2
     assert 0 < row["measured_p50_ms"] <= row["measured_p99_ms"]
     assert 0 < row["simulated_p50_ms"] <= row["simulated_p99_ms"]
 

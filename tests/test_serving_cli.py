@@ -65,6 +65,16 @@ def test_plan_rejects_negative_rate_and_writes_nothing(
     assert not out.exists()
 
 
+def test_compare_rejects_bad_bench_rounds_before_measuring(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "serving"
+    for flag, value in (("--bench-rounds", "0"), ("--bench-warmup", "295")):
+        code, _, err = run_cli(["serve", "compare", "--suite", "bench", "--measure",
+                                "--bench-requests", "300", flag, value, "-o", str(out)], capsys)
+        assert code == 2 and flag in err
+    assert not out.exists()
+
+
 def test_malformed_profile_names_file_and_field(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"

@@ -11,6 +11,7 @@ from autoshard.serving.model import table_costs
 from autoshard.serving.simulate import (
     RequestSample,
     fifo_departures,
+    host_slowdown,
     sample_requests,
     simulate,
 )
@@ -114,3 +115,25 @@ def test_rejects_non_positive_rate() -> None:
     model = two_group_model()
     with pytest.raises(InputError, match="qps"):
         simulate(model, profile(), Mapping(2, (0, 0, 1, 1)), -5.0, sample_requests(model, 10))
+
+
+def test_host_slowdown_shares_cores_only_beyond_them() -> None:
+    np.testing.assert_allclose(host_slowdown(np.array([0.3, 0.3]), 2), 1.0)
+    np.testing.assert_allclose(host_slowdown(np.array([1.0, 1.0, 1.0]), 2), 1.5)
+    # one other runnable at a time never slows two cores; both others runnable do
+    half = host_slowdown(np.array([0.5, 0.5, 0.5]), 2)
+    assert np.all(half > 1.0) and np.all(half < 1.5)
+    np.testing.assert_allclose(host_slowdown(np.array([0.5, 0.5]), 1, rounds=1), 1.5)
+
+
+def test_main_request_time_and_shared_host_add_latency() -> None:
+    model = two_group_model(coverage=1.0)
+    sample = RequestSample(np.ones((3, 4), dtype=bool), np.ones(3), seed=0)
+    mapping = Mapping(2, (0, 0, 1, 1))
+    base = simulate(model, profile(), mapping, qps=1.0, sample=sample)
+    own = simulate(model, profile(main_request_us=70.0), mapping, qps=1.0, sample=sample)
+    np.testing.assert_allclose(own.end_to_end_us, base.end_to_end_us + 70.0, rtol=1e-5)
+    # requests back to back: all three processes always busy on one core
+    fast = simulate(model, profile(), mapping, qps=1e6, sample=sample)
+    shared = simulate(model, profile(host_cores=1), mapping, qps=1e6, sample=sample)
+    assert np.all(shared.end_to_end_us > fast.end_to_end_us)

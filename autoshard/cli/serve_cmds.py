@@ -246,7 +246,12 @@ def bench_cmd(
         "feature_group"),
     servers: Annotated[int, typer.Option(help="Sparse server processes.")] = 2,
     qps: Annotated[str, typer.Option("--qps", help="Request rates, comma-separated.")] = "100",
-    requests: Annotated[int, typer.Option(help="Requests per rate.")] = 300,
+    requests: Annotated[int, typer.Option(
+        help="Requests per rate and round, warm-up included.")] = 300,
+    rounds: Annotated[int, typer.Option(
+        help="Rounds over the rates; each percentile is the median over rounds.")] = 1,
+    warmup: Annotated[int, typer.Option(
+        help="Requests dropped at the start of each rate's round.")] = 0,
     max_rows: Annotated[int, typer.Option(help="Rows held per table (capped).")] = 20_000,
     seed: SeedOpt = 0,
     timeout: Annotated[float, typer.Option(
@@ -264,10 +269,11 @@ def bench_cmd(
     if output is not None:
         check_output_path(output)
     rates = parse_rates(qps)
-    with_field = {"requests": "--requests", "timeout": "--timeout", "qps": "--qps"}
+    with_field = {"requests": "--requests", "timeout": "--timeout", "qps": "--qps",
+                  "rounds": "--rounds", "warmup": "--warmup"}
     try:
         config = BenchConfig(qps=rates, requests=requests, max_rows=max_rows, timeout_s=timeout,
-                             seed=seed)
+                             seed=seed, rounds=rounds, warmup=warmup)
     except InputError as exc:
         raise InputError(exc.reason, source="command line",
                          field=with_field.get(exc.field or "", exc.field), value=exc.value
@@ -335,6 +341,20 @@ def calibrate_cmd(
     console.print(f"[dim]{describe_machine()}; wrote {output}[/]")
 
 
+def check_bench_options(suite: str, requests: int, rounds: int, warmup: int) -> None:
+    """Rejects bad --bench-* options before anything is run."""
+    from autoshard.serving.bench import BenchConfig
+    from autoshard.serving.suites import SUITES
+
+    names = {"requests": "--bench-requests", "rounds": "--bench-rounds",
+             "warmup": "--bench-warmup"}
+    try:
+        BenchConfig(qps=SUITES[suite].qps, requests=requests, rounds=rounds, warmup=warmup)
+    except InputError as exc:
+        raise InputError(exc.reason, source="command line",
+                         field=names.get(exc.field or "", exc.field), value=exc.value) from exc
+
+
 @serve_app.command("compare")
 def compare_cmd(
     suite: Annotated[str, typer.Option(help="Serving suite: small, medium, large, sparse, "
@@ -343,7 +363,12 @@ def compare_cmd(
     span: Annotated[int, typer.Option(help="Server counts swept from the memory bound.")] = 4,
     measure: Annotated[bool, typer.Option(
         help="Also serve every strategy for real here (small suites).")] = False,
-    bench_requests: Annotated[int, typer.Option(help="Measured requests per rate.")] = 300,
+    bench_requests: Annotated[int, typer.Option(
+        help="Measured requests per rate and round, warm-up included.")] = 300,
+    bench_rounds: Annotated[int, typer.Option(
+        help="Measured rounds over the rates; the median round is reported.")] = 1,
+    bench_warmup: Annotated[int, typer.Option(
+        help="Requests dropped at the start of each rate's round.")] = 0,
     seed: SeedOpt = 0,
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
         "results/serving"),
@@ -368,10 +393,12 @@ def compare_cmd(
     check_output_path(output / f"{suite}.md")
     if span < 1:
         raise InputError("must be >= 1", source="command line", field="--span", value=span)
+    if measure:
+        check_bench_options(suite, bench_requests, bench_rounds, bench_warmup)
     profile = calibrated_profile(suite) if measure else None
     rows, per_rate = simulate_suite(suite, requests, span, seed, profile)
-    measured = (measure_suite(suite, bench_requests, seed, profile, requests) if measure
-                else None)
+    measured = (measure_suite(suite, bench_requests, seed, profile, requests, bench_rounds,
+                              bench_warmup) if measure else None)
     command = "autoshard serve " + " ".join(sys.argv[sys.argv.index("compare"):]) \
         if "compare" in sys.argv else f"autoshard serve compare --suite {suite}"
     write_suite(suite, output, command, rows, per_rate, measured)
@@ -380,5 +407,5 @@ def compare_cmd(
                       f"{rate['p99_target_ms']:g} ms: {rate['fewest_servers']}")
     if measured is not None:
         console.print(f"measured vs simulated Spearman: P99 {measured['spearman_p99']}, "
-                      f"P50 {measured['spearman_p50']}")
+                      f"P90 {measured['spearman_p90']}, P50 {measured['spearman_p50']}")
     console.print(f"wrote {output}/{suite}.md")

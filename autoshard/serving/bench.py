@@ -32,7 +32,10 @@ class BenchConfig:
 
     Args:
         qps: Request rates, run one after the other in one launch.
-        requests: Requests per rate.
+        requests: Requests per rate and round, warm-up included.
+        rounds: Rounds over every rate (interleaved); each percentile reported is the median
+            over rounds.
+        warmup: Requests dropped at the start of each rate's round.
         max_rows: Rows per table held for real (larger tables are capped).
         timeout_s: Longest time a process may go without progress.
         seed: Seed of the request sample.
@@ -42,6 +45,8 @@ class BenchConfig:
 
     qps: tuple[float, ...]
     requests: int = 300
+    rounds: int = 1
+    warmup: int = 0
     max_rows: int = 20_000
     timeout_s: float = 30.0
     seed: int = 0
@@ -52,6 +57,10 @@ class BenchConfig:
             raise InputError("request rates must be numbers > 0", field="qps", value=self.qps)
         if not 10 <= self.requests <= 100_000:
             raise InputError("must be in [10, 100000]", field="requests", value=self.requests)
+        if not 1 <= self.rounds <= 100:
+            raise InputError("must be in [1, 100]", field="rounds", value=self.rounds)
+        if not 0 <= self.warmup <= self.requests - 10:
+            raise InputError("must be in [0, requests - 10]", field="warmup", value=self.warmup)
         if self.timeout_s <= 0:
             raise InputError("must be > 0", field="timeout", value=self.timeout_s)
 
@@ -65,7 +74,7 @@ def bench_spec(model: ServingModel, mapping: Mapping, config: BenchConfig) -> di
             "lookups": [float(v) for v in model.lookups()], "bags": [int(b) for b in bags],
             "touched": [np.flatnonzero(row).tolist() for row in sample.touched],
             "gaps": sample.gaps.tolist(), "qps": list(config.qps), "seed": config.seed,
-            "timeout_s": config.timeout_s}
+            "rounds": config.rounds, "warmup": config.warmup, "timeout_s": config.timeout_s}
 
 
 def process_name(rank: int) -> str:
@@ -104,18 +113,20 @@ def run_bench(task: ServingTask, mapping: Mapping, config: BenchConfig,
                              config.seed)
     rows = []
     for qps in config.qps:
-        measured = np.asarray(result["latencies_us"][str(qps)])
+        rounds = [percentiles(np.asarray(r)) for r in result["latencies_us"][str(qps)]]
         sim = simulate(task.model, task.profile, mapping, qps, sample, task.costs)
         row: dict[str, Any] = {"strategy": mapping.strategy, "servers": mapping.servers,
-                               "qps": qps, "requests": config.requests}
-        row.update({f"measured_{k}": v for k, v in percentiles(measured).items()})
+                               "qps": qps, "requests": config.requests - config.warmup,
+                               "rounds": config.rounds}
+        row.update({f"measured_{k}": round(float(np.median([r[k] for r in rounds])), 4)
+                    for k in rounds[0]})
         row.update({f"simulated_{k}": v for k, v in percentiles(sim.end_to_end_us).items()})
         row["calls_per_request"] = round(float(sim.calls.mean()), 3)
         rows.append(row)
     return rows
 
 
-def calibrate(calls: int = 40, pause_s: float = 0.01, logs: Path | None = None
+def calibrate(calls: int = 40, pause_s: float = 0.004, logs: Path | None = None
               ) -> dict[str, Any]:
     """Measures this machine's serving constants for a profile.
 
@@ -129,8 +140,12 @@ def calibrate(calls: int = 40, pause_s: float = 0.01, logs: Path | None = None
     beyond the server's CPU time (mean over configurations) is the latency a call adds
     without occupying the server, ``network_latency_us``; the main process's own CPU time per
     call (median over configurations) is ``main_call_us``. ``tail_sigma`` is the median spread
-    (standard deviation of log time) of the round trips.
+    (standard deviation of log time) of the round trips. Requests touching no table, replayed
+    as a measured run does, give the main server's own time per request, ``main_request_us``
+    (their median latency); ``host_cores`` is the cores this process may run on.
     """
+    import os
+
     spec = {"rows": [20_000] * 8, "dims": [32] * 8, "assign": [0] * 8, "calls": calls,
             "pause_s": pause_s, "timeout_s": 60.0, "mode": "calibrate"}
     measured = launch(spec, 2, 120.0, logs)
@@ -147,6 +162,8 @@ def calibrate(calls: int = 40, pause_s: float = 0.01, logs: Path | None = None
             "call_table_overhead_us": round(max(float(b) - local["table_overhead_us"], 0.0), 2),
             "network_gbps": round(INDEX_BYTES / extra_ns, 4), **local,
             "tail_sigma": round(min(float(measured["log_spread"]), 3.0), 3),
+            "main_request_us": round(float(np.median(measured["idle_us"])), 2),
+            "host_cores": len(os.sched_getaffinity(0)),
             "points": points.tolist()}
 
 

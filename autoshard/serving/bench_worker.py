@@ -4,6 +4,10 @@ Rank 0 is the main server: it replays the sampled requests at their arrival time
 sparse servers (ranks 1..S) over torch.distributed.rpc (TensorPipe) in parallel, looks up its
 own tables in-line, and records each request's latency from its scheduled arrival. Sparse
 servers hold their tables as ``torch.nn.EmbeddingBag`` and answer :func:`lookup`.
+
+The main thread sleeps (never spins) until a request is due, and the interpreter's switch
+interval is short (:data:`SWITCH_S`): the RPC threads that take replies need the interpreter
+lock, and a thread holding it for the default 5 ms would add that to every call it delays.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ if TYPE_CHECKING:
 
 _TABLES: dict[int, torch.nn.EmbeddingBag] = {}
 HEARTBEAT_S = 0.5
-SPIN_S = 0.002
+SWITCH_S = 0.0002
 
 
 def lookup(ids: list[int], indices: list[torch.Tensor],
@@ -83,10 +87,8 @@ def serve_requests(spec: dict[str, Any], qps: float, progress: Any) -> list[floa
     for n, calls in enumerate(reqs):
         due = start + arrivals[n]
         pause = due - time.perf_counter()
-        if pause > SPIN_S:
-            time.sleep(pause - SPIN_S)
-        while time.perf_counter() < due:  # spin the last stretch: sleeps overshoot here
-            pass
+        if pause > 0:
+            time.sleep(pause)
         remote = [rpc.rpc_async(f"server{s}", lookup, args=c) for s, c in calls.items() if s >= 0]
         if -1 in calls:
             lookup(*calls[-1])
@@ -102,6 +104,30 @@ def serve_requests(spec: dict[str, Any], qps: float, progress: Any) -> list[floa
     for fut in futures:
         fut.wait()  # raises the error of a failed call
     return list((done - start - arrivals) * 1e6)
+
+
+def serve_rounds(spec: dict[str, Any], progress: Any) -> dict[str, list[list[float]]]:
+    """Per rate, one list of latencies per round (rounds interleave the rates, so a slow
+    stretch of the machine falls on every rate alike); the first ``warmup`` requests of each
+    round are dropped."""
+    out: dict[str, list[list[float]]] = {str(q): [] for q in spec["qps"]}
+    for _ in range(spec.get("rounds", 1)):
+        for qps in spec["qps"]:
+            out[str(qps)].append(serve_requests(spec, qps, progress)[spec.get("warmup", 0):])
+    return out
+
+
+def idle_requests(spec: dict[str, Any]) -> list[float]:
+    """Latencies of requests that touch no table, ``pause_s`` apart, replayed as
+    :func:`serve_requests` does (sleep until due, dispatch): the main server's own time per
+    request, microseconds."""
+    out = []
+    for _ in range(spec["calls"]):
+        due = time.perf_counter() + spec["pause_s"]
+        time.sleep(max(due - time.perf_counter(), 0.0))
+        lookup([], [], [])
+        out.append((time.perf_counter() - due) * 1e6)
+    return out
 
 
 def cpu_seconds() -> float:
@@ -137,7 +163,8 @@ def calibrate_calls(spec: dict[str, Any]) -> dict[str, Any]:
             points.append([tables, tables * pooling * 4, cpu * 1e6,
                            float(np.median(times)) * 1e6, main * 1e6])
             spreads.append(float(np.std(np.log(times))))
-    return {"points": points, "log_spread": float(np.median(spreads))}
+    return {"points": points, "log_spread": float(np.median(spreads)),
+            "idle_us": idle_requests(spec)}
 
 
 def run(spec: dict[str, Any], rank: int, progress: Any) -> dict[str, Any] | None:
@@ -159,8 +186,7 @@ def run(spec: dict[str, Any], rank: int, progress: Any) -> dict[str, Any] | None
         if spec.get("mode") == "calibrate":
             result = calibrate_calls(spec)
         else:
-            result = {"latencies_us": {str(q): serve_requests(spec, q, progress)
-                                       for q in spec["qps"]}}
+            result = {"latencies_us": serve_rounds(spec, progress)}
     else:
         beat = threading.Event()
 
@@ -191,6 +217,7 @@ def main(argv: list[str]) -> int:
     except (OSError, AttributeError):
         pass
     torch.set_num_threads(1)
+    sys.setswitchinterval(SWITCH_S)
     try:
         progress("started")
         spec = json.loads(spec_path.read_text())

@@ -46,6 +46,11 @@ class ServingProfile:
             serialising, receiving the reply), microseconds; calls are issued one after another.
         network_latency_us: Latency a remote call adds without occupying the server (the
             network round trip, waking the threads), microseconds.
+        main_request_us: The main server's own fixed time per request (taking it, waking to
+            it, dispatching it), microseconds; it occupies the main server.
+        host_cores: 0 when every server has its own machine; otherwise the cores of the one
+            host all processes (main and sparse servers) share, stretching service times
+            when more are busy than it has cores.
         call_table_overhead_us: Extra cost of each table carried by a remote call (its tensors
             serialised and sent), microseconds.
         network_gbps: Network bandwidth between the main server and a sparse server, GB/s.
@@ -65,6 +70,8 @@ class ServingProfile:
     call_overhead_us: float = 300.0
     network_latency_us: float = 100.0
     main_call_us: float = 20.0
+    main_request_us: float = 0.0
+    host_cores: int = 0
     call_table_overhead_us: float = 5.0
     network_gbps: float = 3.0
     dense_us_per_item: float = 20.0
@@ -79,7 +86,8 @@ class ServingProfile:
     def _checks(self) -> list[tuple[str, Any, bool, str]]:
         positive = ("server_memory_gb", "memory_bandwidth_gbps", "network_gbps")
         non_negative = ("main_memory_gb", "lookup_ns", "table_overhead_us", "call_overhead_us",
-                        "network_latency_us", "main_call_us", "call_table_overhead_us",
+                        "network_latency_us", "main_call_us", "main_request_us",
+                        "call_table_overhead_us",
                         "dense_us_per_item", "tail_sigma")
         checks: list[tuple[str, Any, bool, str]] = [
             ("name", self.name, isinstance(self.name, str) and bool(self.name),
@@ -90,6 +98,8 @@ class ServingProfile:
                     "must be a number >= 0") for k in non_negative]
         checks += [(k, getattr(self, k), _is_int(getattr(self, k)) and 1 <= getattr(self, k)
                     <= 4096, "must be an integer in [1, 4096]") for k in ("cores", "max_servers")]
+        checks.append(("host_cores", self.host_cores, _is_int(self.host_cores)
+                       and 0 <= self.host_cores <= 4096, "must be an integer in [0, 4096]"))
         checks.append(("tail_sigma", self.tail_sigma, self.tail_sigma <= 3,
                        "must be <= 3 (a wider tail is not a service-time distribution)"))
         return checks
@@ -134,19 +144,21 @@ class ServingProfile:
 #: ``local-cpu``: the processes of ``serve bench`` on one small machine (one busy thread per
 #: server: the interpreter lock serialises its RPC worker threads); its timing constants are
 #: placeholders for ``serve calibrate`` to measure (``serve compare --measure`` calibrates
-#: before it measures).
+#: before it measures), and all its processes share one host (``host_cores``, also found by
+#: calibration).
 BUNDLED: dict[str, ServingProfile] = {
     "cpu-256gb": ServingProfile(name="cpu-256gb"),
     "cpu-64gb": ServingProfile(name="cpu-64gb", server_memory_gb=64.0, main_memory_gb=32.0),
     "local-cpu": ServingProfile(name="local-cpu", server_memory_gb=0.05, main_memory_gb=0.03,
                                 memory_bandwidth_gbps=5.0, cores=1, lookup_ns=100.0,
                                 call_overhead_us=300.0, network_gbps=1.0, dense_us_per_item=0.0,
-                                tail_sigma=0.5, max_servers=3),
+                                tail_sigma=0.5, max_servers=3, host_cores=2),
 }
 
 
 #: The fields ``serve calibrate`` measures on this machine.
-CALIBRATED = ("call_overhead_us", "network_latency_us", "main_call_us", "call_table_overhead_us",
+CALIBRATED = ("call_overhead_us", "network_latency_us", "main_call_us", "main_request_us",
+                        "call_table_overhead_us",
               "network_gbps", "lookup_ns",
               "memory_bandwidth_gbps", "table_overhead_us", "tail_sigma")
 
@@ -155,6 +167,8 @@ def with_calibration(profile: ServingProfile, found: dict[str, Any],
                      name: str | None = None) -> ServingProfile:
     """``profile`` with the :data:`CALIBRATED` fields taken from ``found``."""
     values: dict[str, Any] = {k: float(found[k]) for k in CALIBRATED}
+    if "host_cores" in found:
+        values["host_cores"] = int(found["host_cores"])
     return replace(profile, name=name or profile.name, **values)
 
 

@@ -13,7 +13,7 @@ from autoshard.fileio import atomic_write_text, csv_text
 SWEEP_COLUMNS = ("qps", "strategy", "servers", "p50_ms", "p90_ms", "p99_ms", "p99_overhead",
                  "calls_per_request", "compute_us_per_request", "compute_overhead",
                  "max_utilisation", "memory_gb_max", "memory_gb_main", "note", "error")
-BENCH_COLUMNS = ("strategy", "servers", "qps", "requests", "measured_p50_ms",
+BENCH_COLUMNS = ("strategy", "servers", "qps", "requests", "rounds", "measured_p50_ms",
                  "measured_p90_ms", "measured_p99_ms", "simulated_p50_ms", "simulated_p90_ms",
                  "simulated_p99_ms", "calls_per_request")
 

@@ -8,9 +8,12 @@ occupying the server. Requests arrive as a Poisson stream at ``qps``;
 each server serves calls first come, first served on ``cores`` cores (calls dealt to the cores
 round-robin, each core a FIFO queue solved in closed form by the Lindley recursion
 ``D_k = max(a_k, D_{k-1}) + x_k = C_k + max_{j<=k}(a_j - C_{j-1})`` with ``C`` the cumulative
-service). The main server queues each request's local lookups, its cost of issuing the calls
-and dense compute the same way. End-to-end latency is the later of the main server's response
-and the time to issue the calls plus the slowest call's response plus the dense compute.
+service). The main server queues each request's own fixed work, its local lookups, its cost of
+issuing the calls and dense compute the same way. End-to-end latency is the later of the main
+server's response and the time to take the request and issue the calls plus the slowest
+call's response plus the dense compute. When every process runs on one host
+(``host_cores`` > 0, as in ``serve bench``), service times are stretched by the sharing of its
+cores (:func:`host_slowdown`).
 """
 
 from __future__ import annotations
@@ -125,6 +128,31 @@ class Latencies:
         return float(np.percentile(self.end_to_end_us, q)) / 1e3
 
 
+def host_slowdown(busy: np.ndarray, host_cores: int, rounds: int = 4) -> np.ndarray:
+    """How much slower each process runs when all share ``host_cores`` cores.
+
+    ``busy`` is each process's busy share alone (one thread each). While a process runs, each
+    other one is runnable with probability its (slowed, capped at 1) busy share, independently;
+    with ``k`` others runnable the cores are shared ``max(1, (1 + k) / host_cores)`` ways. The
+    expected slowdown is taken over the Poisson-binomial law of ``k``, and iterated a few times
+    since slowed processes stay busy longer.
+    """
+    slow = np.ones(busy.size)
+    ways = np.maximum(1.0, (1.0 + np.arange(busy.size)) / host_cores)
+    for _ in range(rounds):
+        u = np.minimum(busy * slow, 1.0)
+        new = np.empty(busy.size)
+        for i in range(busy.size):
+            law = np.zeros(busy.size)
+            law[0] = 1.0
+            for j in np.flatnonzero(np.arange(busy.size) != i):
+                law[1:] = law[1:] * (1 - u[j]) + law[:-1] * u[j]
+                law[0] *= 1 - u[j]
+            new[i] = float(law @ ways)
+        slow = new
+    return slow
+
+
 def simulate_load(load: ServerLoad, sample: RequestSample, profile: ServingProfile,
                   items: int, qps: float) -> Latencies:
     """Queues every server's calls at ``qps`` and returns per-request latencies."""
@@ -138,24 +166,28 @@ def simulate_load(load: ServerLoad, sample: RequestSample, profile: ServingProfi
     dense = profile.dense_us_per_item * items
     service = (load.work_us + load.transfer_us) * tail
     service[:, 1:] += profile.call_overhead_us * tail[:, 1:]
+    service[:, 1:] *= load.calls[:, 1:]
     calls = load.calls[:, 1:].sum(axis=1)
     issue = profile.main_call_us * calls * tail[:, 0]  # the main server issues calls in turn
-    service[:, 0] = load.work_us[:, 0] * tail[:, 0] + dense + issue  # local lookups: no call
-    response = np.zeros((sample.requests, cols))
+    own = profile.main_request_us * tail[:, 0]
+    service[:, 0] = load.work_us[:, 0] * tail[:, 0] + dense + issue + own
     span = arrivals[-1] + 1e-9
-    busy = np.zeros(cols)
+    if profile.host_cores:  # every process on one host: they share its cores
+        slow = host_slowdown(service.sum(axis=0) / (span * profile.cores), profile.host_cores)
+        service *= slow
+        issue = issue * slow[0]
+        own = own * slow[0]
+    response = np.zeros((sample.requests, cols))
+    busy = service.sum(axis=0)
     response[:, 0] = fifo_departures(arrivals, service[:, 0], profile.cores) - arrivals
-    busy[0] = service[:, 0].sum()
     for s in range(1, cols):
         hit = np.flatnonzero(load.calls[:, s])
         if hit.size:
             done = fifo_departures(arrivals[hit], service[hit, s], profile.cores)
             response[hit, s] = done - arrivals[hit] + profile.network_latency_us * tail[hit, s]
-            busy[s] = service[hit, s].sum()
-    slowest = (issue + response[:, 1:].max(axis=1) + dense if cols > 1
+    slowest = (own + issue + response[:, 1:].max(axis=1) + dense if cols > 1
                else np.zeros(sample.requests))
-    compute = service[:, 0] + np.where(load.calls[:, 1:], service[:, 1:], 0.0).sum(axis=1)
-    return Latencies(np.maximum(response[:, 0], slowest), compute, calls,
+    return Latencies(np.maximum(response[:, 0], slowest), service.sum(axis=1), calls,
                      busy / (span * profile.cores))
 
 

@@ -3,6 +3,7 @@ for small suites, every strategy served for real (measured), with a report."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -84,27 +85,36 @@ def calibrated_profile(name: str) -> ServingProfile:
 
 def measure_suite(name: str, requests: int, seed: int = 0,
                   profile: ServingProfile | None = None,
-                  simulated_requests: int = 20_000) -> dict[str, Any]:
-    """Serves every strategy's mapping here at each of the suite's rates (``requests`` each);
-    Spearman of measured against simulated (``simulated_requests``) P50 and P99 over
-    (strategy, rate)."""
+                  simulated_requests: int = 20_000, rounds: int = 1,
+                  warmup: int = 0) -> dict[str, Any]:
+    """Serves every strategy's mapping here at each of the suite's rates (``requests`` each,
+    ``warmup`` of them dropped, ``rounds`` times: the median per point); Spearman of measured
+    against simulated (``simulated_requests``) P50, P90 and P99 over (strategy, rate)."""
     from autoshard.serving.bench import BenchConfig, run_bench
 
     spec = SUITES[name]
     model = suite_model(name, seed)
     profile = profile or load_serving_profile(spec.profile)
     task = ServingTask(model, profile, qps=spec.qps[0], requests=simulated_requests, seed=seed)
-    config = BenchConfig(qps=spec.qps, requests=requests, seed=seed,
-                         simulated_requests=simulated_requests)
+    config = BenchConfig(qps=spec.qps, requests=requests, seed=seed, rounds=rounds,
+                         warmup=warmup, simulated_requests=simulated_requests)
     rows = []
     for strategy_name in strategy_names():
         strategy = get_strategy(strategy_name)
         mapping = strategy.map(task, MEASURED_SERVERS if strategy.needs_servers else 0)
         rows += run_bench(task, mapping, config)
     rho = {q: spearman([r[f"simulated_{q}_ms"] for r in rows],
-                       [r[f"measured_{q}_ms"] for r in rows]) for q in ("p50", "p99")}
-    return {"rows": rows, "spearman_p50": round(rho["p50"], 4),
-            "spearman_p99": round(rho["p99"], 4), "profile": profile.to_dict()}
+                       [r[f"measured_{q}_ms"] for r in rows]) for q in ("p50", "p90", "p99")}
+    return {"rows": rows, **{f"spearman_{q}": round(v, 4) for q, v in rho.items()},
+            "profile": profile.to_dict(), "load_average": load_average()}
+
+
+def load_average() -> list[float]:
+    """This machine's 1, 5 and 15 minute load averages now (empty where unknown)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return []
 
 
 def write_suite(name: str, output: Path, command: str, rows: list[dict[str, Any]],
@@ -133,9 +143,12 @@ def write_suite(name: str, output: Path, command: str, rows: list[dict[str, Any]
     if measured is not None:
         lines += ["## Measured here vs simulated", "",
                   f"Spearman (measured vs simulated over strategy x rate): P99 "
-                  f"{measured['spearman_p99']}, P50 {measured['spearman_p50']}. Simulated with "
-                  "this machine's constants, measured by `serve calibrate` in the same run: "
-                  + ", ".join(f"{k} {measured['profile'][k]}" for k in CALIBRATED) + ".", "",
+                  f"{measured['spearman_p99']}, P90 {measured['spearman_p90']}, P50 "
+                  f"{measured['spearman_p50']}. Load average (1, 5, 15 min) after measuring: "
+                  f"{measured['load_average']}. Simulated with this machine's constants, "
+                  "measured by `serve calibrate` in the same run before the measured requests: "
+                  + ", ".join(f"{k} {measured['profile'][k]}"
+                              for k in (*CALIBRATED, "host_cores")) + ".", "",
                   markdown_table(measured["rows"], BENCH_COLUMNS)]
         write_csv(output / f"{name}.bench.csv", measured["rows"], BENCH_COLUMNS)
         plot_measured_vs_simulated(measured["rows"], output / f"{name}.bench.png",
@@ -145,6 +158,8 @@ def write_suite(name: str, output: Path, command: str, rows: list[dict[str, Any]
     write_structured(output / f"{name}.json", {
         "suite": name, "command": command, "machine": machine, "per_rate": per_rate,
         "spearman_p99": measured and measured["spearman_p99"],
+        "spearman_p90": measured and measured["spearman_p90"],
         "spearman_p50": measured and measured["spearman_p50"],
+        "load_average": measured and measured["load_average"],
         "profile": measured and measured["profile"]})
     atomic_write_text(output / f"{name}.md", "\n".join(lines) + "\n")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.bounds import DeviceKinds, device_kinds
+from autoshard.bounds import DeviceKinds, device_kinds, price_total
 from autoshard.cost import CostModel
 from autoshard.task import ShardingTask
 
@@ -104,9 +104,12 @@ class CostCurves:
                          draft.cost(tt, kk, self.max_memory), error_tk, count_tk)
 
 
-def cost_curves(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds) -> CostCurves:
+def cost_curves(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds,
+                deadline: float | None = None) -> CostCurves:
     """Prices every table's bend points on every device kind and keeps each curve's lower hull
-    (vectorised over all curves: one pricing call, one hull sweep)."""
+    (vectorised over all curves: pricing in a few large chunks, one hull sweep). Past
+    ``deadline`` (a ``time.perf_counter`` instant) between chunks:
+    :class:`autoshard.bounds.DeadlineReached`."""
     a = task.table_arrays
     cap = task.device_arrays.hbm_capacity[kinds.representative]
     cap_rows = np.minimum(a.rows[:, None], np.floor(cap[None, :] / a.memory_bytes_per_row[:, None]))
@@ -121,7 +124,8 @@ def cost_curves(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds) -
     t_of = np.repeat(np.arange(n_t), n_k)
     k_of = np.tile(np.arange(n_k), n_t)
     rr, cc = np.nonzero(first)
-    price = cost_model.price(task, t_of[rr], kinds.representative[k_of[rr]], pts[rr, cc]).total_ms
+    price = price_total(task, cost_model, t_of[rr], kinds.representative[k_of[rr]], pts[rr, cc],
+                        deadline)
     cost = np.zeros(pts.shape)
     cost[rr, cc] = price
     # Repeated points take their first copy's price (forward fill along each curve).
