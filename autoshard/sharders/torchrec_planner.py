@@ -54,6 +54,7 @@ _TINY_CACHE = 1e-3  # the smallest starting load factor tried
 FULL_STRENGTH_CELLS = 4096
 _TABLE_WISE = "table_wise"
 _log = logging.getLogger(__name__)
+_FIRST_START_SHARE = 0.75  # of the time limit, for the fitting cache start of two
 
 
 def offered_sharding_types(task: ShardingTask, cost_model: CostModel,
@@ -124,7 +125,7 @@ class TorchRecSharder:
         sharding_types: Sharding types TorchRec may choose (default: all it has that our plans
             hold).
         time_limit: Seconds for the whole run, enumeration included: what is left when a
-            starting point begins is shared by the starting points still to go and bounds
+            starting point begins (three quarters of it for the fitting start of two) bounds
             TorchRec's proposal search there (its planner's ``timeout_seconds``); a start left
             with under a second is skipped, keeping the best plan so far, and said so in
             ``last_notes``.
@@ -230,10 +231,12 @@ class TorchRecSharder:
         return [fit] + ([DEFAULT_CACHE_LOAD_FACTOR] if fit < DEFAULT_CACHE_LOAD_FACTOR else [])
 
     def _seconds_left(self, began: float, starts_left: int) -> float | None:
-        """This start's share of what is left of ``time_limit`` (``None``: no limit)."""
+        """This start's share of what is left of ``time_limit`` (``None``: no limit): the first
+        of two starts (the one whose caches fit) gets most of it."""
         if self.time_limit is None:
             return None
-        return (self.time_limit - (time.monotonic() - began)) / starts_left
+        left = self.time_limit - (time.monotonic() - began)
+        return left if starts_left == 1 else left * _FIRST_START_SHARE
 
     def _proposers(self) -> list[Any]:
         """TorchRec's default proposers, plus its cache-size search when it has statistics."""
