@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,15 +12,44 @@ from autoshard.access import GRID
 from autoshard.cost import CostModel
 from autoshard.task import ShardingTask
 
+#: Most (table, device, rows) points priced in one call when pricing against a deadline.
+PRICE_CHUNK = 100_000
+
+
+class DeadlineReached(Exception):
+    """Raised by a phase that was given a deadline (a ``time.perf_counter`` instant) and
+    reached it before finishing; the caller falls back to what it already has."""
+
+
+def price_total(task: ShardingTask, cost_model: CostModel, table_idx: np.ndarray,
+                device_idx: np.ndarray, hbm_rows: np.ndarray, deadline: float | None = None
+                ) -> np.ndarray:
+    """Total cost (ms) of each (table, device, HBM rows) point; with ``deadline``, priced in
+    chunks of :data:`PRICE_CHUNK` points and :class:`DeadlineReached` raised once it passes."""
+    if deadline is None or table_idx.size <= PRICE_CHUNK:
+        if deadline is not None and time.perf_counter() >= deadline:
+            raise DeadlineReached("pricing")
+        return cost_model.price(task, table_idx, device_idx, hbm_rows).total_ms
+    out = np.empty(table_idx.size)
+    for lo in range(0, table_idx.size, PRICE_CHUNK):
+        if time.perf_counter() >= deadline:
+            raise DeadlineReached("pricing")
+        part = slice(lo, lo + PRICE_CHUNK)
+        out[part] = cost_model.price(task, table_idx[part], device_idx[part],
+                                     hbm_rows[part]).total_ms
+    return out
+
 
 def table_cost_curves(task: ShardingTask, cost_model: CostModel, device: int = 0,
-                      hbm_bytes: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      hbm_bytes: float | None = None, deadline: float | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """Each table's cost (ms) and HBM bytes with the hottest :data:`GRID` fraction of its rows
     in the HBM of ``device``. Shapes [T, len(GRID)].
 
     Row counts are the exact (fractional) grid points, so that a cost model linear in the HBM
     share between grid points (the analytical model) is linear between these samples too; they
-    are capped by ``hbm_bytes`` (default: that device's HBM capacity).
+    are capped by ``hbm_bytes`` (default: that device's HBM capacity). Past ``deadline``:
+    :class:`DeadlineReached`.
     """
     a = task.table_arrays
     cap = task.device_arrays.hbm_capacity[device] if hbm_bytes is None else hbm_bytes
@@ -27,12 +57,12 @@ def table_cost_curves(task: ShardingTask, cost_model: CostModel, device: int = 0
     k = np.minimum(GRID[None, :] * a.rows[:, None], max_rows[:, None])
     t_idx = np.repeat(np.arange(task.num_tables), GRID.size)
     d_idx = np.full(t_idx.size, device)
-    cost = cost_model.price(task, t_idx, d_idx, k.ravel()).total_ms.reshape(k.shape)
+    cost = price_total(task, cost_model, t_idx, d_idx, k.ravel(), deadline).reshape(k.shape)
     return cost, k * a.memory_bytes_per_row[:, None]
 
 
-def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False
-                   ) -> float:
+def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
+                   deadline: float | None = None) -> float:
     """A lower bound on the step cost (max over devices) of every feasible plan.
 
     The least total work of all tables given the cluster's aggregate HBM capacity, spread evenly
@@ -49,9 +79,10 @@ def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool
     row grid.
 
     With ``whole_tables`` the bound holds only for plans that place every table whole, and is
-    also at least the dearest single table's cheapest cost on any device.
+    also at least the dearest single table's cheapest cost on any device. Past ``deadline`` (a
+    ``time.perf_counter`` instant): :class:`DeadlineReached`.
     """
-    relaxed = relax(task, cost_model, whole_tables)
+    relaxed = relax(task, cost_model, whole_tables, deadline)
     spread = float(relaxed.cost_ms.sum()) / task.num_devices
     return max(relaxed.single_ms, spread) if whole_tables else spread
 
@@ -63,7 +94,8 @@ class Relaxation:
     Args:
         cost_ms: Each table's cost in the relaxation's optimum ([T]).
         hbm_bytes: HBM bytes it gives each table ([T]).
-        single_ms: The dearest table's cheapest whole cost on any device.
+        single_ms: The dearest table's cheapest whole cost on any device (with
+            ``whole_tables``; else its cheapest cost with the cluster's HBM, a weaker figure).
     """
 
     cost_ms: np.ndarray
@@ -71,8 +103,10 @@ class Relaxation:
     single_ms: float
 
 
-def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False) -> Relaxation:
-    """Solves the fractional knapsack of :func:`lower_bound_ms` (see there)."""
+def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
+          deadline: float | None = None) -> Relaxation:
+    """Solves the fractional knapsack of :func:`lower_bound_ms` (see there); past ``deadline``
+    (a ``time.perf_counter`` instant): :class:`DeadlineReached`."""
     dev = task.device_arrays
     kinds = device_kinds(task).representative
     # A whole table uses at most one device's HBM; a split one may use every device's.
@@ -81,10 +115,15 @@ def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False)
     best_cost: np.ndarray | None = None
     best_bytes: np.ndarray | None = None
     for d in kinds:
-        cost, used = table_cost_curves(task, cost_model, int(d))
-        single = np.minimum(single, cost.min(axis=1))
-        if dev.hbm_capacity[d] != top:  # the same grid for every kind
-            cost, used = table_cost_curves(task, cost_model, int(d), hbm_bytes=top)
+        # The same grid for every kind: capped at ``top`` (one device's HBM priced only where
+        # the single-table figure needs it).
+        cost, used = table_cost_curves(task, cost_model, int(d), hbm_bytes=top,
+                                       deadline=deadline)
+        if whole_tables and dev.hbm_capacity[d] != top:
+            own, _ = table_cost_curves(task, cost_model, int(d), deadline=deadline)
+            single = np.minimum(single, own.min(axis=1))
+        else:
+            single = np.minimum(single, cost.min(axis=1))
         best_cost = cost if best_cost is None else np.minimum(best_cost, cost)
         best_bytes = used
     assert best_cost is not None and best_bytes is not None

@@ -22,7 +22,13 @@ from typing import Protocol
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import CostReport, evaluate
-from autoshard.fileio import atomic_write_text, csv_text, read_structured, write_structured
+from autoshard.fileio import (
+    append_csv_row,
+    atomic_write_text,
+    csv_text,
+    read_structured,
+    write_structured,
+)
 from autoshard.limits import check_finite_costs
 from autoshard.plan import Plan
 from autoshard.sharders import (
@@ -124,13 +130,7 @@ def read_rows(path: Path) -> list[CompareRow]:
 
 
 def _append(path: Path, row: CompareRow) -> None:
-    new = not path.is_file() or path.stat().st_size == 0
-    with path.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        if new:
-            writer.writeheader()
-        writer.writerow(asdict(row))
-        fh.flush()
+    append_csv_row(path, asdict(row), COLUMNS)
 
 
 def _rewrite(path: Path, rows: Iterable[CompareRow]) -> None:

@@ -55,6 +55,12 @@ class CostModel(Protocol):
         ...
 
 
+def prices_device_sets(model: CostModel) -> bool:
+    """Whether ``model`` prices a device's whole table set (a ``device_compute_ms`` method, see
+    :func:`device_compute`) rather than only each table on its own."""
+    return callable(getattr(model, "device_compute_ms", None))
+
+
 def device_compute(task: ShardingTask, model: CostModel, device: np.ndarray,
                    hbm_rows: np.ndarray, hbm_ms: np.ndarray, uvm_ms: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -65,10 +71,10 @@ def device_compute(task: ShardingTask, model: CostModel, device: np.ndarray,
     hbm_rows) -> [D]`` method, e.g. the set model in ``cost_models``) replaces their total,
     split between the tiers in the sums' proportion; for other models they are returned as is.
     """
-    priced = getattr(model, "device_compute_ms", None)
-    if priced is None:
+    if not prices_device_sets(model):
         return hbm_ms, uvm_ms
-    total = np.asarray(priced(task, np.arange(task.num_tables), device, hbm_rows))
+    total = np.asarray(model.device_compute_ms(  # type: ignore[attr-defined]
+        task, np.arange(task.num_tables), device, hbm_rows))
     summed = hbm_ms + uvm_ms
     share = np.divide(hbm_ms, summed, out=np.ones_like(summed), where=summed > 0)
     return total * share, total * (1.0 - share)

@@ -96,3 +96,15 @@ def csv_text(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> str:
     writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
+
+
+def append_csv_row(path: Path, row: Mapping[str, Any], columns: Sequence[str]) -> None:
+    """Appends one row to a results CSV (header first when the file is new or empty) and flushes,
+    so an interrupted run loses at most the row being written."""
+    new = not path.is_file() or path.stat().st_size == 0
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(columns))
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+        fh.flush()

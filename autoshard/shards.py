@@ -234,8 +234,16 @@ class ShardTask(ShardingTask):
         assert self.parent is not None and self.geometry is not None
 
 
-def shard_task(task: ShardingTask, geometry: ShardGeometry) -> ShardTask:
-    """The task whose rows are the shards in ``geometry``, for pricing."""
+def shard_task(task: ShardingTask, geometry: ShardGeometry, named: bool = True) -> ShardTask:
+    """The task whose rows are the shards in ``geometry``, for pricing.
+
+    Args:
+        task: The task whose tables are split.
+        geometry: The shards.
+        named: Give each shard a table of its own name, rows and dim (for sharders that place
+            shards as tables); False: each shard's ``tables`` entry is its table, for pricing
+            only (much cheaper for many candidate shards).
+    """
     a = task.table_arrays
     g = geometry
     t = g.table
@@ -256,7 +264,9 @@ def shard_task(task: ShardingTask, geometry: ShardGeometry) -> ShardTask:
     )
     twrw = g.kind == KIND[TABLE_ROW_WISE]
     parts = g.parts.astype(np.float64)
-    sub = ShardTask(_shard_tables(task, g, arrays), task.hardware, task.workload,
+    tables = (_shard_tables(task, g, arrays) if named
+              else tuple(task.tables[i] for i in t.tolist()))
+    sub = ShardTask(tables, task.hardware, task.workload,
                     parent=task, geometry=g,
                     a2a_scale=np.where(twrw, 1.0 / parts, 1.0),
                     reduce_scale=np.where(twrw, (parts - 1.0) / parts, 0.0))

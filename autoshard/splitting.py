@@ -50,7 +50,7 @@ def _price_at_share(task: ShardingTask, cost_model: CostModel, g: ShardGeometry,
                     share: np.ndarray) -> np.ndarray:
     """Each shard's total cost with the hottest ``share`` (per shard) of its rows in HBM (at
     most what one device's HBM holds), on device 0."""
-    sub = shard_task(task, g)
+    sub = shard_task(task, g, named=False)
     a = sub.table_arrays
     # No shard holds more HBM rows than one device's HBM can.
     fit = np.floor(float(task.device_arrays.hbm_capacity.max()) / a.memory_bytes_per_row)
@@ -73,6 +73,25 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int) -> list[Sha
     return out
 
 
+def _whole_prices(task: ShardingTask, cost_model: CostModel, target_ms: float | None,
+                  relaxed: Relaxation | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Each table's cost whole at its relaxed HBM share, that share, and the split target."""
+    relaxed = relaxed or relax(task, cost_model)
+    a = task.table_arrays
+    share = np.minimum(relaxed.hbm_bytes / (a.rows * a.memory_bytes_per_row), 1.0)
+    whole = _price_at_share(task, cost_model, whole_tables(task), share)
+    target = (float(relaxed.cost_ms.sum()) / task.num_devices if target_ms is None
+              else target_ms)
+    return whole, share, target
+
+
+def dominant_tables(task: ShardingTask, cost_model: CostModel) -> np.ndarray:
+    """Which tables cost more whole than the per-device mean of the least work (bool, [T]):
+    the tables :func:`split_heavy_tables` splits by default."""
+    whole, _, target = _whole_prices(task, cost_model, None, None)
+    return whole > target
+
+
 def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: float | None = None,
                        max_parts: int | None = None, relaxed: Relaxation | None = None
                        ) -> SplitChoice:
@@ -86,12 +105,7 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
         max_parts: Most shards per table (default: the device count).
         relaxed: The task's :func:`autoshard.bounds.relax` (computed when not given).
     """
-    relaxed = relaxed or relax(task, cost_model)
-    a = task.table_arrays
-    share = np.minimum(relaxed.hbm_bytes / (a.rows * a.memory_bytes_per_row), 1.0)
-    whole = _price_at_share(task, cost_model, whole_tables(task), share)
-    target = (float(relaxed.cost_ms.sum()) / task.num_devices if target_ms is None
-              else target_ms)
+    whole, share, target = _whole_prices(task, cost_model, target_ms, relaxed)
     parts = task.num_devices if max_parts is None else max_parts
     pieces: list[ShardGeometry] = []
     for t in range(task.num_tables):

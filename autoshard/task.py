@@ -103,8 +103,9 @@ class ShardingTask:
         t = self.tables
         train = self.workload.train
         rows = np.array([x.rows for x in t], dtype=np.int64)
-        curves = np.stack([x.access_curve().on_grid() for x in t])
-        used = np.array([x.access_curve().used_fraction for x in t]) * rows
+        access = [x.access_curve() for x in t]  # built once per table (a Zipf curve is dear)
+        curves = np.stack([c.on_grid() for c in access])
+        used = np.array([c.used_fraction for c in access]) * rows
         return TableArrays(
             rows=rows,
             dim=np.array([x.dim for x in t], dtype=np.int64),

@@ -19,6 +19,7 @@ from autoshard.compare import TaskSource
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
+from autoshard.fileio import append_csv_row
 from autoshard.plan import Plan
 
 
@@ -115,12 +116,7 @@ def read_opinions(path: Path) -> list[OpinionRow]:
 
 
 def _append(path: Path, row: OpinionRow) -> None:
-    new = not path.is_file() or path.stat().st_size == 0
-    with path.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        if new:
-            writer.writeheader()
-        writer.writerow(asdict(row))
+    append_csv_row(path, asdict(row), COLUMNS)
 
 
 def opinions_markdown(rows: list[OpinionRow]) -> str:

@@ -117,7 +117,6 @@ def fit_shardings(shardings: Sequence[TableSharding], task: ShardingTask,
         PlannerError: A rank overfills with no HBM rows left to drop (its I/O buffers alone
             exceed its HBM).
     """
-    from autoshard.errors import PlannerError, gib
 
     out = list(shardings)
     cap = task.device_arrays.hbm_capacity
@@ -144,13 +143,30 @@ def fit_shardings(shardings: Sequence[TableSharding], task: ShardingTask,
             if best is None or loss / freed < best[0]:
                 best = (loss / freed, i, cut, after)
         if best is None:
-            raise PlannerError("capacity", f"rank {r}: TorchRec counts {gib(used[r])} of HBM "
-                               f"with no table rows in HBM left to move, over its "
-                               f"{gib(cap[r])}")
+            raise _not_exportable(out, task, r, int(used[r]))
         _, i, out[i], after = best
         used += after - per_table[i]
         per_table[i] = after
         changed.add(out[i].table)
+
+
+def _not_exportable(shardings: Sequence[TableSharding], task: ShardingTask, rank: int,
+                    used: int) -> Exception:
+    """The error for a rank that overfills with no HBM rows left to drop."""
+    from autoshard.errors import PlannerError, gib
+
+    fixed = shards = 0
+    for s, t in zip(shardings, task.tables, strict=True):
+        for x in s.shards:
+            if x.rank == rank and x.rows * x.cols:
+                shards += 1
+                fixed += _buffers(s, x, t, task) if task.workload.train else 0
+    return PlannerError(
+        "capacity", f"not exportable to TorchRec: rank {rank} holds {shards} shards whose fixed "
+        f"I/O buffers alone take {gib(fixed)} under TorchRec's storage estimate "
+        f"({gib(used)} in all, no table rows in HBM left to move), over its HBM of "
+        f"{gib(task.device_arrays.hbm_capacity[rank])}; the plan puts too many tables on that "
+        f"rank for TorchRec")
 
 
 def _per_rank(s: TableSharding, table: Table, task: ShardingTask) -> np.ndarray:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -44,11 +45,14 @@ def _cli(*args: str) -> None:
 
 
 def score(model_dir: Path, csv: Path, stat: str) -> dict[str, Any]:
+    """Metrics of a model on a sample, and its level shift: the median ratio measured /
+    modelled (how much faster or slower the machine ran than the model expects)."""
     import pandas as pd
 
     model: Any = load_cost_model(str(model_dir))
     X, y, _ = dataset(pd.read_csv(csv), source=str(csv), stat=stat)
-    return metrics(model.predict(X), y)
+    pred = model.predict(X)
+    return dict(metrics(pred, y), level_shift=float(np.exp(np.median(np.log(y / pred)))))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(1)
     model_dir = args.out / "model"
+    load_before = os.getloadavg()
     start = time.perf_counter()
     budget = [] if args.budget_s is None else ["--budget-s", str(args.budget_s), "--size", "2000"]
     _cli("cost-model", "calibrate", str(COMMITTED), "-o", str(model_dir), "--no-progress",
@@ -78,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     meta = json.loads((model_dir / "metadata.json").read_text())
     stat = meta["calibration"]["stat"]
     rows = {}
-    for name, csv in (("quick grid (fresh)", quick), ("default grid, held-out sample", sample)):
+    for name, csv in (("quick grid (fresh)", quick), ("quick grid (fresh, second sweep)", repeat),
+                      ("default grid, held-out sample", sample)):
         rows[name] = {"before": score(COMMITTED, csv, stat), "after": score(model_dir, csv, stat)}
     import pandas as pd
 
@@ -92,10 +98,16 @@ def main(argv: list[str] | None = None) -> None:
            "machine": machine_record(), "committed_model_machine": meta["machines"]["base"],
            "calibration": meta["calibration"], "calibrate_wall_s": round(calibrate_s, 1),
            "scales": meta["scales"], "heldout": rows, "quick_grid_noise_floor": noise,
-           "committed_own_heldout": {"mape": own["mape"], "spearman": own["spearman"]}}
+           "committed_own_heldout": {"mape": own["mape"], "spearman": own["spearman"]},
+           "load_average": {"start": [round(v, 2) for v in load_before],
+                            "end": [round(v, 2) for v in os.getloadavg()]}}
     atomic_write_text(args.out / "results.json", json.dumps(doc, indent=2) + "\n")
     atomic_write_text(args.out / "results.md", markdown(doc))
     print(markdown(doc))
+
+
+def _load(doc: dict[str, Any], when: str) -> str:
+    return ", ".join(f"{v:.2f}" for v in doc["load_average"][when])
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -105,29 +117,36 @@ def markdown(doc: dict[str, Any]) -> str:
         "# Calibrating the committed cost model to this machine", "",
         f"Command: `{doc['command']}`", "",
         f"Machine: {doc['machine']['description']} (fingerprint {doc['machine']['fingerprint']})."
-        f" The committed model was measured on {doc['committed_model_machine']['cpu_model']}.",
-        "",
+        f" The committed model was measured on {doc['committed_model_machine']['cpu_model']}."
+        f" Load average (1, 5, 15 min) at the start {_load(doc, 'start')}, at the end "
+        f"{_load(doc, 'end')}.", "",
         f"`autoshard cost-model calibrate` measured {cal['configurations']} configurations of "
-        f"the `{cal['grid']}` grid (stratified by operator, tables per operator and partition) "
+        f"the `{cal['grid']}` grid (stratified by operator, tables per operator, partition, "
+        "table size and batch) "
         f"in {cal['measure_seconds']} s ({doc['calibrate_wall_s']} s in all, fit included); "
         "5-fold cross-validated MAPE on that sample: "
         + ", ".join(f"{k} {100 * v:.1f}%" for k, v in cv.items() if k != "folds")
-        + f" (residual kept: {cal['residual'] or 'none'}). Scales (measured / committed model, "
+        + f" (correction kept: {cal['residual'] or 'none'}). Scales (measured / committed model, "
         "per operator and mode): "
         + ", ".join(f"{k} {np.exp(v):.2f}x" for k, v in doc["scales"].items()) + ".", "",
         "Held out (measured here after calibrating, none of the calibration configurations):",
         "", "| sample | configurations x modes | MAPE before | MAPE after | Spearman before | "
-        "Spearman after |", "|---|---:|---:|---:|---:|---:|"]
+        "Spearman after | measured / modelled after (median) |",
+        "|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in doc["heldout"].items():
         b, a = r["before"], r["after"]
         lines.append(f"| {name} | {a['samples']} | {100 * b['mape']:.1f}% | "
-                     f"{100 * a['mape']:.1f}% | {b['spearman']:.3f} | {a['spearman']:.3f} |")
+                     f"{100 * a['mape']:.1f}% | {b['spearman']:.3f} | {a['spearman']:.3f} | "
+                     f"{a['level_shift']:.2f} |")
     noise = doc["quick_grid_noise_floor"]
     lines += ["", f"Noise floor: the quick grid measured twice in this run (`heldout_quick.csv`, "
               f"`heldout_quick_repeat.csv`) disagrees with itself by {100 * noise['mape']:.1f}% "
               f"MAPE (median {100 * noise['median_ape']:.1f}%, Spearman "
               f"{noise['spearman']:.3f}): no model can be expected to predict a single "
-              "measurement here more closely."]
+              "measurement here more closely. The last column is the held-out sample's median "
+              "ratio of measured to modelled latency: away from 1.00, the machine ran slower "
+              "(or faster) while measuring it than while measuring the calibration sample "
+              "minutes before, an error no correction fitted to that sample can remove."]
     own = doc["committed_own_heldout"]
     lines += ["", f"The committed model on its own machine's held-out configurations "
               f"(`results/cost_model/metrics.md`): MAPE {100 * own['mape']:.2f}%, Spearman "

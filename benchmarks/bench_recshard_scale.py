@@ -4,7 +4,9 @@ Two measurements, each in one run on this machine:
 
 1. **Deadline.** recshard with ``--time-limit`` L on large generated tasks
    (:func:`autoshard.workloads.dlrm_tables`, HBM for 30% of the bytes): wall time of the whole
-   ``shard`` call against L (the ratio must stay near 1).
+   ``shard`` call against L (the ratio must stay near 1). The task's own per-table arrays
+   (access curves on the grid: what every sharder and the evaluator read) are built first and
+   timed apart (``arrays_s``).
 2. **Splitting.** recshard with splitting (the default) and without (``split=False``) on the
    856-table pool on 128 devices and on the DCNv2 suites: planning seconds (ratio split /
    table-wise, same run) and step cost.
@@ -17,6 +19,7 @@ Writes ``<out>/scale.csv`` and ``<out>/scale.md``.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -29,23 +32,30 @@ from autoshard.suites import get_suite
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, default_pools, dlrm_tables
 
-COLUMNS = ("measure", "task", "tables", "devices", "split", "time_limit_s", "plan_s",
-           "plan_s_over_limit", "step_cost_ms", "cost_over_bound", "split_tables")
+COLUMNS = ("measure", "task", "tables", "devices", "split", "time_limit_s", "arrays_s", "plan_s",
+           "plan_s_over_limit", "step_cost_ms", "cost_over_bound", "split_tables", "status")
 
 
 def run(task: ShardingTask, name: str, measure: str, split: bool, limit: float
         ) -> dict[str, object]:
     model = AnalyticalCostModel()
     start = time.perf_counter()
-    plan = RecShard(time_limit=limit, split=split).shard(task, model)
+    assert task.table_arrays.rows.size == task.num_tables  # built once per task, for any sharder
+    arrays = time.perf_counter() - start
+    sharder = RecShard(time_limit=limit, split=split)
+    start = time.perf_counter()
+    plan = sharder.shard(task, model)
     seconds = time.perf_counter() - start
+    assert sharder.last_result is not None
     report = evaluate(plan, task, model)
     row = {"measure": measure, "task": name, "tables": task.num_tables,
            "devices": task.num_devices, "split": split, "time_limit_s": limit,
+           "arrays_s": round(arrays, 2),
            "plan_s": round(seconds, 2), "plan_s_over_limit": round(seconds / limit, 2),
            "step_cost_ms": round(report.step_cost_ms, 4),
            "cost_over_bound": round(report.cost_ratio, 3),
-           "split_tables": sum(p.is_split for p in plan.placements)}
+           "split_tables": sum(p.is_split for p in plan.placements),
+           "status": sharder.last_result.status}
     print(row, flush=True)
     return row
 
@@ -59,6 +69,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="5000x64,20000x64",
                         help="tables x devices of the deadline runs")
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]
     rows = []
     for size in args.sizes.split(","):
         tables, devices = (int(v) for v in size.split("x"))
@@ -74,7 +85,8 @@ def main() -> None:
     atomic_write_text(args.out / "scale.csv", csv_text(rows, COLUMNS))
     lines = [f"# recshard at scale\n\nMachine: {describe_machine()}. Command: "
              f"`python benchmarks/bench_recshard_scale.py --limit {args.limit} --split-limit "
-             f"{args.split_limit} --sizes {args.sizes}`.\n",
+             f"{args.split_limit} --sizes {args.sizes}`. Load average (1 min) at start and "
+             f"end: {load_start:.1f}, {os.getloadavg()[0]:.1f} (other jobs share the machine).\n",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(r[c]) for c in COLUMNS) + " |" for r in rows]
     for name, _ in tasks:

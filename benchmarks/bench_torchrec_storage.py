@@ -8,12 +8,14 @@ estimate as planned, the fullest rank's fill, how many exported (fitted) plans f
 fit costs under our cost model (step cost exported / as planned, geometric mean).
 
     .venv/bin/python benchmarks/bench_torchrec_storage.py [--suites a,b] [--time-limit 20]
+        [--summary-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,16 +33,19 @@ def summary(rows_by_suite: dict[str, list[OpinionRow]]) -> str:
     lines = ["| suite | sharder | plans | overfilled as planned | fullest HBM as planned | "
              "exported plans that fit | our step cost, exported / planned |",
              "|---|---|---|---|---|---|---|"]
-    total = fits = 0
+    total = fits = failed = 0
     for suite, rows in rows_by_suite.items():
         by_sharder: dict[str, list[OpinionRow]] = defaultdict(list)
         for r in rows:
             by_sharder[r.sharder].append(r)
         for name, rs in by_sharder.items():
             ok = [r for r in rs if r.status == "ok"]
+            for r in rs:
+                if r.status != "ok":
+                    failed += 1
+                    lines.append(f"| {suite} | {name} | {r.task} | not exportable: "
+                                 f"{r.reason[:90]} | | | |")
             if not ok:
-                lines.append(f"| {suite} | {name} | {len(rs)} | failed: {rs[0].reason[:50]} "
-                             "| | | |")
                 continue
             ratio = math.exp(sum(math.log(r.exported_ours_ms / r.ours_ms) for r in ok)
                              / len(ok))
@@ -50,7 +55,8 @@ def summary(rows_by_suite: dict[str, list[OpinionRow]]) -> str:
                          f"{sum(r.torchrec_hbm_fill > 1 for r in ok)} | "
                          f"{max(r.torchrec_hbm_fill for r in ok):.3f} | "
                          f"{sum(r.exported_fits for r in ok)} / {len(ok)} | {ratio:.3f} |")
-    return "\n".join(lines) + f"\n\nIn all: {fits} of {total} exported plans fit every rank.\n"
+    return "\n".join(lines) + (f"\n\nIn all: {fits} of {total} exported plans fit every rank; "
+                                f"{failed} plan(s) could not be exported.\n")
 
 
 def run() -> None:
@@ -58,12 +64,16 @@ def run() -> None:
     parser.add_argument("--suites", default=",".join(SUITES))
     parser.add_argument("--time-limit", type=float, default=20.0)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--summary-only", action="store_true",
+                        help="Only summarise the rows already in --out.")
     args = parser.parse_args()
     suites = [s for s in args.suites.split(",") if s]
-    for suite in suites:
+    for suite in [] if args.summary_only else suites:
+        argv = ["compare", "--suite", suite, "--torchrec", "--out", str(args.out),
+                "--time-limit", f"{args.time_limit:g}", "--wandb-mode", "disabled"]
+        sys.argv = ["autoshard", *argv]  # the command the results files name
         try:
-            cli(["compare", "--suite", suite, "--torchrec", "--out", str(args.out),
-                 "--time-limit", str(args.time_limit), "--wandb-mode", "disabled"])
+            cli(argv)
         except SystemExit as exc:
             if exc.code:
                 raise

@@ -8,12 +8,14 @@ of the base model's prediction in log space:
 
 - a scale per operator and mode (``torch``/``fbgemm`` x inference/training): the median log
   ratio of measured to predicted latency;
-- a small residual model (LightGBM, a few shallow trees) over the same features: of none, a
-  4-leaf and an 8-leaf one, the one with the lowest error in a cross-validation over the sample.
+- a residual correction: a few shallow LightGBM trees over the same features (4, 8 or 16
+  leaves), a robust linear model per operator and mode (:mod:`cost_models.log_linear`), the
+  average of the 8- or 16-leaf trees and the linear model, or none: whichever has the lowest
+  error in a cross-validation over the sample.
 
 :class:`CalibratedCostModel` is the base model times that correction, a CostModel like the base
 model; its folder holds the base model's files (verified by digest), the residual trees (also
-verified), the scales, and both machines.
+verified), the scales and linear correction (finite numbers, checked), and both machines.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from autoshard.machine import machine_record
 from cost_models.features import FEATURE_NAMES, OP_CODES
 from cost_models.grid import BenchConfig, grid_configs
 from cost_models.lgb_text import file_digest
+from cost_models.log_linear import apply_linear, check_linear, fit_linear
 from cost_models.microbench import Timing, sweep
 from cost_models.model import (
     MODEL_FILE,
@@ -53,6 +56,14 @@ _BASE_PARAMS = {"objective": "regression_l1", "lambda_l2": 1.0, "deterministic":
 RESIDUALS: dict[str, tuple[dict[str, Any], int]] = {
     "4 leaves x 40": ({"learning_rate": 0.1, "num_leaves": 4, "min_data_in_leaf": 8}, 40),
     "8 leaves x 200": ({"learning_rate": 0.03, "num_leaves": 8, "min_data_in_leaf": 5}, 200),
+    "16 leaves x 300": ({"learning_rate": 0.03, "num_leaves": 16, "min_data_in_leaf": 5}, 300),
+}
+#: Corrections after the scales: name -> (trees of :data:`RESIDUALS` or None, linear or not).
+#: When both, their log corrections are averaged.
+CORRECTIONS: dict[str, tuple[str | None, bool]] = {
+    **{name: (name, False) for name in RESIDUALS},
+    "linear": (None, True),
+    **{f"{name} + linear": (name, True) for name in list(RESIDUALS)[1:]},
 }
 
 
@@ -84,6 +95,27 @@ def _fit_residual(X: np.ndarray, r: np.ndarray, name: str) -> Any:
     return lightgbm.train({**_BASE_PARAMS, **params}, data, num_boost_round=rounds)
 
 
+def fit_correction(X: np.ndarray, base: np.ndarray, target: np.ndarray, name: str
+                   ) -> tuple[Any, dict[str, Any] | None]:
+    """Fits the correction ``name`` of :data:`CORRECTIONS` to ``target`` (log error left after
+    the scales); returns (trees or None, linear parameters or None)."""
+    trees, linear = CORRECTIONS[name]
+    booster = _fit_residual(X, target, trees) if trees else None
+    params = fit_linear(X, base, target, np.array(_group_keys(X))) if linear else None
+    return booster, params
+
+
+def apply_correction(X: np.ndarray, base: np.ndarray, booster: Any,
+                     linear: dict[str, Any] | None) -> np.ndarray:
+    """Log correction of each row by :func:`fit_correction`'s parts (their mean when both)."""
+    parts = []
+    if booster is not None:
+        parts.append(np.asarray(booster.predict(X, num_threads=1)))
+    if linear is not None:
+        parts.append(apply_linear(linear, X, base, _group_keys(X)))
+    return np.mean(parts, axis=0) if parts else np.zeros(len(X))
+
+
 def _mape(pred: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - y) / y))
 
@@ -91,13 +123,13 @@ def _mape(pred: np.ndarray, y: np.ndarray) -> float:
 def cross_validate(X: np.ndarray, y: np.ndarray, base: np.ndarray, groups: np.ndarray,
                    folds: int = 5, seed: int = 0) -> dict[str, float]:
     """Group k-fold MAPE on the sample of: the base model, scales alone, and scales with each
-    residual model of :data:`RESIDUALS`."""
+    correction of :data:`CORRECTIONS`."""
     unique = np.unique(groups)
     rng = np.random.default_rng(seed)
     fold_of = dict(zip(rng.permutation(unique), np.arange(unique.size) % folds, strict=True))
     fold = np.array([fold_of[g] for g in groups])
     scaled = np.empty_like(y)
-    full = {name: np.empty_like(y) for name in RESIDUALS}
+    full = {name: np.empty_like(y) for name in CORRECTIONS}
     r = np.log(y / base)
     for k in range(folds):
         test, train = fold == k, fold != k
@@ -106,19 +138,25 @@ def cross_validate(X: np.ndarray, y: np.ndarray, base: np.ndarray, groups: np.nd
         scales = fit_scales(X[train], r[train])
         s_train, s_test = apply_scales(X[train], scales), apply_scales(X[test], scales)
         scaled[test] = base[test] * np.exp(s_test)
-        for name in RESIDUALS:
-            booster = _fit_residual(X[train], r[train] - s_train, name)
-            full[name][test] = scaled[test] * np.exp(booster.predict(X[test], num_threads=1))
+        target = r[train] - s_train
+        trees = {name: _fit_residual(X[train], target, name) for name in RESIDUALS}
+        linear = fit_linear(X[train], base[train], target, np.array(_group_keys(X[train])))
+        for name, (tree, lin) in CORRECTIONS.items():
+            fix = apply_correction(X[test], base[test], trees[tree] if tree else None,
+                                   linear if lin else None)
+            full[name][test] = scaled[test] * np.exp(fix)
     return {"base": _mape(base, y), "scales": _mape(scaled, y), "folds": folds,
             **{f"scales + residual {name}": _mape(v, y) for name, v in full.items()}}
 
 
 class CalibratedCostModel(LightGBMCostModel):
-    """A LightGBM cost model times a per-operator scale and an optional residual model.
+    """A LightGBM cost model times a per-operator scale and an optional residual correction.
 
     Attributes:
         scales: Log corrections per ``op/mode`` (:func:`fit_scales`).
         residual_: LightGBM booster of the remaining log error, or None.
+        linear_: Linear correction of the remaining log error (:mod:`cost_models.log_linear`),
+            or None; averaged with the booster's when both are set.
         machines: ``{"base": ..., "calibrated": ...}`` machine records.
     """
 
@@ -126,15 +164,16 @@ class CalibratedCostModel(LightGBMCostModel):
     kind = "calibrated"
     scales: dict[str, float]
     residual_: Any
+    linear_: dict[str, Any] | None
     machines: dict[str, Any]
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         base = super().predict(X)
         if base.size == 0:
             return base
-        log_fix = apply_scales(np.asarray(X, dtype=np.float64), self.scales)
-        if self.residual_ is not None:
-            log_fix = log_fix + np.asarray(self.residual_.predict(X, num_threads=1))
+        X = np.asarray(X, dtype=np.float64)
+        log_fix = apply_scales(X, self.scales) + apply_correction(X, base, self.residual_,
+                                                                  self.linear_)
         with np.errstate(over="ignore", invalid="ignore"):
             out = base * np.exp(log_fix)
         return finite_or_error(out, self.source_)
@@ -169,6 +208,9 @@ class CalibratedCostModel(LightGBMCostModel):
         if meta.get("residual"):
             model.residual_ = load_booster(src, {"model_sha256": meta["residual"]["sha256"]},
                                            file=RESIDUAL_FILE)
+        model.linear_ = None
+        if meta.get("linear") is not None:
+            model.linear_ = check_linear(meta["linear"], str(src))
         machines = meta.get("machines")
         model.machines = dict(machines) if isinstance(machines, dict) else {}
         model.machine = model.machines.get("calibrated")
@@ -176,31 +218,46 @@ class CalibratedCostModel(LightGBMCostModel):
         return model
 
 
-def stratified_sample(grid: str, size: int, seed: int = 0,
-                      exclude: set[str] | None = None) -> list[BenchConfig]:
-    """``size`` configurations of a grid, drawn evenly from its strata (operator x tables per
-    operator x whole/hot/cold partition) and interleaved so any prefix is stratified too."""
-    exclude = exclude or set()
-    strata: dict[tuple[str, int, str], list[BenchConfig]] = {}
-    for c in grid_configs(grid):
-        if c.config_id not in exclude:
-            strata.setdefault((c.op, c.num_tables, c.part), []).append(c)
-    rng = np.random.default_rng(seed)
-    queues = [list(rng.permutation(len(v))) for v in strata.values()]
-    members = list(strata.values())
+def _interleave(groups: list[list[BenchConfig]]) -> list[BenchConfig]:
+    """One from each group in turn (groups that run out drop out)."""
+    queues = [list(reversed(g)) for g in groups]
     out: list[BenchConfig] = []
-    while len(out) < size and any(queues):
-        for q, m in zip(queues, members, strict=True):
-            if q and len(out) < size:
-                out.append(m[q.pop()])
+    while any(queues):
+        out.extend(q.pop() for q in queues if q)
     return out
 
 
-#: Timing of calibration measurements: shorter than a full sweep's, to fit the time budget.
-CALIBRATION_TIMING = Timing(warmup=1, min_repeats=5, max_repeats=15, budget_s=0.06)
+def stratified_sample(grid: str, size: int, seed: int = 0,
+                      exclude: set[str] | None = None) -> list[BenchConfig]:
+    """``size`` configurations of a grid, drawn evenly from its strata and interleaved so any
+    prefix is stratified too: in turn from each operator x tables per operator x whole/hot/cold
+    partition, and within each of these in turn from each table size x batch (small and large
+    operators alike)."""
+    exclude = exclude or set()
+    strata: dict[tuple[str, int, str], dict[tuple[int, int], list[BenchConfig]]] = {}
+    for c in grid_configs(grid):
+        if c.config_id not in exclude:
+            cells = strata.setdefault((c.op, c.num_tables, c.part), {})
+            cells.setdefault((c.rows, c.batch), []).append(c)
+    rng = np.random.default_rng(seed)
+
+    def shuffled(items: list[Any]) -> list[Any]:
+        return [items[i] for i in rng.permutation(len(items))]
+
+    members = [_interleave(shuffled([shuffled(cell) for cell in cells.values()]))
+               for cells in strata.values()]
+    return _interleave(members)[:size]
 
 
-def calibrate(model_dir: Path, output: Path, budget_s: float = 85.0, size: int = 400,
+#: Timing of calibration measurements: less time per configuration than a full sweep's, to
+#: measure more configurations in the budget, but as many repeats (31) of fast operators, whose
+#: lower decile a few repeats overstate most.
+CALIBRATION_TIMING = Timing(warmup=1, min_repeats=5, max_repeats=31, budget_s=0.04)
+#: Default seconds of measuring: with the fit, the command takes about two minutes at most.
+BUDGET_S = 90.0
+
+
+def calibrate(model_dir: Path, output: Path, budget_s: float = BUDGET_S, size: int = 1200,
               grid: str = "default", seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """Measures a stratified sample of ``grid`` here and writes a calibrated model to ``output``.
 
@@ -238,20 +295,23 @@ def calibrate(model_dir: Path, output: Path, budget_s: float = 85.0, size: int =
     cv = cross_validate(X, y, before, groups)
     log_ratio = np.log(y / before)
     scales = fit_scales(X, log_ratio)
-    choice = min(RESIDUALS, key=lambda n: cv[f"scales + residual {n}"])
-    residual = None
+    choice: str | None = min(CORRECTIONS, key=lambda n: cv[f"scales + residual {n}"])
+    residual, linear = None, None
     if cv[f"scales + residual {choice}"] < cv["scales"]:
-        residual = _fit_residual(X, log_ratio - apply_scales(X, scales), choice)
+        residual, linear = fit_correction(X, before, log_ratio - apply_scales(X, scales),
+                                          str(choice))
+    else:
+        choice = None
     summary = {"configurations": int(np.unique(groups).size), "samples": int(y.size),
                "measure_seconds": round(seconds, 1), "grid": grid, "seed": seed,
-               "stat": stat, "cross_validated_mape": cv,
-               "residual": choice if residual is not None else None}
-    _write(output, src, base, scales, residual, summary)
+               "stat": stat, "cross_validated_mape": cv, "residual": choice}
+    _write(output, src, base, scales, (residual, linear), summary)
     return dict(summary, scales=scales)
 
 
 def _write(output: Path, src: Path, base: LightGBMCostModel, scales: dict[str, float],
-           residual: Any, summary: dict[str, Any]) -> None:
+           correction: tuple[Any, dict[str, Any] | None], summary: dict[str, Any]) -> None:
+    residual, linear = correction
     shutil.copyfile(src / MODEL_FILE, output / MODEL_FILE)
     meta: dict[str, Any] = {
         "format": FORMAT, "kind": "calibrated", "version": 1,
@@ -260,7 +320,7 @@ def _write(output: Path, src: Path, base: LightGBMCostModel, scales: dict[str, f
         "base": {"source": str(src), "params": base.get_params(), "tiers": base.tiers_,
                  "info": base.info_},
         "machines": {"base": base.machine, "calibrated": machine_record()},
-        "scales": scales, "residual": None, "calibration": summary}
+        "scales": scales, "residual": None, "linear": linear, "calibration": summary}
     if residual is not None:
         atomic_write_text(output / RESIDUAL_FILE, residual.model_to_string())
         meta["residual"] = {"file": RESIDUAL_FILE,

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from autoshard.cost import CostModel, load_cost_model
+from autoshard.cost import CostModel, load_cost_model, prices_device_sets
 from autoshard.evaluator import evaluate
 from autoshard.sharders.ppo_buckets import MULTIPLIERS
 from autoshard.sharders.ppo_episode import LIMIT, PlacementEpisode, PricedTask
@@ -38,7 +38,11 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     The reward is the increase of the step cost (max over devices) divided by the task's lower
     bound, negated, so an episode without illegal actions returns -(step cost / lower bound).
     At the end of an episode ``info`` holds the ``plan`` and, if enabled, its evaluator
-    ``report``.
+    ``report``. With a cost model that prices a device's whole table set (a set model, see
+    :func:`autoshard.cost.device_compute`), the steps add the tables' own prices, and the last
+    reward settles the difference to the evaluator's device-level step cost: the return is still
+    -(step cost / lower bound) and ``info["step_cost_ms"]`` is that step cost (the sum of the
+    tables' prices is ``info["summed_step_cost_ms"]``).
 
     Args:
         sampler: Draws a task at every reset without ``options={"task": ...}`` (default: the
@@ -107,6 +111,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
                                 "action": played}
         if ep.done:
             info.update(self._final(ep))
+            reward -= (info["step_cost_ms"] - ep.step_cost_ms) / ep.lower_bound
         return ep.bounded_obs(), reward, ep.done, False, info
 
     def action_masks(self) -> np.ndarray:
@@ -129,12 +134,17 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         return self.episode.lower_bound
 
     def _final(self, ep: PlacementEpisode) -> dict[str, Any]:
-        """The finished plan, its step cost and, if enabled, its evaluator report."""
+        """The finished plan, its step cost and, if enabled, its evaluator report (always run
+        for a model that prices devices' table sets: it gives the step cost)."""
         plan = ep.plan(self.sharder_name)
         step = ep.step_cost_ms
-        info: dict[str, Any] = {"plan": plan, "step_cost_ms": step,
-                                "lower_bound_ms": ep.lower_bound,
-                                "cost_ratio": step / ep.lower_bound}
-        if self.report:
+        info: dict[str, Any] = {"plan": plan}
+        sets = prices_device_sets(self.cost_model)
+        if self.report or sets:
             info["report"] = evaluate(plan, ep.task, self.cost_model)
+        if sets:
+            info["summed_step_cost_ms"] = step
+            step = info["report"].step_cost_ms
+        info.update({"step_cost_ms": step, "lower_bound_ms": ep.lower_bound,
+                     "cost_ratio": step / ep.lower_bound})
         return info

@@ -168,3 +168,21 @@ def test_bad_split_plan_exits_2_and_writes_nothing(tmp_path: Path, tables_file: 
     code, _, err = run([*args, "-o", str(out)] if command == "export" else args, capsys)
     assert code == 2 and "placements[0].shards[1].cols" in err and "[8, 8]" in err
     assert not out.exists()
+
+
+def test_split_plan_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tables = tmp_path / "tables.yaml"
+    save_tables(tables, (*TABLES, Table("huge", rows=2_000_000, dim=128, pooling_factor=100.0,
+                                          zipf_alpha=1.05)))
+    plan = tmp_path / "plan.json"
+    args = ["-t", str(tables), "-H", "8xH100-80GB", "--devices", "4", "--hbm-gb", "0.5"]
+    code, _, _ = run(["plan", *args, "-s", "split_lookup_greedy", "-o", str(plan)], capsys)
+    assert code == 0
+    doc = json.loads(plan.read_text())
+    assert doc["schema_version"] == 2
+    huge = next(p for p in doc["placements"] if p["table"] == "huge")
+    assert huge["sharding"] in ("row_wise", "column_wise") and len(huge["shards"]) > 1
+    code, out, _ = run(["evaluate", str(plan), *args, "--json"], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["step_cost_ms"] >= report["lower_bound_ms"] > 0
+    assert sum(d["tables"] for d in report["per_device"]) == 3 + len(huge["shards"])

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from autoshard.analytical import AnalyticalCostModel
+from autoshard.bounds import lower_bound_ms
 from autoshard.errors import InputError
 from autoshard.evaluator import evaluate
 from autoshard.sharders import get_sharder, sharder_info
@@ -15,6 +17,9 @@ from autoshard.sharders import ppo as ppo_module
 from autoshard.sharders.ppo import DEFAULT_POLICY, PPOSharder
 from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.sharders.ppo_policy import PlacementNet, save_policy
+from autoshard.shards import check_layout
+from autoshard.tables import Table
+from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 from training.evaluation import GREEDY, eval_tasks
 
@@ -43,11 +48,11 @@ def test_unavailable_explains_a_missing_policy(tmp_path: Path,
 def test_plans_are_valid_deterministic_and_one_batched_call_per_table(untrained: Path,
                                                                       samples: int) -> None:
     task = constrained_task(dlrm_tables(30, seed=4), 3, hbm_fraction=0.4)
-    sharder = PPOSharder(policy=untrained, samples=samples, candidates=False)
+    sharder = PPOSharder(policy=untrained, samples=samples, candidates=False, split=False)
     first = sharder.shard(task, MODEL)
     report = evaluate(first, task, MODEL)  # raises if invalid or over capacity
     assert report.sharder == "ppo" and report.cost_ratio >= 1.0
-    assert PPOSharder(policy=untrained, samples=samples, candidates=False).shard(
+    assert PPOSharder(policy=untrained, samples=samples, candidates=False, split=False).shard(
         task, MODEL) == first
     calls: list[int] = []
     net = sharder._net
@@ -105,3 +110,59 @@ def test_the_sharder_and_its_policy_import_no_environment_or_training_code() -> 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def _dominated_task() -> ShardingTask:
+    """Ten small tables and one whose lookups dwarf the rest, on 4 devices."""
+    tables = (*dlrm_tables(10, seed=3),
+              Table("huge", rows=2_000_000, dim=128, pooling_factor=100.0, zipf_alpha=1.05))
+    return constrained_task(tables, 4, hbm_fraction=0.3)
+
+
+def _whole_table_floor(task: ShardingTask) -> float:
+    """No table-wise plan is cheaper: 'huge' alone on a device, as many of its rows in HBM as the
+    device's whole HBM holds (its cheapest price on any device)."""
+    t = task.index["huge"]
+    devices = np.arange(task.num_devices)
+    per_row = task.table_arrays.memory_bytes_per_row[t]
+    rows = np.minimum(task.tables[t].rows, task.device_arrays.hbm_capacity // per_row)
+    return float(MODEL.price(task, np.full(task.num_devices, t), devices, rows).total_ms.min())
+
+
+@pytest.mark.skipif(PPOSharder.unavailable() is not None,
+                    reason=f"no committed policy at {DEFAULT_POLICY}")
+def test_policy_alone_splits_a_dominant_table_and_beats_every_whole_table_plan() -> None:
+    task = _dominated_task()
+    floor = _whole_table_floor(task)
+    whole = PPOSharder(samples=0, candidates=False, split=False).shard(task, MODEL)
+    assert not whole.is_split
+    assert evaluate(whole, task, MODEL).step_cost_ms >= floor * (1 - 1e-9)
+    alone = PPOSharder(samples=0, candidates=False)
+    plan = alone.shard(task, MODEL)
+    check_layout(plan, task)  # shards within their tables, every device within capacity
+    assert [p.table for p in plan.placements if p.is_split] == ["huge"]
+    assert alone.last_choice is not None and alone.last_choice.winner == "ppo-split-greedy"
+    assert set(alone.last_choice.costs) == {"ppo-greedy", "ppo-split-greedy"}
+    cost = evaluate(plan, task, MODEL).step_cost_ms
+    assert cost == pytest.approx(alone.last_choice.costs["ppo-split-greedy"], rel=1e-9)
+    assert cost < 0.5 * floor  # the whole-table plans: at least 16.1 ms; split: 4.5 ms
+    assert cost >= lower_bound_ms(task, MODEL)
+
+
+def test_split_decodes_are_valid_candidates_and_skipped_on_large_tasks(
+        untrained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    task = _dominated_task()
+    best = PPOSharder(policy=untrained, samples=2)
+    plan = best.shard(task, MODEL)
+    choice = best.last_choice
+    assert choice is not None
+    assert {"ppo-split-greedy", "ppo-split-sample-0", "ppo-split-sample-1",
+            "split_lookup_greedy"} <= set(choice.costs)
+    assert evaluate(plan, task, MODEL).step_cost_ms == pytest.approx(
+        min(choice.costs.values()), rel=1e-9)
+    for name in ("ppo-split-greedy", "ppo-split-sample-1"):  # each split decode is a valid plan
+        assert choice.costs[name] >= lower_bound_ms(task, MODEL)
+    monkeypatch.setattr(ppo_module, "SMALL_TASK", task.num_tables * task.num_devices - 1)
+    best.shard(task, MODEL)
+    assert best.last_choice is not None
+    assert not any(n.startswith("ppo-split") for n in best.last_choice.costs)

@@ -17,7 +17,9 @@ from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.export_torchrec import SHARDING_TYPES, torchrec_unavailable
 from autoshard.sharders import get_sharder, sharder_info
-from autoshard.sharders.torchrec_planner import TorchRecSharder
+from autoshard.sharders.torchrec_planner import TorchRecSharder, offered_sharding_types
+from autoshard.splitting import dominant_tables
+from autoshard.suites import get_suite
 from autoshard.tables import save_tables
 from autoshard.torchrec_estimate import estimate_plan
 from autoshard.workloads import constrained_task, dlrm_tables
@@ -155,3 +157,50 @@ def test_our_mirror_of_torchrecs_hbm_count_is_exact(mode: str) -> None:
         for before, after in zip(shardings, fitted, strict=True):
             assert after.hbm_rows <= before.hbm_rows
             assert (after.hbm_rows < before.hbm_rows) == (after.table in changed)
+
+
+@needs_torchrec
+def test_large_task_offers_splits_to_dominant_tables_only() -> None:
+    # Above the full-strength size, only tables dearer than the per-device mean may be split:
+    # the options TorchRec enumerates stay bounded, and those tables still get split.
+    task = constrained_task(dlrm_tables(16, seed=2), 8, hbm_fraction=0.3)
+    heavy = dominant_tables(task, MODEL)
+    assert 0 < heavy.sum() < task.num_tables
+    heavy_names = {t.name for t, h in zip(task.tables, heavy, strict=True) if h}
+    full = TorchRecSharder().search_space(task, MODEL)  # 128 cells: every table, every type
+    bounded_sharder = TorchRecSharder(full_strength_cells=0)
+    bounded = bounded_sharder.search_space(task, MODEL)
+    kernels = 3
+    assert len({o.name for o in full if o.sharding_type != "table_wise"}) == task.num_tables
+    assert {o.name for o in bounded if o.sharding_type != "table_wise"} == heavy_names
+    assert len(bounded) <= kernels * (task.num_tables + (len(SHARDING_TYPES) - 1) * heavy.sum())
+    assert sum(len(o.shards) for o in bounded) < sum(len(o.shards) for o in full)
+    plan = bounded_sharder.shard(task, MODEL)
+    split = {p.table for p in plan.placements if p.is_split}
+    assert split and split <= heavy_names
+
+
+def test_the_856x128_suite_offers_splits_to_its_few_dominant_tables() -> None:
+    task = get_suite("constrained-856x128")[0].build()
+    offered = offered_sharding_types(task, MODEL)
+    split = [name for name, types in offered.items() if types != ["table_wise"]]
+    assert 0 < len(split) <= task.num_tables // 50
+    assert all(offered[name] == list(SHARDING_TYPES) for name in split)
+    small = get_suite("dcnv2-16")[0].build()
+    assert all(v == list(SHARDING_TYPES) for v in offered_sharding_types(small, MODEL).values())
+
+
+def test_a_rank_whose_fixed_buffers_alone_exceed_its_hbm_is_not_exportable() -> None:
+    import numpy as np
+
+    from autoshard.export_torchrec import table_shardings
+    from autoshard.plan import Plan
+    from autoshard.torchrec_memory import fit_shardings
+
+    # Every table on rank 0, wholly in host memory: only TorchRec's I/O buffers stay in HBM.
+    task = constrained_task(dlrm_tables(12, seed=1), 2, hbm_fraction=0.002)
+    zeros = np.zeros(task.num_tables, dtype=np.int64)
+    plan = Plan.from_arrays(task, zeros, zeros, "test")
+    with pytest.raises(PlannerError, match=r"not exportable to TorchRec: rank 0 holds 12 shards "
+                                           r"whose fixed I/O buffers alone take"):
+        fit_shardings(table_shardings(plan, task), task)

@@ -234,18 +234,21 @@ def compare_cmd(
 def calibrate_cmd(
     model_dir: Annotated[Path, typer.Argument(help="LightGBM model directory to calibrate.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="New model directory.")],
-    budget_s: Annotated[float, typer.Option(help="Seconds of measuring at most.")] = 85.0,
-    size: Annotated[int, typer.Option(help="Configurations in the sample at most.")] = 400,
+    budget_s: Annotated[float | None, typer.Option(
+        help="Seconds of measuring at most [default: 90, about two minutes with the fit].")
+    ] = None,
+    size: Annotated[int, typer.Option(help="Configurations in the sample at most.")] = 1200,
     grid: Annotated[str, typer.Option(help="Grid the sample is drawn from.")] = "default",
     seed: Annotated[int, typer.Option(help="Sample seed.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Measure a stratified sample of the model's grid on this machine and write a model
-    corrected to it (per-operator scale + small residual model); resumes its sample."""
+    corrected to it (per-operator scale + small residual correction); resumes its sample."""
     import torch
 
-    from cost_models.calibrate import calibrate
+    from cost_models.calibrate import BUDGET_S, calibrate
 
+    budget_s = BUDGET_S if budget_s is None else budget_s
     if not budget_s > 0 or size < 10:
         raise InputError("need budget_s > 0 and size >= 10", field="budget_s/size",
                          value=[budget_s, size])

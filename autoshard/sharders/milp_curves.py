@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.bounds import DeviceKinds, device_kinds
+from autoshard.bounds import DeviceKinds, device_kinds, price_total
 from autoshard.cost import CostModel
 from autoshard.task import ShardingTask
 
@@ -104,9 +104,12 @@ class CostCurves:
                          draft.cost(tt, kk, self.max_memory), error_tk, count_tk)
 
 
-def cost_curves(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds) -> CostCurves:
+def cost_curves(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds,
+                deadline: float | None = None) -> CostCurves:
     """Prices every table's bend points on every device kind and keeps each curve's lower hull
-    (vectorised over all curves: one pricing call, one hull sweep)."""
+    (vectorised over all curves: pricing in a few large chunks, one hull sweep). Past
+    ``deadline`` (a ``time.perf_counter`` instant) between chunks:
+    :class:`autoshard.bounds.DeadlineReached`."""
     a = task.table_arrays
     cap = task.device_arrays.hbm_capacity[kinds.representative]
     cap_rows = np.minimum(a.rows[:, None], np.floor(cap[None, :] / a.memory_bytes_per_row[:, None]))
@@ -121,16 +124,43 @@ def cost_curves(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds) -
     t_of = np.repeat(np.arange(n_t), n_k)
     k_of = np.tile(np.arange(n_k), n_t)
     rr, cc = np.nonzero(first)
-    price = cost_model.price(task, t_of[rr], kinds.representative[k_of[rr]], pts[rr, cc]).total_ms
+    price = price_total(task, cost_model, t_of[rr], kinds.representative[k_of[rr]], pts[rr, cc],
+                        deadline)
     cost = np.zeros(pts.shape)
     cost[rr, cc] = price
     # Repeated points take their first copy's price (forward fill along each curve).
     source = np.maximum.accumulate(np.where(first, np.arange(n_p)[None, :], 0), axis=1)
     cost = np.take_along_axis(cost, source, axis=1)
     memory = pts * a.memory_bytes_per_row[t_of][:, None] / UNIT_BYTES
-    hulls = _lower_hulls(memory, cost)
+    hulls = _convex_hulls(memory, cost, first)
     max_memory = cap_rows * a.memory_bytes_per_row[:, None] / UNIT_BYTES
     return CostCurves(tuple(hulls), max_memory, kinds.count)
+
+
+def _convex_hulls(x: np.ndarray, y: np.ndarray, first: np.ndarray
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Lower hulls of each row's points ([N, P], sorted by x; ``first`` marks each distinct
+    point's first copy). A row whose slopes between distinct points strictly increase is its own
+    hull (the usual case: a concave access curve makes cost convex in HBM bytes); the monotone
+    chain runs only on the others."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step = np.where(first[:, 1:], (y[:, 1:] - y[:, :-1]) / (x[:, 1:] - x[:, :-1]), np.nan)
+    # Each slope against the one before it (forward-filled over repeated points).
+    cols = np.arange(step.shape[1])
+    last = np.maximum.accumulate(np.where(first[:, 1:], cols[None, :], -1), axis=1)
+    prev = np.full(step.shape, -1)
+    prev[:, 1:] = last[:, :-1]
+    rows = np.arange(step.shape[0])[:, None]
+    before = np.where(prev >= 0, step[rows, np.maximum(prev, 0)], -np.inf)
+    convex = np.all(~first[:, 1:] | (step > before), axis=1)
+    hulls: list[tuple[np.ndarray, np.ndarray]] = [(x[r, first[r]], y[r, first[r]])
+                                                   if convex[r] else (x[r, :0], y[r, :0])
+                                                   for r in range(x.shape[0])]
+    other = np.flatnonzero(~convex)
+    if other.size:
+        for r, hull in zip(other, _lower_hulls(x[other], y[other]), strict=True):
+            hulls[r] = hull
+    return hulls
 
 
 def _lower_hulls(x: np.ndarray, y: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -12,12 +12,21 @@ host capacities. One solve:
 2. warm starts: the greedy family and a packing of the LP's splits, each with its splits
    re-optimised for its devices by an LP; the cheapest is kept, and nothing worse is returned;
 3. a large-neighbourhood search: the MILP re-solved on the most loaded device and a lighter one
-   at a time, while it improves (any size, 856 tables on 128 devices included);
+   at a time, while it improves (on tasks too large for step 4: by more than ``stall`` per half
+   of its run), at any size, 856 tables on 128 devices included;
 4. for tasks of up to ``max_pairs`` (table, device) pairs whose gap is still above
    ``mip_rel_gap``, the whole MILP (symmetry of identical devices broken by fixing variables),
    warm-started from the search, whose dual bound tightens the LP's.
 
 The gap reported is (cost - bound) / cost with the best valid bound found.
+
+Every phase keeps the time limit: the first warm start (``lookup_greedy``) is built before
+anything else; pricing (the relaxation behind the split choice, the cost curves, the table-wise
+spread bound) runs in chunks against a deadline that is a share of the limit
+(:data:`SPLIT_SETUP_SHARE`, :data:`CURVES_SHARE`, :data:`BOUND_SHARE`); an LP over every table
+starts only if the time left covers its set-up (:data:`LP_LINES_PER_SECOND`). When the curves are
+not priced in time the first warm start is returned, and when the split choice is not made in
+time tables stay whole; the status says so (:data:`DEADLINE_STATUS`, :data:`NO_SPLIT_STATUS`).
 
 With ``split`` (the default) tables may be split: the tables whose cost alone exceeds a share of
 the per-device mean of the least work are split column-wise or row-wise
@@ -29,13 +38,14 @@ valid for every plan, split or not (the table-wise bounds above are not).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 
-from autoshard.bounds import lower_bound_ms, relax
+from autoshard.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.plan import Plan
@@ -59,21 +69,46 @@ from autoshard.sharders.milp_plans import (
     to_memory,
     to_rows,
 )
-from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
+from autoshard.shards import ShardGeometry, ShardLayout, pricing_task, whole_tables
 from autoshard.splitting import split_heavy_tables
 from autoshard.task import ShardingTask
 
 #: Shares of the spread-work bound above which tables are split, tried in turn (the cheapest
 #: plan is kept): first only the tables that alone exceed the per-device mean, then finer.
-SPLIT_TARGETS = (1.0, 0.5, 0.25)
+SPLIT_TARGETS = (1.0, 0.5)
 
 #: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
 #: :data:`LARGE_TASK_LINES` evenly spaced ones (a weaker but still valid relaxation).
 FULL_LINES_LIMIT = 200_000
 LARGE_TASK_LINES = 32
 
-#: Greedy sharders tried as warm starts (the best feasible one is kept).
+#: Greedy sharders tried as warm starts (the best feasible one is kept); the first is built
+#: before anything else and returned when the deadline comes before any better plan.
 WARM_STARTS = ("lookup_greedy", "size_lookup_greedy", "size_greedy", "dim_greedy")
+
+#: Shares of the time limit (of one placement solve's budget for the last two) by which the
+#: setup phases must finish: the split choice (the spread-work relaxation and the pricing of
+#: candidate splits; past it, tables stay whole), the pricing of the MILP's cost curves (past
+#: it, the first warm start is returned) and the table-wise spread bound (past it, skipped).
+SPLIT_SETUP_SHARE = 0.3
+CURVES_SHARE = 0.6
+BOUND_SHARE = 0.3
+#: The aggregated LP starts only with this share of a placement solve's budget left; a warm
+#: start's row splits are re-optimised only with this share of the time limit left.
+LP_SHARE = 0.5
+POLISH_SHARE = 0.1
+#: Cost lines per second that building and presolving an LP over every table gets through (a
+#: conservative figure from a 2-core Xeon; HiGHS's time limit leaves that work out): such an
+#: LP starts only when the time left covers it too.
+LP_LINES_PER_SECOND = 100_000
+
+#: Seconds the search runs before it may stop for lack of progress (``stall``).
+MIN_SEARCH_S = 1.0
+
+#: Status reported when the deadline came before the MILP's curves were priced.
+DEADLINE_STATUS = f"deadline: {WARM_STARTS[0]} plan, cost curves not priced in time"
+#: Status suffix when there was no time to choose splits.
+NO_SPLIT_STATUS = "deadline: splits not chosen in time, tables whole"
 
 
 @dataclass(frozen=True)
@@ -118,6 +153,11 @@ class RecShard:
         seed: Seed of the search's choice of devices.
         split: Also split tables (row-wise or column-wise) whose cost exceeds a share of the
             per-device mean of the least work (:data:`SPLIT_TARGETS`); False: every table whole.
+        stall: On tasks too large for the whole MILP, the search stops once the second half of
+            its time lowered the step cost by less than this share of it (default 0.5%:
+            splitting, whose search would otherwise run to the limit with the split bound's gap
+            open, then plans within a small multiple of a table-wise solve's time); 0: it runs
+            while it improves at all.
     """
 
     name: ClassVar[str] = "recshard"
@@ -125,8 +165,9 @@ class RecShard:
 
     def __init__(self, time_limit: float = 60.0, mip_rel_gap: float = 5e-3,
                  max_lines: int | None = None, max_pairs: int = 2400, group_devices: int = 2,
-                 seed: int = 0, split: bool = True) -> None:
+                 seed: int = 0, split: bool = True, stall: float = 5e-3) -> None:
         self.split = split
+        self.stall = stall
         self.time_limit = time_limit
         self.mip_rel_gap = mip_rel_gap
         self.max_lines = max_lines
@@ -161,26 +202,52 @@ class RecShard:
             return self._result(Plan.from_arrays(task, found.device, found.rows, self.name),
                                 found, found.bound, start)
         # Valid for every plan, split tables included (the table-wise bounds are not).
-        relaxed = relax(task, cost_model)
-        bound = float(relaxed.cost_ms.sum()) / task.num_devices
-        choices: list[ShardGeometry] = []
-        for share in SPLIT_TARGETS:
-            g = split_heavy_tables(task, cost_model, share * bound, relaxed=relaxed).geometry
-            if not any(_same(g, h) for h in choices):
-                choices.append(g)
+        choices: list[ShardGeometry] = [whole_tables(task)]
+        try:
+            relaxed = relax(task, cost_model, deadline=start + SPLIT_SETUP_SHARE * self.time_limit)
+            bound = float(relaxed.cost_ms.sum()) / task.num_devices
+            choices = self._split_choices(task, cost_model, relaxed, bound,
+                                          start + SPLIT_SETUP_SHARE * self.time_limit)
+        except DeadlineReached:  # no time to choose splits: tables whole, no bound proven
+            found = self._solve_tables(task, cost_model, deadline)
+            found = replace(found, status=f"{found.status}; {NO_SPLIT_STATUS}")
+            return self._result(Plan.from_arrays(task, found.device, found.rows, self.name),
+                                found, 0.0, start)
         best: tuple[Plan, _Found] | None = None
+        first = self.time_limit
         for i, g in enumerate(choices):
-            if best is not None and (_left(deadline) < 0.25 * self.time_limit
+            if best is not None and (_left(deadline) < 0.1 * self.time_limit
                                      or best[1].cost - bound <= self.mip_rel_gap * best[1].cost):
                 break
             more = i < len(choices) - 1
-            stop = time.perf_counter() + _left(deadline) * (0.6 if more else 1.0)
+            began = time.perf_counter()
+            # A finer split gets no more time than the first solve took (at least a tenth of
+            # the limit), so that splitting costs a bounded multiple of a table-wise solve.
+            stop = began + min(_left(deadline) * (0.6 if more else 1.0), first)
             found = self._solve_tables(pricing_task(task, g), cost_model, stop)
+            if i == 0:
+                first = max(time.perf_counter() - began, 0.1 * self.time_limit)
             if best is None or found.cost < best[1].cost:
                 plan = ShardLayout(g, found.device, found.rows).to_plan(task, self.name)
                 best = (plan, found)
         assert best is not None
         return self._result(best[0], best[1], bound, start)
+
+    @staticmethod
+    def _split_choices(task: ShardingTask, cost_model: CostModel, relaxed: Relaxation,
+                       bound: float, deadline: float) -> list[ShardGeometry]:
+        """The distinct split choices of :data:`SPLIT_TARGETS` (tables whole when none is
+        chosen in time: :class:`DeadlineReached` past ``deadline``)."""
+        choices: list[ShardGeometry] = []
+        for share in SPLIT_TARGETS:
+            if time.perf_counter() >= deadline:
+                if choices:
+                    break
+                raise DeadlineReached("split choice")
+            g = split_heavy_tables(task, cost_model, share * bound, relaxed=relaxed).geometry
+            if not any(_same(g, h) for h in choices):
+                choices.append(g)
+        return choices
 
     def _result(self, plan: Plan, found: _Found, bound: float, start: float) -> RecShardResult:
         cost = found.cost
@@ -195,14 +262,28 @@ class RecShard:
         start = time.perf_counter()
         budget = max(deadline - start, 0.01)
         kinds = device_kinds(task)
-        curves = cost_curves(task, cost_model, kinds)
+        # The cheapest warm start first: the plan returned if the deadline comes before any
+        # better one exists (None when it cannot place the task; then no phase is cut short).
+        fallback = _cheap_start(task, cost_model)
+        cut = None if fallback is None else start + CURVES_SHARE * budget
+        try:
+            curves = cost_curves(task, cost_model, kinds, deadline=cut)
+        except DeadlineReached:
+            assert fallback is not None
+            cost = step_cost(task, cost_model, *fallback[1:])
+            return _Found(*fallback[1:], cost, 0.0, "warm", DEADLINE_STATUS, fallback[0], cost)
         full = curves.lines()
         if int(full.count.sum()) > FULL_LINES_LIMIT:  # keep the LPs small enough to stop in time
             full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
-        relaxed = milp_model.solve(aggregated(task, kinds), full,
-                                   time_limit=min(_left(deadline), 0.3 * budget))
-        bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full),
-                    lower_bound_ms(task, cost_model, whole_tables=True))
+        # HiGHS's limit leaves out building the model: started only with half the budget left.
+        relaxed = milp_model.Solution(None, None, np.inf, np.inf, "skipped", 0.0)
+        if _left(deadline) > LP_SHARE * budget + _lp_seconds(full):
+            relaxed = milp_model.solve(aggregated(task, kinds), full,
+                                       time_limit=min(0.5 * _left(deadline), 0.3 * budget))
+        bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full))
+        with contextlib.suppress(DeadlineReached):  # the spread bound too, while time allows
+            bound = max(bound, lower_bound_ms(task, cost_model, whole_tables=True,
+                                              deadline=start + BOUND_SHARE * budget))
         focus = None
         if relaxed.memory is not None:
             focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
@@ -213,9 +294,11 @@ class RecShard:
                              deadline=start + 0.2 * budget)
         search_end = start + budget * (0.5 if whole else 1.0)
         ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound)
-        name, device, rows = self._warm_start(ctx, relaxed)
+        name, device, rows = self._warm_start(ctx, relaxed, fallback, time.perf_counter() - start)
         warm_cost = step_cost(task, cost_model, device, rows)
-        device, rows = self._search(ctx, device, rows)
+        # With the whole MILP to follow (to the deadline), stopping the search early saves
+        # nothing: it runs while it improves at all.
+        device, rows = self._search(ctx, device, rows, 0.0 if whole else self.stall)
         cost = step_cost(task, cost_model, device, rows)
         method, status = ("lns" if cost < warm_cost else "warm"), "search"
         if whole and (cost - bound) > self.mip_rel_gap * cost:
@@ -228,16 +311,19 @@ class RecShard:
                     (device, rows), cost, method = found, new_cost, "milp"
         return _Found(device, rows, cost, bound, method, status, name, warm_cost)
 
-    def _warm_start(self, ctx: _Context, relaxed: milp_model.Solution
+    def _warm_start(self, ctx: _Context, relaxed: milp_model.Solution,
+                    first: tuple[str, np.ndarray, np.ndarray] | None, first_s: float
                     ) -> tuple[str, np.ndarray, np.ndarray]:
-        """The cheapest feasible plan among the greedy family and the LP-guided packing, each
-        with its row splits re-optimised for its devices."""
+        """The cheapest feasible plan among the greedy family (``first``: the first of
+        :data:`WARM_STARTS`, already built in about ``first_s`` seconds) and the LP-guided
+        packing, each with its row splits re-optimised for its devices."""
         from autoshard.sharders import get_sharder
 
         task, model = ctx.task, ctx.cost_model
-        starts: list[tuple[str, np.ndarray, np.ndarray]] = []
-        for name in WARM_STARTS:
-            if starts and _past(ctx.deadline):
+        starts = [] if first is None else [first]
+        for name in WARM_STARTS[1:]:
+            # Another greedy takes about as long as the first: started only if it can finish.
+            if starts and _left(ctx.deadline) < 2 * first_s:
                 break
             try:
                 starts.append((name, *get_sharder(name).shard(task, model).arrays(task)))
@@ -255,7 +341,7 @@ class RecShard:
         everything, devices = np.arange(task.num_tables), np.arange(task.num_devices)
         for name, device, rows in starts:
             scored.append((step_cost(task, model, device, rows), name, device, rows))
-            if _past(ctx.deadline):
+            if _left(ctx.deadline) < POLISH_SHARE * self.time_limit + _lp_seconds(ctx.full):
                 continue
             better = polish(task, ctx.kinds, ctx.full, everything, devices, device,
                             min(_left(ctx.deadline), 10.0))
@@ -283,9 +369,10 @@ class RecShard:
             new_rows = better
         return sol.status, (sol.device, new_rows), sol.bound
 
-    def _search(self, ctx: _Context, device: np.ndarray, rows: np.ndarray
+    def _search(self, ctx: _Context, device: np.ndarray, rows: np.ndarray, stall: float
                 ) -> tuple[np.ndarray, np.ndarray]:
-        """Large-neighbourhood search: re-solve the most loaded device with a few others."""
+        """Large-neighbourhood search: re-solve the most loaded device with a few others (until
+        it stalls: :func:`_stalled`)."""
         task = ctx.task
         rng = np.random.default_rng(self.seed)
         device, rows = device.copy(), rows.copy()
@@ -294,8 +381,11 @@ class RecShard:
         if group < 2:
             return device, rows
         stale, patience = 0, max(3 * task.num_devices // group, 6)
+        history = [(time.perf_counter(), float(loads.max()))]
         while _left(ctx.deadline) > 0.2 and stale < patience:
             if loads.max() - ctx.bound <= self.mip_rel_gap * loads.max():
+                break
+            if _stalled(history, stall):
                 break
             order = np.argsort(loads)
             worst = int(order[-1])
@@ -307,6 +397,7 @@ class RecShard:
                 partners = rng.choice(pool, size=group - 1, replace=False)
             devs = np.unique(np.append(partners, worst))
             stale = 0 if self._improve(ctx, devs, device, rows, loads) else stale + 1
+            history.append((time.perf_counter(), float(loads.max())))
         return device, rows
 
     def _improve(self, ctx: _Context, devs: np.ndarray, device: np.ndarray, rows: np.ndarray,
@@ -354,6 +445,18 @@ class _Found:
     warm_cost: float
 
 
+def _cheap_start(task: ShardingTask, cost_model: CostModel
+                 ) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """The first of :data:`WARM_STARTS`' plan (name, devices, HBM rows), None if it fails."""
+    from autoshard.sharders import get_sharder
+
+    name = WARM_STARTS[0]
+    try:
+        return (name, *get_sharder(name).shard(task, cost_model).arrays(task))
+    except PlannerError:
+        return None
+
+
 def _same(a: ShardGeometry, b: ShardGeometry) -> bool:
     return a.num_shards == b.num_shards and all(
         bool((getattr(a, f) == getattr(b, f)).all()) for f in ("table", "kind", "parts"))
@@ -370,6 +473,22 @@ class _Context:
     full: CostLines
     deadline: float
     bound: float
+
+
+def _stalled(history: list[tuple[float, float]], stall: float) -> bool:
+    """True once the search has run :data:`MIN_SEARCH_S` and its last half lowered the step cost
+    by less than ``stall`` of it (``history``: (instant, step cost) after each step)."""
+    begun, now = history[0][0], time.perf_counter()
+    if stall <= 0 or now - begun < MIN_SEARCH_S:
+        return False
+    halfway = begun + (now - begun) / 2
+    before = next(cost for at, cost in reversed(history) if at <= halfway)
+    return before - history[-1][1] < stall * history[-1][1]
+
+
+def _lp_seconds(lines: CostLines) -> float:
+    """Seconds to set up an LP over every table's ``lines`` (:data:`LP_LINES_PER_SECOND`)."""
+    return float(lines.count.sum()) / LP_LINES_PER_SECOND
 
 
 def _past(deadline: float) -> bool:

@@ -8,7 +8,11 @@ strength: every sharding type our plans can hold (``table_wise``, ``row_wise``,
 (``EmbeddingOffloadScaleupProposer``, given our access curves as cache statistics) and its own
 storage estimate of every shard. The cache search starts from a load factor whose caches fit
 the cluster's HBM (TorchRec's default 0.2 when that fits), so that big tables get an HBM cache
-instead of falling back to host memory whole.
+instead of falling back to host memory whole. On large tasks (more than
+:data:`FULL_STRENGTH_CELLS` tables x devices) only the dominant tables (dearer whole than the
+per-device mean, :func:`autoshard.splitting.dominant_tables`) are offered the split types, the
+others ``table_wise``, as a user planning a large model constrains them: TorchRec enumerates a
+row-wise option as one shard per rank, so otherwise its options grow with tables x devices.
 
 Our statistics go where TorchRec takes them: lookups per sample (pooling factor x coverage) as
 pooling factors, the access curve as cache statistics, the profile's bandwidths and capacities
@@ -20,6 +24,8 @@ round(f * n) hottest rows in HBM. The same evaluator then prices it with our cos
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any, ClassVar
 
 from autoshard.cost import CostModel
@@ -36,12 +42,75 @@ from autoshard.export_torchrec import (
     torchrec_unavailable,
 )
 from autoshard.plan import Plan
+from autoshard.splitting import dominant_tables
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 
 #: Share of the cluster's HBM the starting caches may fill, leaving the partitioner room.
 _START_FILL = 0.9
 _TINY_CACHE = 1e-3  # the smallest starting load factor tried
+#: Tasks of up to this many tables x devices offer every table every sharding type; larger ones
+#: offer the split types only to dominant tables (:func:`offered_sharding_types`).
+FULL_STRENGTH_CELLS = 4096
+_TABLE_WISE = "table_wise"
+_log = logging.getLogger(__name__)
+_FIRST_START_SHARE = 0.75  # of the time limit, for the fitting cache start of two
+
+
+def offered_sharding_types(task: ShardingTask, cost_model: CostModel,
+                           sharding_types: tuple[str, ...] = SHARDING_TYPES,
+                           full_strength_cells: int = FULL_STRENGTH_CELLS
+                           ) -> dict[str, list[str]]:
+    """The sharding types TorchRec may choose per table, as a user planning a large model
+    constrains them.
+
+    Up to ``full_strength_cells`` tables x devices, every table gets every type. Above it, a
+    table gets the split types only when it is dominant (it costs more whole than the
+    per-device mean of the least work, :func:`autoshard.splitting.dominant_tables`); the others
+    get ``table_wise`` alone. TorchRec enumerates a row-wise option as one shard per rank, so
+    without this the options grow with tables x devices and the search with them.
+    """
+    types = list(sharding_types)
+    if task.num_tables * task.num_devices <= full_strength_cells or _TABLE_WISE not in types:
+        return {t.name: types for t in task.tables}
+    heavy = dominant_tables(task, cost_model)
+    return {t.name: types if heavy[i] else [_TABLE_WISE] for i, t in enumerate(task.tables)}
+
+
+class _SearchSpace:
+    """The meta-device module, topology and per-table constraints TorchRec plans over."""
+
+    def __init__(self, task: ShardingTask, offered: dict[str, list[str]],
+                 use_stats: bool) -> None:
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+        from autoshard.torchrec_estimate import declare_optimizers, torchrec_topology
+
+        self.task, self.offered, self.use_stats = task, offered, use_stats
+        self.module = meta_collection([(t.name, t.rows, t.dim, _data_type(t))
+                                       for t in task.tables])
+        if task.workload.train:
+            declare_optimizers(self.module, task.tables)
+        self.sharders = [EmbeddingBagCollectionSharder()]
+        self.topology = torchrec_topology(task)
+
+    def enumerator(self, clf: float) -> tuple[Any, dict[str, Any]]:
+        """TorchRec's enumerator at starting cache load factor ``clf``, and its constraints."""
+        from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+
+        from autoshard.torchrec_estimate import (
+            per_rank_batch,
+            torchrec_constraints,
+            torchrec_estimators,
+        )
+
+        constraints = torchrec_constraints(self.task, self.use_stats, cache_load_factor=clf,
+                                           compute_kernels=[FUSED, FUSED_UVM_CACHING, FUSED_UVM])
+        for name, c in constraints.items():
+            c.sharding_types = list(self.offered[name])
+        return EmbeddingEnumerator(
+            self.topology, per_rank_batch(self.task), constraints,
+            estimator=torchrec_estimators(self.task, self.topology, constraints)), constraints
 
 
 class TorchRecSharder:
@@ -55,6 +124,14 @@ class TorchRecSharder:
         use_stats: Pass the access curves as cache statistics (and run the cache-size search).
         sharding_types: Sharding types TorchRec may choose (default: all it has that our plans
             hold).
+        time_limit: Seconds for the whole run, enumeration included: what is left when a
+            starting point begins (three quarters of it for the fitting start of two) bounds
+            TorchRec's proposal search there (its planner's ``timeout_seconds``); a start left
+            with under a second is skipped, keeping the best plan so far, and said so in
+            ``last_notes``.
+        full_strength_cells: Tasks of more tables x devices than this offer the split sharding
+            types to dominant tables only (:func:`offered_sharding_types`), bounding the
+            options.
 
     After :meth:`shard`, ``last_sharding_plan`` holds TorchRec's own ShardingPlan,
     ``last_cache_load_factor`` the starting load factor it came from and ``last_rating_ms``
@@ -66,13 +143,18 @@ class TorchRecSharder:
                               "search, converted")
 
     def __init__(self, cache_load_factor: float | None = None, use_stats: bool = True,
-                 sharding_types: tuple[str, ...] = SHARDING_TYPES) -> None:
+                 sharding_types: tuple[str, ...] = SHARDING_TYPES,
+                 time_limit: float | None = None,
+                 full_strength_cells: int = FULL_STRENGTH_CELLS) -> None:
+        self.full_strength_cells = full_strength_cells
         self.cache_load_factor = cache_load_factor
+        self.time_limit = time_limit
         self.use_stats = use_stats
         self.sharding_types = tuple(sharding_types)
         self.last_sharding_plan: Any = None
         self.last_cache_load_factor: float | None = None
         self.last_rating_ms: float | None = None
+        self.last_notes: list[str] = []
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -82,57 +164,38 @@ class TorchRecSharder:
         reason = torchrec_unavailable(load=True)
         if reason:
             raise PlannerError("unavailable", reason)
-        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
         from torchrec.distributed.planner import EmbeddingShardingPlanner
-        from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
         from torchrec.distributed.planner.storage_reservations import (
             FixedPercentageStorageReservation,
         )
         from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
 
-        from autoshard.torchrec_estimate import (
-            declare_optimizers,
-            per_rank_batch,
-            quiet_torchrec,
-            torchrec_constraints,
-            torchrec_estimators,
-            torchrec_topology,
-        )
+        from autoshard.torchrec_estimate import per_rank_batch, quiet_torchrec
 
-        ebc = meta_collection([(t.name, t.rows, t.dim, _data_type(t)) for t in task.tables])
-        if task.workload.train:
-            declare_optimizers(ebc, task.tables)
-        sharders = [EmbeddingBagCollectionSharder()]
+        began = time.monotonic()
+        self.last_notes = []
+        space = _SearchSpace(task, self._offered(task, cost_model),
+                             self.use_stats)
         with quiet_torchrec():
-            topology = torchrec_topology(task)
-
-            def enumerator(clf: float) -> Any:
-                constraints = torchrec_constraints(
-                    task, self.use_stats, cache_load_factor=clf,
-                    sharding_types=list(self.sharding_types),
-                    compute_kernels=[FUSED, FUSED_UVM_CACHING, FUSED_UVM])
-                return EmbeddingEnumerator(
-                    topology, per_rank_batch(task), constraints,
-                    estimator=torchrec_estimators(task, topology, constraints)), constraints
-
-            starts: list[float] = []
-            if self.cache_load_factor is not None:
-                starts = [self.cache_load_factor]
-            else:
-                fit = fitting_cache_load_factor(enumerator(DEFAULT_CACHE_LOAD_FACTOR)[0], ebc,
-                                                sharders, task)
-                starts = [fit] + ([DEFAULT_CACHE_LOAD_FACTOR]
-                                  if fit < DEFAULT_CACHE_LOAD_FACTOR else [])
+            starts = ([self.cache_load_factor] if self.cache_load_factor is not None
+                      else self._starts(space, task))
             best: tuple[float, float, Any] | None = None
-            for clf in starts:
-                chosen, constraints = enumerator(clf)
+            for i, clf in enumerate(starts):
+                left = self._seconds_left(began, len(starts) - i)
+                if best is not None and left is not None and left < 1:
+                    self.last_notes.append(f"time limit reached: cache start {clf:.3g} not "
+                                           f"tried, kept the plan from {best[1]:.3g}")
+                    _log.warning("torchrec: %s", self.last_notes[-1])
+                    break
+                chosen, constraints = space.enumerator(clf)
                 try:
                     planner = EmbeddingShardingPlanner(
-                        topology=topology, batch_size=per_rank_batch(task), enumerator=chosen,
-                        constraints=constraints,
+                        topology=space.topology, batch_size=per_rank_batch(task),
+                        enumerator=chosen, constraints=constraints,
                         storage_reservation=FixedPercentageStorageReservation(0.0),
-                        proposer=self._proposers(), debug=False)
-                    plan = planner.plan(ebc, sharders)
+                        proposer=self._proposers(), debug=False,
+                        timeout_seconds=None if left is None else max(1, int(left)))
+                    plan = planner.plan(space.module, space.sharders)
                 except TorchRecPlannerError as exc:
                     if best is None and clf == starts[-1]:
                         raise PlannerError("torchrec", f"TorchRec's planner found no plan for "
@@ -145,6 +208,35 @@ class TorchRecSharder:
         assert best is not None
         self.last_rating_ms, self.last_cache_load_factor, self.last_sharding_plan = best
         return convert_plan(self.last_sharding_plan, task, self.name)
+
+    def search_space(self, task: ShardingTask, cost_model: CostModel,
+                     cache_load_factor: float = DEFAULT_CACHE_LOAD_FACTOR) -> list[Any]:
+        """TorchRec's enumerated sharding options for ``task``, as :meth:`shard` offers them."""
+        space = _SearchSpace(task, self._offered(task, cost_model),
+                             self.use_stats)
+        from autoshard.torchrec_estimate import quiet_torchrec
+
+        with quiet_torchrec():
+            return list(space.enumerator(cache_load_factor)[0].enumerate(space.module,
+                                                                         space.sharders))
+
+    def _offered(self, task: ShardingTask, cost_model: CostModel) -> dict[str, list[str]]:
+        return offered_sharding_types(task, cost_model, self.sharding_types,
+                                      self.full_strength_cells)
+
+    def _starts(self, space: _SearchSpace, task: ShardingTask) -> list[float]:
+        """The fitting cache start, and TorchRec's default when that is larger."""
+        fit = fitting_cache_load_factor(space.enumerator(DEFAULT_CACHE_LOAD_FACTOR)[0],
+                                        space.module, space.sharders, task)
+        return [fit] + ([DEFAULT_CACHE_LOAD_FACTOR] if fit < DEFAULT_CACHE_LOAD_FACTOR else [])
+
+    def _seconds_left(self, began: float, starts_left: int) -> float | None:
+        """This start's share of what is left of ``time_limit`` (``None``: no limit): the first
+        of two starts (the one whose caches fit) gets most of it."""
+        if self.time_limit is None:
+            return None
+        left = self.time_limit - (time.monotonic() - began)
+        return left if starts_left == 1 else left * _FIRST_START_SHARE
 
     def _proposers(self) -> list[Any]:
         """TorchRec's default proposers, plus its cache-size search when it has statistics."""

@@ -1,0 +1,102 @@
+"""recshard keeps its time limit in every phase, the setup before its first plan included."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from autoshard import bounds
+from autoshard.analytical import AnalyticalCostModel
+from autoshard.bounds import DeadlineReached, price_total
+from autoshard.cost import Pricing
+from autoshard.evaluator import evaluate
+from autoshard.sharders import get_sharder
+from autoshard.sharders.milp_curves import cost_curves, device_kinds
+from autoshard.sharders.recshard import DEADLINE_STATUS, NO_SPLIT_STATUS, RecShard
+from autoshard.shards import check_layout
+from autoshard.task import ShardingTask
+from autoshard.workloads import constrained_task, dlrm_tables
+
+MODEL = AnalyticalCostModel()
+
+
+class _Clock:
+    """A fake ``time.perf_counter``: real time plus what the slow cost model has charged."""
+
+    def __init__(self) -> None:
+        self.real = time.perf_counter
+        self.charged = 0.0
+
+    def __call__(self) -> float:
+        return self.real() + self.charged
+
+
+class _SlowModel:
+    """The analytical model, charging ``per_point`` fake seconds per priced point."""
+
+    name = "slow-analytical"
+
+    def __init__(self, clock: _Clock, per_point: float) -> None:
+        self.clock, self.per_point = clock, per_point
+
+    def price(self, task: ShardingTask, table_idx: np.ndarray, device_idx: np.ndarray,
+              hbm_rows: np.ndarray) -> Pricing:
+        self.clock.charged += self.per_point * np.asarray(table_idx).size
+        return MODEL.price(task, table_idx, device_idx, hbm_rows)
+
+
+def _task(tables: int) -> ShardingTask:
+    task = constrained_task(dlrm_tables(tables, seed=0), 8, hbm_fraction=0.3)
+    assert task.table_arrays.rows.size == tables  # built once, shared by every sharder
+    return task
+
+
+def test_pricing_past_its_deadline_stops_between_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    task = _task(300)
+    monkeypatch.setattr(bounds, "PRICE_CHUNK", 500)
+    with pytest.raises(DeadlineReached):
+        cost_curves(task, MODEL, device_kinds(task), deadline=time.perf_counter() - 1.0)
+    t = np.arange(task.num_tables)
+    zeros = np.zeros(t.size, dtype=np.int64)
+    rows = task.table_arrays.rows.astype(float) / 2
+    expected = MODEL.price(task, t, zeros, rows).total_ms
+    assert np.allclose(price_total(task, MODEL, t, zeros, rows, time.perf_counter() + 60),
+                       expected)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_slow_setup_returns_the_cheap_plan_by_the_deadline(
+        monkeypatch: pytest.MonkeyPatch, split: bool) -> None:
+    """Pricing charged so dear that the setup cannot finish in the limit: the first warm start
+    comes back, in time (fake clock: deterministic), with the deadline in its status."""
+    clock = _Clock()
+    monkeypatch.setattr(bounds, "PRICE_CHUNK", 2000)
+    task = _task(400)
+    greedy = get_sharder("lookup_greedy").shard(task, MODEL)
+    per_point = 1e-3  # one pricing chunk: 2 fake seconds; the whole curves: far past the limit
+    monkeypatch.setattr(time, "perf_counter", clock)
+    start = clock()
+    result = RecShard(time_limit=5.0, split=split).solve(task, _SlowModel(clock, per_point))
+    elapsed = clock() - start
+    monkeypatch.undo()
+    assert elapsed <= 5.0 + 2000 * per_point + 1.0  # at most one chunk past the limit
+    assert DEADLINE_STATUS in result.status
+    assert (NO_SPLIT_STATUS in result.status) == split
+    greedy_cost = evaluate(greedy, task, MODEL).step_cost_ms
+    assert result.step_cost_ms == pytest.approx(greedy_cost, rel=1e-9)
+    check_layout(result.plan, task)
+
+
+def test_returns_within_the_limit_on_a_large_task() -> None:
+    """CPU time on 10,000 tables x 64 devices with a 2 s limit (the old setup alone ran past
+    it several times over); the margin allows for the cheap first plan and slow machines.
+    Process CPU time, not wall time: on a loaded machine the wall clock also counts other
+    processes' turns, while the phases the deadline does not cut stay the same work."""
+    task = constrained_task(dlrm_tables(10_000, seed=0), 64, hbm_fraction=0.3)
+    assert task.table_arrays.rows.size == 10_000  # the task's own arrays, built beforehand
+    start = time.process_time()
+    result = RecShard(time_limit=2.0).solve(task, MODEL)
+    assert time.process_time() - start <= 2.0 + 1.5
+    check_layout(result.plan, task)
