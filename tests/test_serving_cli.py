@@ -124,3 +124,17 @@ def test_profiles_round_trip_as_yaml(tmp_path: Path, capsys: pytest.CaptureFixtu
                                  "1000", "--json"], capsys)
     assert code == 0, err
     assert json.loads(stdout)["servers"] == 2  # 90 GB on 64 GB servers
+
+
+def test_sharders_lists_the_serving_strategies_as_the_serve_mode(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from autoshard.serving.registry import strategy_names
+
+    code, out, err = run_cli(["sharders", "--mode", "serve"], capsys)
+    assert code == 0, err
+    assert all(name in out for name in strategy_names())
+    assert "recshard" not in out
+    code, out, _ = run_cli(["sharders"], capsys)
+    assert code == 0 and "recshard" in out and "feature_group" not in out
+    code, _, err = run_cli(["sharders", "--mode", "servr"], capsys)
+    assert code == 2 and "--mode" in err and "servr" in err

@@ -206,12 +206,26 @@ def hardware_show(
 
 
 @app.command()
-def sharders() -> None:
-    """List the registered sharders and whether each can run here."""
-    table = RichTable(title="sharders")
+def sharders(
+    mode: Annotated[str, typer.Option(
+        help="train / infer: sharders of GPU training and inference clusters; serve: the "
+        "table-to-server mapping strategies of `autoshard serve`.")] = "train",
+) -> None:
+    """List the registered sharders of a mode and whether each can run here."""
+    if mode not in ("train", "infer", "serve"):
+        raise InputError("must be train, infer or serve", source="command line", field="--mode",
+                         value=mode)
+    table = RichTable(title=f"sharders ({mode})")
     table.add_column("name")
     table.add_column("status")
     table.add_column("summary")
+    if mode == "serve":
+        from autoshard.serving.registry import strategy_summaries
+
+        for name, summary in strategy_summaries().items():
+            table.add_row(name, "[green]available[/]", summary)
+        console.print(table)
+        return
     for info in list_sharders():
         status = "[green]available[/]" if info.unavailable is None else (
             f"[yellow]unavailable[/]: {info.unavailable}")

@@ -37,6 +37,16 @@ def strategy_names() -> list[str]:
     return list(_ENTRIES)
 
 
+def strategy_summaries() -> dict[str, str]:
+    """Name -> one-line summary of every registered strategy (``autoshard sharders --mode
+    serve``)."""
+    out = {}
+    for name, entry in _ENTRIES.items():
+        module, _, attr = entry.partition(":")
+        out[name] = str(getattr(importlib.import_module(module), attr).summary)
+    return out
+
+
 def get_strategy(name: str, **options: Any) -> Strategy:
     """A strategy by registry name.
 
