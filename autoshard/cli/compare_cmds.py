@@ -69,7 +69,7 @@ def compare(
     def show(row: CompareRow) -> None:
         ratio = "" if row.status != "ok" else f"cost/bound {row.cost_ratio:.3f}"
         console.print(f"  {row.task:<18} {row.sharder:<20} {row.status:<8} {ratio} "
-                      f"{row.reason[:80]}")
+                      f"{row.reason[:80]}", markup=False, highlight=False)
 
     start = time.perf_counter()
     console.print(f"suite {suite}: {len(specs)} task(s) x {len(names)} sharder(s)")

@@ -161,4 +161,4 @@ def _show(rows: list[CompareRow], repriced: dict[str, CostReport]) -> None:
         table.add_row(*cells)
     console.print(table)
     for note in notes:
-        console.print(note)
+        console.print(note, markup=False, highlight=False)
