@@ -107,10 +107,9 @@ def _clock(device: str) -> Callable[[Callable[[], Any]], tuple[Any, float]]:
     return cpu_clock
 
 
-def measure(cfg: BenchConfig, device: str = "cpu", timing: Timing = Timing()) -> dict[str, Any]:
-    """Times one configuration; returns its CSV fields (without the environment columns)."""
-    lk = make_lookups(cfg)
-    op = build_operator(cfg, lk, device)
+def time_passes(op: Any, device: str, timing: Timing) -> tuple[list[float], list[float]]:
+    """Forward and backward times (ms) of ``op`` (``forward()``, ``backward(out)``): warm-up,
+    then repeats until ``timing``'s minimum count and budget are met (at most its maximum)."""
     clock = _clock(device)
     for _ in range(timing.warmup):
         op.backward(op.forward())
@@ -124,6 +123,14 @@ def measure(cfg: BenchConfig, device: str = "cpu", timing: Timing = Timing()) ->
         fwd.append(f_ms)
         bwd.append(b_ms)
         spent += f_ms + b_ms
+    return fwd, bwd
+
+
+def measure(cfg: BenchConfig, device: str = "cpu", timing: Timing = Timing()) -> dict[str, Any]:
+    """Times one configuration; returns its CSV fields (without the environment columns)."""
+    lk = make_lookups(cfg)
+    op = build_operator(cfg, lk, device)
+    fwd, bwd = time_passes(op, device, timing)
     row: dict[str, Any] = {"config_id": cfg.config_id, **asdict(cfg),
                            "part_rows": cfg.part_rows, "lookups": lk.lookups,
                            "distinct_rows": lk.distinct, "share": round(lk.share, 6),

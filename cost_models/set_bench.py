@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.errors import InputError
-from cost_models.microbench import Timing, done_ids, environment
+from cost_models.microbench import Timing, done_ids, environment, time_passes
 from cost_models.operators import zipf_ranks
 
 DIMS = (8, 16, 32, 64, 128)
@@ -112,21 +112,7 @@ class SetOperator:
 def measure_set(s: TableSet, timing: Timing = SET_TIMING) -> dict[str, Any]:
     """Times one set (thread CPU time); its CSV fields without the environment columns."""
     op = SetOperator(s)
-    for _ in range(timing.warmup):
-        op.backward(op.forward())
-    fwd: list[float] = []
-    bwd: list[float] = []
-    spent = 0.0
-    while len(fwd) < timing.max_repeats and (len(fwd) < timing.min_repeats
-                                              or spent < timing.budget_s * 1e3):
-        t0 = time.thread_time_ns()
-        out = op.forward()
-        t1 = time.thread_time_ns()
-        op.backward(out)
-        t2 = time.thread_time_ns()
-        fwd.append((t1 - t0) * 1e-6)
-        bwd.append((t2 - t1) * 1e-6)
-        spent += (t2 - t0) * 1e-6
+    fwd, bwd = time_passes(op, "cpu", timing)
     row: dict[str, Any] = {
         "config_id": s.config_id, "set_seed": s.seed, "batch": s.batch,
         "num_tables": len(s.rows), "rows": _join(s.rows), "dims": _join(s.dims),
