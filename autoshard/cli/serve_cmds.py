@@ -23,6 +23,7 @@ ProfileOpt = Annotated[str | None, typer.Option(
     "--profile", "-P", help="Serving profile: bundled name (see `serve profiles`) or YAML file; "
     "default: the suite's.")]
 QpsOpt = Annotated[float, typer.Option("--qps", help="Request rate, requests per second.")]
+StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="Mapping strategy.")]
 RequestsOpt = Annotated[int, typer.Option(help="Requests simulated.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the sampled requests.")]
 SHOWN = ("strategy", "servers", "p50_ms", "p90_ms", "p99_ms", "p99_overhead",
@@ -101,8 +102,7 @@ def profiles_cmd(name: Annotated[str | None, typer.Argument(
 def simulate_cmd(
     model: ModelOpt = "small",
     profile: ProfileOpt = None,
-    strategy: Annotated[str, typer.Option("--strategy", "-s", help="Mapping strategy.")] = (
-        "feature_group"),
+    strategy: StrategyOpt = "feature_group",
     servers: Annotated[int | None, typer.Option(
         help="Sparse servers (default: the memory bound).")] = None,
     qps: QpsOpt = 1000.0,
@@ -242,8 +242,7 @@ def parse_rates(spec: str) -> tuple[float, ...]:
 def bench_cmd(
     model: ModelOpt = "bench",
     profile: ProfileOpt = None,
-    strategy: Annotated[str, typer.Option("--strategy", "-s", help="Mapping strategy.")] = (
-        "feature_group"),
+    strategy: StrategyOpt = "feature_group",
     servers: Annotated[int, typer.Option(help="Sparse server processes.")] = 2,
     qps: Annotated[str, typer.Option("--qps", help="Request rates, comma-separated.")] = "100",
     requests: Annotated[int, typer.Option(
