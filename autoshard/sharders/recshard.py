@@ -208,6 +208,11 @@ class RecShard:
             bound = float(relaxed.cost_ms.sum()) / task.num_devices
             choices = self._split_choices(task, cost_model, relaxed, bound,
                                           start + SPLIT_SETUP_SHARE * self.time_limit)
+            # Last, while time is left: every table whole (splits pay their shards' reserved
+            # HBM and one HBM share per table, and may lose to it).
+            whole = whole_tables(task)
+            if not any(_same(whole, h) for h in choices):
+                choices.append(whole)
         except DeadlineReached:  # no time to choose splits: tables whole, no bound proven
             found = self._solve_tables(task, cost_model, deadline)
             found = replace(found, status=f"{found.status}; {NO_SPLIT_STATUS}")
@@ -224,12 +229,17 @@ class RecShard:
             # A finer split gets no more time than the first solve took (at least a tenth of
             # the limit), so that splitting costs a bounded multiple of a table-wise solve.
             stop = began + min(_left(deadline) * (0.6 if more else 1.0), first)
-            found = self._solve_tables(pricing_task(task, g), cost_model, stop)
+            sub = pricing_task(task, g)
+            found = self._solve_tables(sub, cost_model, stop)
             if i == 0:
                 first = max(time.perf_counter() - began, 0.1 * self.time_limit)
+            # One HBM share per split table, as TorchRec's one cache load factor has it.
+            layout = ShardLayout(g, found.device, found.rows).even_shares(task)
+            if not np.array_equal(layout.hbm_rows, found.rows):
+                found = replace(found, rows=layout.hbm_rows, cost=step_cost(
+                    sub, cost_model, layout.device, layout.hbm_rows))
             if best is None or found.cost < best[1].cost:
-                plan = ShardLayout(g, found.device, found.rows).to_plan(task, self.name)
-                best = (plan, found)
+                best = (layout.to_plan(task, self.name), found)
         assert best is not None
         return self._result(best[0], best[1], bound, start)
 
@@ -309,6 +319,12 @@ class RecShard:
                 new_cost = step_cost(task, cost_model, *found)
                 if new_cost < cost:
                     (device, rows), cost, method = found, new_cost, "milp"
+        tied = _tied(task)
+        if tied is not None:  # one share of rows in HBM per split table (TorchRec's one)
+            even = polish(task, kinds, full, np.arange(task.num_tables),
+                          np.arange(task.num_devices), device, max(_left(deadline), 2.0), tied)
+            if even is not None and feasible(task, device, even):
+                rows, cost = even, step_cost(task, cost_model, device, even)
         return _Found(device, rows, cost, bound, method, status, name, warm_cost)
 
     def _warm_start(self, ctx: _Context, relaxed: milp_model.Solution,
@@ -455,6 +471,14 @@ def _cheap_start(task: ShardingTask, cost_model: CostModel
         return (name, *get_sharder(name).shard(task, cost_model).arrays(task))
     except PlannerError:
         return None
+
+
+def _tied(task: ShardingTask) -> np.ndarray | None:
+    """For a task of shards, each shard's table when it is split (-1 when whole); else None."""
+    g = getattr(task, "geometry", None)
+    if g is None or not (g.parts > 1).any():
+        return None
+    return np.where(g.parts > 1, g.table, -1)
 
 
 def _same(a: ShardGeometry, b: ShardGeometry) -> bool:
