@@ -58,7 +58,8 @@ class TableArrays:
     rows_used: np.ndarray
     curves: np.ndarray  # [T, len(GRID)] lookup share of the hottest GRID fraction of rows
 
-    def hbm_bytes(self, idx: np.ndarray | slice, hbm_rows: np.ndarray) -> np.ndarray:
+    def hbm_bytes(self, idx: np.ndarray | slice | int, hbm_rows: np.ndarray | int
+                  ) -> np.ndarray:
         """HBM bytes of the tables at ``idx`` with ``hbm_rows`` of their rows in HBM: the rows
         and the table's reservation, as the runtime counts them (:mod:`autoshard.memory`); every
         capacity check of a placement goes through it."""
