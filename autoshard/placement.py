@@ -40,9 +40,16 @@ class PlacementState:
 
     def kept_back(self, table: int) -> np.ndarray:
         """Per device, HBM that ``table``'s rows leave free for the reservations of the other
-        tables not yet placed (their sum, shared in proportion to capacity)."""
-        own = self.task.table_arrays.hbm_reserved_bytes[table] if self.device[table] < 0 else 0.0
-        return max(self._pending - own, 0.0) * self._share
+        tables not yet placed: their sum shared in proportion to capacity, and at least the
+        largest of them (so that every device can still take one)."""
+        reserved = self.task.table_arrays.hbm_reserved_bytes
+        own = reserved[table] if self.device[table] < 0 else 0.0
+        if self._pending - own <= 0:
+            return np.zeros(self.task.num_devices)
+        others = self.device < 0
+        others[table] = False
+        largest = float(reserved[others].max()) if others.any() else 0.0
+        return np.maximum(max(self._pending - own, 0.0) * self._share, largest)
 
     def max_hbm_rows(self, table: int) -> np.ndarray:
         """Per device, the most rows of ``table`` its free HBM can hold beside the table's
