@@ -53,6 +53,7 @@ class Subproblem:
         reserved: HBM reserved for each table wherever it lives, GB ([T'], default 0).
         tied: With ``fixed``, a group per table ([T'], -1: none): the tables of one group keep
             the same share of their memory in HBM (the shards of one split table).
+        allowed: Devices each table may go to ([T', D'] bool; None: all).
     """
 
     tables: np.ndarray
@@ -67,6 +68,7 @@ class Subproblem:
     hbm_scale: np.ndarray | None = None
     reserved: np.ndarray | None = None
     tied: np.ndarray | None = None
+    allowed: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ def _pairs(sub: Subproblem, lines: CostLines, order: np.ndarray) -> tuple[np.nda
     ok = sub.full[:, None] - cap <= sub.host[None, :] * sub.weight[None, :] + _TOLERANCE
     if sub.fixed is not None:
         ok &= dd == sub.fixed[:, None]
+    if sub.allowed is not None:
+        ok &= sub.allowed
     if sub.symmetric and sub.integer and sub.fixed is None:
         rank = np.empty(nt, dtype=np.int64)
         rank[order] = np.arange(nt)

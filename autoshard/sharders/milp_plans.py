@@ -31,21 +31,27 @@ def aggregated(task: ShardingTask, kinds: DeviceKinds) -> milp_model.Subproblem:
 
 
 def device_subproblem(task: ShardingTask, kinds: DeviceKinds, tables: np.ndarray,
-                      devices: np.ndarray, fixed: np.ndarray | None = None
-                      ) -> milp_model.Subproblem:
+                      devices: np.ndarray, fixed: np.ndarray | None = None,
+                      pins: np.ndarray | None = None) -> milp_model.Subproblem:
     """The per-device MILP of ``tables`` on ``devices`` (``fixed``: device position per table,
-    splits only, as an LP). Host capacity keeps one row per table free, for the rows that
-    rounding HBM memory down to whole rows sends to host memory."""
+    splits only, as an LP; ``pins``: a device per task table, -1 where free, e.g. the shards of
+    a table split within one node). Host capacity keeps one row per table free, for the rows
+    that rounding HBM memory down to whole rows sends to host memory."""
     dev = task.device_arrays
     per_row = task.table_arrays.memory_bytes_per_row[tables]
     full = task.table_arrays.rows[tables] * per_row / UNIT_BYTES
     slack = per_row.sum() / UNIT_BYTES
     scale, reserved = hbm_terms(task, tables)
+    pinned = None
+    if pins is not None and (pins[tables] >= 0).any():
+        own = pins[tables][:, None]
+        pinned = (own < 0) | (own == devices[None, :])
     return milp_model.Subproblem(tables, kinds.kind[devices],
                                  dev.hbm_capacity[devices] / UNIT_BYTES,
                                  dev.host_capacity[devices] / UNIT_BYTES - slack, full,
                                  np.ones(devices.size), integer=fixed is None, fixed=fixed,
-                                 hbm_scale=scale, reserved=reserved)
+                                 hbm_scale=scale, reserved=reserved,
+                                 symmetric=pinned is None, allowed=pinned)
 
 
 def hbm_terms(task: ShardingTask, tables: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -54,6 +60,22 @@ def hbm_terms(task: ShardingTask, tables: np.ndarray) -> tuple[np.ndarray, np.nd
     a = task.table_arrays
     return (a.hbm_bytes_per_row[tables] / a.memory_bytes_per_row[tables],
             a.hbm_reserved_bytes[tables] / UNIT_BYTES)
+
+
+def pin(task: ShardingTask, pins: np.ndarray | None, device: np.ndarray, rows: np.ndarray
+        ) -> tuple[np.ndarray, np.ndarray] | None:
+    """A placement with its pinned tables (``pins``: device per table, -1 where free) moved to
+    their devices, keeping their HBM rows where the HBM holds them (else none), and any HBM
+    overshoot taken off; None if it no longer fits."""
+    if pins is None or (device[pins >= 0] == pins[pins >= 0]).all():
+        return device, rows
+    device = np.where(pins >= 0, pins, device)
+    moved = fit_hbm(task, device, rows)
+    if feasible(task, device, moved):
+        return device, moved
+    rows = np.where(pins >= 0, 0, rows)
+    moved = fit_hbm(task, device, rows)
+    return (device, moved) if feasible(task, device, moved) else None
 
 
 def single_bound(lines: CostLines) -> float:
