@@ -152,8 +152,12 @@ class ShardLayout:
         for t in np.unique(g.table[g.parts > 1]):
             idx = np.flatnonzero(g.table == t)
             share = rows[idx] / g.rows[idx]
-            reach = (rows[idx] + np.maximum(free[self.device[idx]], 0.0) / per_row[idx]) / g.rows[
-                idx]
+            # The share each device of the table's shards can hold (all its shards there).
+            on = self.device[idx]
+            held = np.bincount(on, weights=rows[idx] * per_row[idx], minlength=free.size)
+            full = np.bincount(on, weights=g.rows[idx] * per_row[idx], minlength=free.size)
+            used = np.unique(on)
+            reach = (held[used] + np.maximum(free[used], 0.0)) / full[used]
             mean = float((rows[idx] * g.cols[idx]).sum() / (g.rows[idx] * g.cols[idx]).sum())
             target = max(min(mean, float(reach.min())), float(share.min()))
             new = np.minimum(np.floor(target * g.rows[idx] + 1e-9), g.rows[idx]).astype(np.int64)

@@ -164,3 +164,23 @@ def test_every_sharders_plan_fits_torchrecs_storage_estimate_as_exported(suite: 
             assert changed == [], f"{spec.name} {name}: export would lower {changed}"
             assert evaluate(plan, task, MODEL).step_cost_ms >= evaluate(
                 plan, task, MODEL).lower_bound_ms * (1 - 1e-9)
+
+
+def test_even_shares_counts_every_shard_of_a_table_on_one_device() -> None:
+    task = constrained_task(dlrm_tables(4, seed=5), 2, hbm_fraction=0.3, overhead="torchrec")
+    t = task.tables[0]
+    q = t.dim // 4
+    sub_rows = t.rows // 8
+    blocks = tuple(Shard(d, 0, t.rows, i * q, (i + 1) * q, r) for i, (d, r) in enumerate(
+        [(0, t.rows), (1, 0), (1, 0), (1, sub_rows)]))
+    plan = Plan((Placement.split(t.name, "column_wise", blocks),
+                 *(Placement(x.name, 0, 0) for x in task.tables[1:])))
+    layout = plan_layout(plan, task)
+    priced = pricing_task(task, layout.geometry)
+    cap = task.device_arrays.hbm_capacity
+    free = cap - hbm_use(priced, layout.device, layout.hbm_rows)
+    # Device 1 holds three of the blocks: raising all three to the mean needs three times the
+    # room of one; the even layout stays within every device's HBM.
+    even = layout.even_shares(task)
+    assert len(set((even.hbm_rows[:4] / layout.geometry.rows[:4]).tolist())) == 1
+    assert (hbm_use(priced, even.device, even.hbm_rows) <= cap).all(), free
