@@ -496,18 +496,21 @@ def _cheap_start(task: ShardingTask, cost_model: CostModel, pins: np.ndarray | N
 
 def node_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
     """A device per shard for the tables split ``table_row_wise`` (-1 for the others; None when
-    there are none): shard j of such a table on device j of one node (the node and the first
-    device taken in turn, so that such tables spread over the nodes' devices)."""
+    there are none): such a table's shards on consecutive devices of the node with the fewest
+    shards pinned so far, from where the last one there ended (so that they spread over the
+    nodes' devices)."""
     twrw = np.flatnonzero(g.kind == KIND[TABLE_ROW_WISE])
     if not twrw.size:
         return None
     local = min(task.hardware.devices_per_node, task.num_devices)
     nodes = max(task.num_devices // local, 1)
     pins = np.full(g.num_shards, -1, dtype=np.int64)
-    for turn, t in enumerate(np.unique(g.table[twrw])):
+    taken = np.zeros(nodes, dtype=np.int64)  # shards pinned to each node so far
+    for t in np.unique(g.table[twrw]):
         idx = np.flatnonzero(g.table == t)
-        node, first = turn % nodes, (turn // nodes) * idx.size
-        pins[idx] = node * local + (first + np.arange(idx.size)) % local
+        node = int(np.argmin(taken))
+        pins[idx] = node * local + (taken[node] + np.arange(idx.size)) % local
+        taken[node] += idx.size
     return pins
 
 
