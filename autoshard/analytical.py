@@ -14,6 +14,18 @@ _MS_PER_S = 1e3
 _BYTES_PER_GB = 1e9
 
 
+#: Row width (elements) one warp reads per pass in FBGEMM's lookup kernels.
+FULL_BLOCK_DIM = 128
+
+
+def narrow_row_factor(dim: np.ndarray) -> np.ndarray:
+    """Bytes a lookup of a ``dim``-wide row moves, over the row's own bytes (>= 1; 1 from
+    :data:`FULL_BLOCK_DIM` elements up)."""
+    d = np.asarray(dim, dtype=np.float64)
+    penalty = np.where(d < FULL_BLOCK_DIM // 2, 1.75, np.where(d < FULL_BLOCK_DIM, 1.15, 1.0))
+    return penalty * np.maximum(d, 32.0) / d
+
+
 class AnalyticalCostModel:
     """Prices embedding lookups from bytes moved, in the spirit of TorchRec's planner estimates.
 
@@ -29,6 +41,13 @@ class AnalyticalCostModel:
     - all-to-all sends the pooled output (and, in train, receives its gradient), batch x r bytes a
       pass, of which (D-1)/D leave the device, split over intra- and inter-node links by the
       share of peers in each.
+
+    Narrow rows: FBGEMM's fused lookup kernels read a row as 4-element vectors over a warp's 32
+    lanes (128 elements); a narrower row leaves lanes idle. Its lookups move row bytes as if the
+    row were at least 32 elements wide, times 1.15 below 128 elements and 1.75 below 64 (TorchRec's
+    planner's empirical factors, ``FULL_BLOCK_EMB_DIM``, ``HALF_BLOCK_PENALTY``,
+    ``QUARTER_BLOCK_PENALTY``). So a table cut into narrow column blocks does more work in all
+    than the table whole.
 
     Shards (:mod:`autoshard.shards`) are priced as small tables: a column block with its block
     of r, a row shard with its share of L and the full r (its partial pooled sums); a
@@ -55,7 +74,7 @@ class AnalyticalCostModel:
         hw = task.hardware
         a2a, reduce = comm_scales(task, t)
         return self.price_terms(
-            hbm_share=task.hbm_share(t, hbm_rows), row_bytes=a.row_bytes[t],
+            hbm_share=task.hbm_share(t, hbm_rows), row_bytes=a.row_bytes[t], dim=a.dim[t],
             optimizer_bytes=a.optimizer_bytes[t], lookups=a.lookups[t],
             hbm_gbps=dev.hbm_gbps[d], host_gbps=dev.host_gbps[d],
             intra_share=dev.intra_share[d], inter_share=dev.inter_share[d],
@@ -64,7 +83,7 @@ class AnalyticalCostModel:
             intra_node_gbps=hw.intra_node_gbps, inter_node_gbps=hw.inter_node_gbps,
             a2a_scale=a2a, reduce_scale=reduce)
 
-    def price_terms(self, *, hbm_share: Any, row_bytes: Any, optimizer_bytes: Any,
+    def price_terms(self, *, hbm_share: Any, row_bytes: Any, dim: Any, optimizer_bytes: Any,
                     lookups: Any, hbm_gbps: Any, host_gbps: Any, intra_share: Any,
                     inter_share: Any, train: Any, batch_size: Any, kernel_overhead_us: Any,
                     num_devices: Any, intra_node_gbps: Any, inter_node_gbps: Any,
@@ -76,6 +95,7 @@ class AnalyticalCostModel:
         Args:
             hbm_share: Share of the lookups served from HBM (:meth:`ShardingTask.hbm_share`).
             row_bytes, optimizer_bytes: Bytes of a row and of its optimizer state.
+            dim: Elements of a row (see :func:`narrow_row_factor`).
             lookups: Lookups per step.
             hbm_gbps, host_gbps: The device's HBM and host-link bandwidth, GB/s.
             intra_share, inter_share: Shares of the device's all-to-all peers in and out of
@@ -88,13 +108,14 @@ class AnalyticalCostModel:
             a2a_scale, reduce_scale: See :func:`autoshard.shards.comm_scales`.
         """
         h, r = hbm_share, row_bytes
+        read = r * narrow_row_factor(dim)
         if np.ndim(train) == 0:
-            extra: Any = 2.0 * r + 2.0 * optimizer_bytes if train else 0.0
+            extra: Any = 2.0 * read + 2.0 * optimizer_bytes if train else 0.0
             passes: Any = 2.0 if train else 1.0
         else:
-            extra = np.where(train, 2.0 * r + 2.0 * optimizer_bytes, 0.0)
+            extra = np.where(train, 2.0 * read + 2.0 * optimizer_bytes, 0.0)
             passes = np.where(train, 2.0, 1.0)
-        per_lookup = r + extra
+        per_lookup = read + extra
         hbm_bytes = lookups * h * per_lookup + passes * batch_size * r
         uvm_bytes = lookups * (1.0 - h) * per_lookup
         overhead_ms = passes * kernel_overhead_us * 1e-3

@@ -24,8 +24,9 @@ from autoshard.sharders.ppo_features import ObsLayout
 from autoshard.task import ShardingTask, curve_share
 
 # Columns of the float sequence array: per-row memory bytes, lookups per step, row bytes,
-# optimizer bytes per row, relaxation bytes left, then the summary and the table features.
-PER_ROW, LOOKUPS, ROW_BYTES, OPT_BYTES, BYTES_LEFT, SUMMARY = range(6)
+# optimizer bytes per row, row elements, relaxation bytes left, then the summary and the table
+# features.
+PER_ROW, LOOKUPS, ROW_BYTES, OPT_BYTES, DIM, BYTES_LEFT, SUMMARY = range(7)
 # Columns of the integer sequence array: task index of the table, its rows, rows ever used,
 # then the value buckets' HBM rows.
 ORDER, ROWS, USED, BUCKETS = range(4)
@@ -158,6 +159,7 @@ class EpisodeArrays:
         f[:t, LOOKUPS] = a.lookups[o]
         f[:t, ROW_BYTES] = a.row_bytes[o]
         f[:t, OPT_BYTES] = a.optimizer_bytes[o]
+        f[:t, DIM] = a.dim[o]
         f[:t + 1, BYTES_LEFT] = p.bytes_left
         f[:t + 1, SUMMARY:SUMMARY + s] = p.summary
         f[:t, SUMMARY + s:SUMMARY + s + tb] = p.table_feats
@@ -287,7 +289,8 @@ class EpisodeArrays:
         terms: dict[str, Any] = {name: a[nn] for name, a in self.task_terms.items()}
         terms.update({name: a[nn, dd] for name, a in self.dev_terms.items()})
         p = self.cost_model.price_terms(  # type: ignore[attr-defined]
-            hbm_share=share, row_bytes=f[:, ROW_BYTES], optimizer_bytes=f[:, OPT_BYTES],
+            hbm_share=share, row_bytes=f[:, ROW_BYTES], dim=f[:, DIM],
+            optimizer_bytes=f[:, OPT_BYTES],
             lookups=f[:, LOOKUPS], num_devices=self.devices[nn], **terms)
         return np.stack([p.hbm_ms, p.uvm_ms, p.comm_ms], axis=-1)
 
