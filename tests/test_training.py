@@ -147,6 +147,17 @@ def test_batched_and_single_environments_train_the_same_policy(tmp_path: Path) -
     assert not all(torch.equal(value, earlier[name]) for name, value in batched.items())
 
 
+def test_a_run_from_a_policy_evaluates_it_first(tmp_path: Path) -> None:
+    save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "start", MULTIPLIERS)
+    cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled",
+                      init_policy=str(tmp_path / "start"), **TINY)  # type: ignore[arg-type]
+    result = train(cfg)
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    evals = [h for h in history if "eval_ratio" in h]
+    assert [h["step"] for h in evals] == [0, 128, 256]
+    assert result.best_ratio == min(h["eval_ratio"] for h in evals)
+
+
 def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", **TINY)  # type: ignore[arg-type]
     start = time.perf_counter()

@@ -184,6 +184,9 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
                                     policy_dir)
     checkpoints = CheckpointCallback(cfg.checkpoint_every, run_dir / "checkpoints", state,
                                      {"run_name": name})
+    if not resume and cfg.init_policy:  # the starting policy is the curve's first point
+        evaluator.init_callback(model)
+        evaluator.evaluate()
     remaining = cfg.timesteps - model.num_timesteps
     wall_before, started = state.wall_seconds, time.perf_counter()
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
