@@ -54,15 +54,16 @@ class TimedResets(BatchedPlacementEnv):
         return obs
 
 
-def run_batched(sampler: TaskSampler, n: int, episodes: int, seed: int) -> tuple[float, float, int]:
-    """(seconds in step without the auto-resets, seconds in step, environment steps) for about
-    ``episodes`` episodes per slot."""
-    env = TimedResets(n, sampler, report=False)
+def run_batched(sampler: TaskSampler, n: int, batched_steps: int, seed: int,
+                max_devices: int | None = None) -> tuple[float, float, int]:
+    """(seconds in step without the auto-resets, seconds in step, environment steps) of
+    ``batched_steps`` steps of the batched environment of ``n`` episodes."""
+    env = TimedResets(n, sampler, max_devices=max_devices, report=False)
     env.seed(seed)
     env.reset()
     env.reset_seconds = 0.0
     rng = np.random.default_rng(seed)
-    in_step, batched_steps = 0.0, episodes * TABLES
+    in_step = 0.0
     for _ in range(batched_steps):
         masks = env.action_masks()
         actions = (rng.random(masks.shape) * masks).argmax(axis=1)  # uniform over allowed
@@ -115,11 +116,38 @@ def run_baseline(env: PlacementEnv, actions: list) -> float:
     return total
 
 
+def training_rows(episodes: int, n: int = 16) -> dict[str, object]:
+    """Steps per second on the training distribution (:class:`training.config.TrainConfig`'s
+    defaults): the single environment over ``episodes`` episodes, the batched one of ``n``
+    episodes for twice the mean episode length of those (so each slot starts about two
+    episodes on the way)."""
+    from training.config import TrainConfig
+
+    cfg = TrainConfig()
+    sampler = TaskSampler(family="train", tables=cfg.train_tables, devices=cfg.train_devices,
+                          hbm_fraction=cfg.hbm_fraction, batch_sizes=cfg.batch_sizes,
+                          modes=cfg.modes)
+    env = PlacementEnv(sampler, max_devices=cfg.max_devices, report=False)
+    step_s, all_s, actions = run_env(env, episodes, seed=0)
+    steps = sum(len(a[-1]) for a in actions)
+    without, with_resets, env_steps = run_batched(sampler, n, 2 * steps // episodes, 0,
+                                                  cfg.max_devices)
+    return {"tables": list(cfg.train_tables), "devices": list(cfg.train_devices),
+            "device_slots": cfg.max_devices, "episodes": episodes, "batch": n,
+            "steps_per_second": {
+                "env.step only": steps / step_s,
+                "episodes incl. reset, no report": steps / all_s,
+                f"batched N={n}: step only (auto-resets taken out)": env_steps / without,
+                f"batched N={n}: step incl. auto-resets, no report": env_steps / with_resets}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=60)
     parser.add_argument("--batch-episodes", type=int, default=3,
                         help="episodes per slot of the batched environment")
+    parser.add_argument("--train-episodes", type=int, default=20,
+                        help="single-env episodes of the training distribution")
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
@@ -140,9 +168,10 @@ def main() -> None:
         "episodes incl. reset and evaluator report": steps / all_report_s,
         "baseline: PlacementState loop (fits, fill price, place)": steps / base_s,
     }
-    run_batched(sampler, 4, 1, seed=1000)  # warm-up
+    run_batched(sampler, 4, TABLES, seed=1000)  # warm-up
     for n in BATCHES:
-        without, with_resets, env_steps = run_batched(sampler, n, args.batch_episodes, seed=0)
+        without, with_resets, env_steps = run_batched(sampler, n, args.batch_episodes * TABLES,
+                                                      seed=0)
         rows[f"batched N={n}: step only (auto-resets taken out)"] = env_steps / without
         rows[f"batched N={n}: step incl. auto-resets, no report"] = env_steps / with_resets
     single = rows["env.step only"]
@@ -153,12 +182,15 @@ def main() -> None:
            "step_over_baseline_time": step_s / base_s, "target_steps_per_second": TARGET,
            "target_met": bool(min(v for k, v in rows.items() if k.endswith("taken out)"))
                               >= TARGET),
+           "training_distribution": training_rows(args.train_episodes),
            "machine": describe_machine(),
            "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()},
            "command": "python benchmarks/bench_env.py"
                       + (f" --episodes {args.episodes}" if args.episodes != 60 else "")
                       + (f" --batch-episodes {args.batch_episodes}"
-                         if args.batch_episodes != 3 else "")}
+                         if args.batch_episodes != 3 else "")
+                      + (f" --train-episodes {args.train_episodes}"
+                         if args.train_episodes != 20 else "")}
     lines = _report(doc, args.episodes, quiet.buckets, step_s / base_s, best)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "env.md", "\n".join(lines) + "\n")
@@ -188,6 +220,14 @@ def _report(doc: dict, episodes: int, buckets: int, over_baseline: float,
               "An episode start (drawing and pricing the task, same code as the single "
               "environment) is the larger cost once steps are batched: compare the rows "
               "with auto-resets."]
+    train = doc["training_distribution"]
+    t_lo, t_hi = train["tables"]
+    lines += ["", f"Training distribution (`autoshard train`'s defaults: {t_lo}-{t_hi} tables, "
+              f"{min(train['devices'])}-{max(train['devices'])} devices, "
+              f"{train['device_slots']} device slots; {train['episodes']} single-env episodes, "
+              "and the batched one for twice their mean length):", "",
+              "| measure | env steps/s |", "| --- | ---: |"]
+    lines += [f"| {k} | {v:,.0f} |" for k, v in train["steps_per_second"].items()]
     return lines
 
 
