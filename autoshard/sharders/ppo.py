@@ -30,10 +30,11 @@ from autoshard.task import ShardingTask
 
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).
 DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_policy"
-#: Sampled rollouts by default: :data:`SAMPLES_SMALL` for tasks of up to :data:`SMALL_TASK`
-#: (table, device) pairs, :data:`SAMPLES_LARGE` above (856 tables x 128 devices in under 2 s on
-#: one core, ``python benchmarks/bench_ppo.py``).
-SAMPLES_SMALL, SAMPLES_LARGE, SMALL_TASK = 4, 2, 20_000
+#: Sampled rollouts by default (one: with the improvement stage, more rollouts gain nothing on
+#: the held-out families and cost time, ``python benchmarks/bench_ppo.py``).
+SAMPLES = 1
+#: Tasks of up to this many (table, device) pairs also get the split decodes and candidates.
+SMALL_TASK = 20_000
 #: The table-wise greedy sharders (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 #: The greedy family whose plans are candidates: the table-wise four, and, for tasks of up to
@@ -71,18 +72,21 @@ class PPOSharder:
     ``candidates``, the plans of the greedy family (:data:`CANDIDATES`). With ``split``, on
     tasks of up to :data:`SMALL_TASK` (table, device) pairs where some table dominates, the same
     decodes also run over the task's shards (``ppo-split-greedy``, ``ppo-split-sample-i``).
-    Each is priced by the cost model; the cheapest step cost wins (ties: the earlier candidate).
-    :attr:`last_choice` says which won. ``samples=0, candidates=False`` is the policy alone: its
-    greedy decodes (whole tables, and shards where tables were split).
+    Each is priced by the cost model; with ``polish``, the cheapest then goes through the
+    improvement stage of :mod:`autoshard.sharders.ppo_polish` (HBM rows re-chosen per device,
+    tables and shards moved off the most loaded device), competing as ``<name>+polish`` if
+    that improves it. The cheapest step cost wins (ties: the earlier candidate).
+    :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
+    policy alone: its greedy decodes (whole tables, and shards where tables were split).
 
     Args:
         policy: Folder with ``config.json`` and ``weights.pt`` (default: the committed one).
         threads: torch threads for the policy (1: one CPU core).
-        samples: Sampled rollouts (K of best-of-K); None: :data:`SAMPLES_SMALL` or, for tasks
-            of more than :data:`SMALL_TASK` (table, device) pairs, :data:`SAMPLES_LARGE`.
+        samples: Sampled rollouts (K of best-of-K); None: :data:`SAMPLES`.
         candidates: Whether the greedy sharders' plans compete.
         seed: Seed of the sampled rollouts.
         split: Whether the policy also places the shards of the dominant tables.
+        polish: Whether the cheapest candidates go through the improvement stage.
     """
 
     name: ClassVar[str] = "ppo"
@@ -91,12 +95,12 @@ class PPOSharder:
 
     def __init__(self, policy: str | Path | None = None, threads: int = 1,
                  samples: int | None = None, candidates: bool = True, seed: int = 0,
-                 split: bool = True) -> None:
+                 split: bool = True, polish: bool = True) -> None:
         if samples is not None and samples < 0:
             raise InputError("must be >= 0", field="samples", value=samples)
         self.policy = Path(policy) if policy is not None else DEFAULT_POLICY
         self.threads, self.samples, self.candidates, self.seed = threads, samples, candidates, seed
-        self.split = split
+        self.split, self.polish = split, polish
         self.last_choice: Choice | None = None
         self._net: Any = None
         self._multipliers: tuple[float, ...] = ()
@@ -119,6 +123,8 @@ class PPOSharder:
         costs, plans = self._policy_plans(task, cost_model)
         if self.candidates:
             self._add_greedy(task, cost_model, costs, plans)
+        if self.polish:
+            self._polish(task, cost_model, costs, plans)
         winner = min(costs, key=costs.__getitem__)
         self.last_choice = Choice(winner, costs)
         return replace(plans[winner], sharder=self.name)
@@ -128,9 +134,7 @@ class PPOSharder:
         import torch
 
         small = task.num_tables * task.num_devices <= SMALL_TASK
-        samples = self.samples
-        if samples is None:
-            samples = SAMPLES_SMALL if small else SAMPLES_LARGE
+        samples = SAMPLES if self.samples is None else self.samples
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
@@ -157,6 +161,18 @@ class PPOSharder:
         episodes = decode(self._net, self._multipliers, task, cost_model, samples, self.seed)
         names = [f"{prefix}-greedy"] + [f"{prefix}-sample-{i}" for i in range(samples)]
         return list(zip(names, episodes, strict=True))
+
+    @staticmethod
+    def _polish(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
+                plans: dict[str, Plan]) -> None:
+        """Polishes the cheapest candidate (:func:`autoshard.sharders.ppo_polish.polish_plan`);
+        if that improves it, the result competes as ``<name>+polish``."""
+        from autoshard.sharders.ppo_polish import polish_plan
+
+        name = min(costs, key=costs.__getitem__)
+        plan, cost = polish_plan(plans[name], task, cost_model, costs[name])
+        if cost < costs[name]:
+            costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
 
     @staticmethod
     def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
