@@ -280,21 +280,38 @@ class Polisher:
 
     def _removal(self, lists: _Lists, a: int, mine: np.ndarray) -> np.ndarray:
         """[n_a]: device ``a``'s curve-level load without each of its items ``mine``, its HBM
-        water-filled again."""
+        water-filled again (the cut only moves on, by at most the item's bytes, so only that
+        window of the device's segments is scanned per item)."""
         lo, hi = lists.start[a], lists.end[a]
         o, e, gain = lists.owner[lo:hi], lists.extra[lo:hi], lists.saving[lo:hi]
-        keep = o[None, :] != mine[:, None]  # [n_a, L]
-        x = np.cumsum(e * keep, axis=1)
-        v = np.cumsum(gain * keep, axis=1)
+        base0 = self.cost[self.kind[a], mine, 0]
+        if o.size == 0:
+            return lists.base[a] - base0
         cap = self.hbm_cap[a]
+        x_all, v_all = lists.bytes_in[lo:hi], lists.saved_in[lo:hi]
+        first = int(np.searchsorted(x_all, cap, side="right"))  # segments taken whole now
+        slot = np.full(self.all_rows.size, -1)
+        slot[mine] = np.arange(mine.size)
+        own = slot[o]
+        held = np.bincount(own[own >= 0], weights=e[own >= 0], minlength=mine.size)
+        last = min(int(np.searchsorted(x_all, cap + held.max(), side="right")) + 1, o.size)
+        head = own[:first] >= 0
+        # Bytes and savings before the window, less the item's own.
+        bx = (x_all[first - 1] if first else 0.0) - np.bincount(
+            own[:first][head], weights=e[:first][head], minlength=mine.size)
+        bv = (v_all[first - 1] if first else 0.0) - np.bincount(
+            own[:first][head], weights=gain[:first][head], minlength=mine.size)
+        w = slice(first, last)
+        keep = o[None, w] != mine[:, None]  # [n_a, window]
+        x = bx[:, None] + np.cumsum(e[w] * keep, axis=1)
+        v = bv[:, None] + np.cumsum(gain[w] * keep, axis=1)
         p = (x <= cap).sum(axis=1)
         rows = np.arange(mine.size)
         prev = np.maximum(p - 1, 0)
-        got_x = np.where(p > 0, x[rows, prev], 0.0)
-        got_v = np.where(p > 0, v[rows, prev], 0.0)
-        nxt = np.minimum(p, o.size - 1)
-        part = np.where(p < o.size, (cap - got_x) * gain[nxt] / e[nxt], 0.0) if o.size else 0.0
-        base0 = self.cost[self.kind[a], mine, 0]
+        got_x = np.where(p > 0, x[rows, prev], bx) if x.shape[1] else bx
+        got_v = np.where(p > 0, v[rows, prev], bv) if x.shape[1] else bv
+        nxt = np.minimum(first + p, o.size - 1)
+        part = np.where(first + p < o.size, (cap - got_x) * gain[nxt] / e[nxt], 0.0)
         return lists.base[a] - base0 - got_v - part
 
     def _arrival(self, lists: _Lists, sel: np.ndarray, devices: np.ndarray) -> np.ndarray:
