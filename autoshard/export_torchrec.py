@@ -234,13 +234,14 @@ def _node_ranks(rank: int, local: int, world: int) -> range:
 def _rank_ordered_rows(table: str, devices: np.ndarray, rows: np.ndarray, ranks: range,
                        dim: int) -> tuple[ShardSpec, ...]:
     """Row shards laid out as TorchRec's row-wise sharding has them: one per rank in rank order,
-    contiguous, each device's row count (zero on ranks without a shard)."""
+    contiguous, each device's row count (zero on ranks without a shard; a device holding several
+    row shards of the table holds their rows as one shard)."""
     count = dict.fromkeys(ranks, 0)
     for d, n in zip(devices.tolist(), rows.tolist(), strict=True):
-        if d not in count or count[d]:
+        if d not in count:
             raise PlannerError("invalid_plan", f"table '{table}': row shards on devices "
-                               f"{devices.tolist()} are not one per rank of {list(ranks)}")
-        count[d] = n
+                               f"{devices.tolist()} are not all on ranks {list(ranks)}")
+        count[d] += n  # ids are hashed: a device's row shards are one shard of their rows
     shards, offset = [], 0
     for r in ranks:
         shards.append(ShardSpec(r, offset, count[r], 0, dim))

@@ -57,10 +57,30 @@ class RankEstimate:
 
 
 @dataclass(frozen=True)
+class TableEstimate:
+    """TorchRec's figures for one table: how it is sharded and its shards' perf summed (ms)."""
+
+    table: str
+    sharding_type: str
+    compute_kernel: str
+    cache_load_factor: float | None
+    shards: int
+    perf_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.table, "sharding_type": self.sharding_type,
+                "compute_kernel": self.compute_kernel,
+                "cache_load_factor": self.cache_load_factor, "shards": self.shards,
+                "perf_ms": self.perf_ms}
+
+
+@dataclass(frozen=True)
 class TorchRecEstimate:
-    """A plan under TorchRec's estimators: per rank and the plan's rating (max over ranks)."""
+    """A plan under TorchRec's estimators: per rank and the plan's rating (max over ranks), and
+    per table (where the two estimators' figures part)."""
 
     per_rank: tuple[RankEstimate, ...]
+    per_table: tuple[TableEstimate, ...] = ()
 
     @property
     def step_ms(self) -> float:
@@ -80,7 +100,8 @@ class TorchRecEstimate:
                 "per_rank": [{"rank": r.rank, "perf_ms": r.perf_ms, "hbm_bytes": r.hbm_bytes,
                               "ddr_bytes": r.ddr_bytes, "hbm_capacity": r.hbm_capacity,
                               "ddr_capacity": r.ddr_capacity, "fits": r.fits}
-                             for r in self.per_rank]}
+                             for r in self.per_rank],
+                "per_table": [t.to_dict() for t in self.per_table]}
 
 
 def estimate_plan(plan: Plan, task: ShardingTask, use_stats: bool = True) -> TorchRecEstimate:
@@ -104,15 +125,20 @@ def estimate_shardings(shardings: Sequence[TableSharding], task: ShardingTask,
     perf = np.zeros(d)
     hbm = np.zeros(d, dtype=np.int64)
     ddr = np.zeros(d, dtype=np.int64)
+    tables = []
     for option in options:
         for shard in option.shards:
             perf[shard.rank] += shard.perf.total
             hbm[shard.rank] += shard.storage.hbm
             ddr[shard.rank] += shard.storage.ddr
+        tables.append(TableEstimate(
+            option.name, option.sharding_type, option.compute_kernel,
+            option.cache_load_factor if option.compute_kernel == FUSED_UVM_CACHING else None,
+            len(option.shards), float(sum(x.perf.total for x in option.shards))))
     dev = task.device_arrays
     return TorchRecEstimate(tuple(
         RankEstimate(r, float(perf[r]), int(hbm[r]), int(ddr[r]), int(dev.hbm_capacity[r]),
-                     int(dev.host_capacity[r])) for r in range(d)))
+                     int(dev.host_capacity[r])) for r in range(d)), tuple(tables))
 
 
 def _sharding_options(shardings: Sequence[TableSharding], task: ShardingTask,

@@ -51,7 +51,8 @@ class AnalyticalFit:
 
     Bytes follow :class:`autoshard.analytical.AnalyticalCostModel`: per lookup the row (and in
     training the row's gradient read-modify-write and its optimizer state), plus the pooled
-    output per pass.
+    output per pass; without its narrow-row factor, a GPU kernel's lane use that CPU kernels do
+    not share.
     """
 
     overhead_ms: float = 0.0

@@ -21,11 +21,12 @@ def price_one(task: ShardingTask, table: int, device: int, rows: float) -> tuple
 
 
 def test_table_a_all_in_hbm_by_hand(hand_task: ShardingTask) -> None:
-    # L = 1000 x 2 = 2000 lookups; 3 x 32 + 2 x 4 = 104 B each; plus 2 x 1000 x 32 B of output
-    # and its gradient: 272,000 B at 100 GB/s = 0.00272 ms, + 2 kernels x 5 us = 0.01 ms.
+    # L = 1000 x 2 = 2000 lookups. A row of 8 floats is narrow: read as 32 floats x 1.75, so
+    # 224 B; 3 x 224 + 2 x 4 = 680 B a lookup; plus 2 x 1000 x 32 B of output and its gradient:
+    # 1,424,000 B at 100 GB/s = 0.01424 ms, + 2 kernels x 5 us = 0.01 ms.
     # All-to-all: 2 x 1000 x 32 B, half of it leaves, at 50 GB/s: 0.00064 ms.
     hbm, uvm, comm = price_one(hand_task, 0, 0, 1000)
-    assert hbm == pytest.approx(0.01272, rel=1e-12)
+    assert hbm == pytest.approx(0.02424, rel=1e-12)
     assert uvm == 0.0
     assert comm == pytest.approx(0.00064, rel=1e-12)
 
@@ -35,9 +36,9 @@ def test_split_and_infer_match_reference(hand_task: ShardingTask) -> None:
     # Uniform access: 250 of 1000 rows in HBM serve a quarter of the lookups.
     assert price_one(hand_task, 0, 1, 250) == pytest.approx(reference_price_ms(a, 0.25, 2))
     infer = hand_task.with_workload(Workload(batch_size=1000, mode="infer"))
-    # Forward only: 2000 x 32 B + 1000 x 32 B output = 96,000 B -> 0.00096 ms + 5 us.
+    # Forward only: 2000 x 224 B + 1000 x 32 B output = 480,000 B -> 0.0048 ms + 5 us.
     hbm, uvm, comm = price_one(infer, 0, 0, 1000)
-    assert hbm == pytest.approx(0.00596, rel=1e-12)
+    assert hbm == pytest.approx(0.0098, rel=1e-12)
     assert uvm == 0.0
     assert comm == pytest.approx(0.00032, rel=1e-12)
     assert price_one(infer, 0, 0, 0) == pytest.approx(reference_price_ms(a, 0.0, 2, False))
@@ -94,3 +95,19 @@ def test_load_cost_model() -> None:
     assert isinstance(load_cost_model(None), AnalyticalCostModel)
     with pytest.raises(InputError, match="cost_model"):
         load_cost_model("no-such-model-dir")
+
+
+def test_narrow_rows_are_read_a_block_at_a_time() -> None:
+    from autoshard.analytical import narrow_row_factor
+    # At least 32 elements read, x1.75 below 64 elements, x1.15 below 128, exact from 128 up.
+    assert narrow_row_factor(np.array([8, 16, 32, 48, 64, 100, 128, 256])) == pytest.approx(
+        [7.0, 3.5, 1.75, 1.75, 1.15, 1.15, 1.0, 1.0])
+    # So cutting a 128-wide table into 8 column blocks of 16 does 3.5x its lookup work.
+    hw = hand_profile(devices=8, hbm_bytes=10**9)
+    task = ShardingTask((Table("w", rows=1000, dim=128, pooling_factor=50.0),
+                         Table("n", rows=1000, dim=16, pooling_factor=50.0)), hw,
+                        Workload(batch_size=1000, mode="infer"))
+    p = AnalyticalCostModel().price(task, np.array([0, 1]), np.array([0, 0]),
+                                    np.array([1000, 1000]))
+    per_lookup = (p.hbm_ms - 0.005) / 1e3 * 100e9 - 1000 * np.array([512, 64])
+    assert per_lookup / 50_000 == pytest.approx([512, 64 * 3.5])

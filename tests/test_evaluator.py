@@ -34,8 +34,8 @@ def test_hand_optimum_is_priced_right(hand_task: ShardingTask) -> None:
     cost = hand_totals()
     plan = Plan((Placement("A", 0, 1000), Placement("B", 1, 500), Placement("C", 1, 500)))
     report = evaluate(plan, hand_task, MODEL)
-    assert cost["A"] == pytest.approx(0.01336, rel=1e-12)
-    assert cost["B"] == pytest.approx(0.01232, rel=1e-12)
+    assert cost["A"] == pytest.approx(0.02488, rel=1e-12)
+    assert cost["B"] == pytest.approx(0.01808, rel=1e-12)
     assert report.step_cost_ms == pytest.approx(cost["B"] + cost["C"], rel=1e-12)
     d0, d1 = report.per_device
     assert (d0.tables, d1.tables) == (1, 2)
@@ -46,10 +46,10 @@ def test_hand_optimum_is_priced_right(hand_task: ShardingTask) -> None:
     assert report.uvm_lookup_share == 0.0
     mean = (cost["A"] + cost["B"] + cost["C"]) / 2
     assert report.load_balance == pytest.approx(report.step_cost_ms / mean, rel=1e-12)
-    # Bound: max(cheapest single table = A, total all-in-HBM work / 2 devices) = 0.038 / 2.
+    # Bound: max(cheapest single table = A, total all-in-HBM work / 2 devices) = 0.06104 / 2.
     assert report.lower_bound_ms == pytest.approx(mean, rel=1e-9)
-    assert report.lower_bound_ms == pytest.approx(0.019, rel=1e-9)
-    assert report.cost_ratio == pytest.approx(0.02464 / 0.019, rel=1e-9)
+    assert report.lower_bound_ms == pytest.approx(0.03052, rel=1e-9)
+    assert report.cost_ratio == pytest.approx(0.03616 / 0.03052, rel=1e-9)
     assert report.access_assumptions == {"uniform": 3}
 
 
@@ -74,9 +74,9 @@ def test_over_capacity_plan_is_rejected(hand_task: ShardingTask) -> None:
 
 def test_known_bound_is_used_when_larger(hand_task: ShardingTask) -> None:
     plan = Plan((Placement("A", 0, 1000), Placement("B", 1, 500), Placement("C", 1, 500)))
-    report = evaluate(plan, hand_task, MODEL, bound_ms=0.024)
-    assert report.lower_bound_ms == 0.024
-    assert evaluate(plan, hand_task, MODEL, bound_ms=0.001).lower_bound_ms == pytest.approx(0.019)
+    report = evaluate(plan, hand_task, MODEL, bound_ms=0.034)
+    assert report.lower_bound_ms == 0.034
+    assert evaluate(plan, hand_task, MODEL, bound_ms=0.001).lower_bound_ms == pytest.approx(0.03052)
 
 
 def test_report_to_dict_has_the_documented_keys(hand_task: ShardingTask) -> None:

@@ -221,3 +221,17 @@ def test_export_fits_a_full_plan_to_torchrecs_hbm_count(tmp_path: Path) -> None:
     _, fitted_rows = fitted.arrays(task)
     _, rows = plan.arrays(task)
     assert (fitted_rows <= rows).all() and fitted_rows.sum() < rows.sum()
+
+
+def test_row_shards_sharing_a_device_export_as_one_shard() -> None:
+    # Ids are hashed, so device 1's two row shards of "a" are one shard of their 700 rows.
+    plan = Plan((
+        Placement.split("a", "row_wise", (Shard(1, 0, 300, 0, 16, 300),
+                                          Shard(2, 300, 600, 0, 16, 0),
+                                          Shard(1, 600, 1000, 0, 16, 100))),
+        Placement("b", 0, 400), Placement("c", 3, 0)), sharder="hand")
+    a = {s.table: s for s in table_shardings(plan, _split_task())}["a"]
+    assert a.sharding_type == "row_wise"
+    assert [(x.rank, x.row_offset, x.rows) for x in a.shards] == [
+        (0, 0, 0), (1, 0, 700), (2, 700, 300), (3, 1000, 0)]
+    assert a.cache_load_factor == pytest.approx(0.4)

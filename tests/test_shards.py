@@ -223,12 +223,12 @@ def test_bound_holds_for_every_small_split_plan(seed: int) -> None:
 def test_split_plans_beat_the_whole_table_floor() -> None:
     """One hot table on two devices: splitting it beats the dearest whole table's cost, which
     is therefore no bound once tables may be split, while the spread-work bound still holds."""
-    hot = Table("hot", rows=1000, dim=64, pooling_factor=100.0)
+    hot = Table("hot", rows=1000, dim=256, pooling_factor=100.0)
     task = ShardingTask((hot, Table("cold", rows=10, dim=8)), hand_profile(2, hbm_bytes=10**6),
                         Workload(batch_size=4096))
     whole_floor = lower_bound_ms(task, MODEL, whole_tables=True)
-    split = Plan((Placement.split("hot", "column_wise", (Shard(0, 0, 1000, 0, 32, 1000),
-                                                         Shard(1, 0, 1000, 32, 64, 1000))),
+    split = Plan((Placement.split("hot", "column_wise", (Shard(0, 0, 1000, 0, 128, 1000),
+                                                         Shard(1, 0, 1000, 128, 256, 1000))),
                   Placement("cold", 1, 10)))
     cost = evaluate(split, task, MODEL).step_cost_ms
     assert cost < 0.7 * whole_floor

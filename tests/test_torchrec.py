@@ -134,9 +134,20 @@ def test_evaluate_prices_a_split_plan_with_torchrecs_estimators_too(
     assert doc["torchrec"]["step_cost_ms"] == pytest.approx(theirs.step_ms)
     assert [r["rank"] for r in doc["torchrec"]["per_rank"]] == [0, 1]
     assert doc["torchrec"]["fits"] is True  # TorchRec's own plan fits its own estimate
+    # Per table: every table once, TorchRec's shard perf summing to the ranks' perf, and our
+    # price of each table summing to our devices' costs.
+    per_table = doc["torchrec"]["per_table"]
+    assert sorted(t["table"] for t in per_table) == sorted(t.name for t in task.tables)
+    assert sum(t["perf_ms"] for t in per_table) == pytest.approx(
+        sum(r["perf_ms"] for r in doc["torchrec"]["per_rank"]))
+    assert sum(t["ours_ms"] for t in per_table) == pytest.approx(
+        sum(d.total_ms for d in ours.per_device))
+    split = {p.table: p.sharding for p in plan.placements}
+    assert all(t["sharding_type"] == split[t["table"]] for t in per_table)
     main(["evaluate", str(path), "-t", str(tables), "--devices", "2", "--hbm-gb", hbm_gb,
           "--estimator", "torchrec"])
-    assert "TorchRec's" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "TorchRec's" in out and "tables TorchRec prices dearest" in out
 
 
 @needs_torchrec

@@ -32,7 +32,7 @@ from autoshard.cli.common import (
     print_json,
 )
 from autoshard.cli.report import show_report, show_torchrec_estimate
-from autoshard.cost import load_cost_model, machine_warning
+from autoshard.cost import CostModel, load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.hardware import BUNDLED, load_hardware
@@ -45,6 +45,7 @@ from autoshard.sharders import (
     get_sharder,
     list_sharders,
 )
+from autoshard.task import ShardingTask
 
 
 @app.command()
@@ -157,15 +158,30 @@ def evaluate_cmd(
         from autoshard.torchrec_estimate import estimate_plan
 
         second = estimate_plan(loaded, task)
+        ours = per_table_ms(loaded, task, model)
     if json_out:
         doc = report.to_dict()
         if second is not None:
             doc["torchrec"] = second.to_dict()
+            for row in doc["torchrec"]["per_table"]:
+                row["ours_ms"] = ours[row["table"]]
         print_json(doc)
         return
     show_report(report)
     if second is not None:
-        show_torchrec_estimate(report, second)
+        show_torchrec_estimate(report, second, ours)
+
+
+def per_table_ms(plan: Plan, task: ShardingTask, model: CostModel) -> dict[str, float]:
+    """Each table's cost under ``model``, its shards' summed over their devices, ms."""
+    import numpy as np
+
+    from autoshard.shards import plan_layout, price_layout
+
+    layout = plan_layout(plan, task)
+    total = np.bincount(layout.geometry.table, minlength=task.num_tables,
+                        weights=price_layout(task, model, layout).total_ms)
+    return {t.name: float(ms) for t, ms in zip(task.tables, total, strict=True)}
 
 
 hardware_app = typer.Typer(help="Bundled and custom hardware profiles.", no_args_is_help=True)

@@ -35,8 +35,10 @@ def show_report(report: CostReport, title: str = "") -> None:
         f"{report.uvm_lookup_share:.2%}; access curves: {assumptions}")
 
 
-def show_torchrec_estimate(report: CostReport, estimate: TorchRecEstimate) -> None:
-    """Prints TorchRec's per-rank perf and storage estimates next to our per-device cost."""
+def show_torchrec_estimate(report: CostReport, estimate: TorchRecEstimate,
+                           ours_per_table: dict[str, float], top: int = 10) -> None:
+    """Prints TorchRec's per-rank perf and storage estimates next to our per-device cost, then
+    the ``top`` tables TorchRec prices dearest, next to our price of each."""
     table = RichTable(title="the same plan under TorchRec's estimators (EmbeddingPerfEstimator, "
                       "EmbeddingStorageEstimator)")
     for col in ("rank", "ours\nms", "TorchRec\nms", "TorchRec HBM\nGiB", "HBM cap\nGiB",
@@ -52,3 +54,13 @@ def show_torchrec_estimate(report: CostReport, estimate: TorchRecEstimate) -> No
                   f"{estimate.step_ms / max(report.step_cost_ms, 1e-12):.2f}); TorchRec's "
                   f"fullest HBM {estimate.hbm_fill:.1%} of capacity"
                   f"{'' if estimate.fits else ' [red](overfilled: export fits it)[/]'}")
+    tables = RichTable(title=f"the {min(top, len(estimate.per_table))} tables TorchRec prices "
+                       "dearest (all shards summed)")
+    for col in ("table", "sharding", "kernel", "load\nfactor", "shards", "ours\nms",
+                "TorchRec\nms"):
+        tables.add_column(col, justify="right", no_wrap=True)
+    for t in sorted(estimate.per_table, key=lambda t: -t.perf_ms)[:top]:
+        clf = "-" if t.cache_load_factor is None else f"{t.cache_load_factor:.3f}"
+        tables.add_row(t.table, t.sharding_type, t.compute_kernel, clf, str(t.shards),
+                       f"{ours_per_table[t.table]:.3f}", f"{t.perf_ms:.3f}")
+    console.print(tables)
