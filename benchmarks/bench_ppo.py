@@ -14,8 +14,8 @@ Families (none seen in training, which draws the ``train`` family of :mod:`envs.
   devices.
 
 Every task's HBM holds 30% of its tables' bytes. Per family: mean step cost / lower bound of
-``ppo`` (its default: greedy decode, best of K sampled rollouts and the greedy sharders' plans,
-the decodes over whole tables and over the shards of the dominant tables, the cheapest then
+``ppo`` (its default: greedy decode and the greedy sharders' plans, the decodes over whole
+tables and over the shards of the dominant tables, no sampled rollout, the cheapest then
 polished by :mod:`autoshard.sharders.ppo_polish`), of ``ppo`` without that improvement stage
 (``polish=False``), of the policy alone (``samples=0, candidates=False, polish=False``: its
 greedy decodes, whole and split), of the best greedy
@@ -239,7 +239,7 @@ def main() -> None:
              "Step cost / lower bound (1.000 = provably optimal), mean per family; the "
              "cluster's HBM holds 30% of the tables' bytes (8xH100-80GB links and "
              "bandwidths, batch 65,536, train mode). `ppo` is the sharder as registered (best "
-             "of its greedy decode, a sampled rollout and the greedy sharders' plans, each decode "
+             "of its greedy decode and the greedy sharders' plans, no sampled rollout, each decode "
              "over whole tables and, where tables dominate, over the shards of the project's "
              "split choice; the cheapest then goes through the improvement stage, "
              "`autoshard/sharders/ppo_polish.py`, and wins as `<candidate>+polish` where that "

@@ -23,16 +23,17 @@ from typing import Any, ClassVar
 import autoshard
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import evaluate
 from autoshard.plan import Plan
+from autoshard.sharders.ppo_polish import plan_cost_ms, polish_plan, step_cost_ms
 from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.task import ShardingTask
 
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).
 DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_policy"
-#: Sampled rollouts by default (one: with the improvement stage, more rollouts gain nothing on
-#: the held-out families and cost time, ``python benchmarks/bench_ppo.py``).
-SAMPLES = 1
+#: Sampled rollouts by default: none. With the improvement stage polishing the cheapest
+#: candidate, one, two or four rollouts lowered no held-out family's mean cost in
+#: ``benchmarks/bench_ppo.py``, and each costs about as much time as the greedy decode.
+SAMPLES = 0
 #: Tasks of up to this many (table, device) pairs also get the split decodes and candidates.
 SMALL_TASK = 20_000
 #: The table-wise greedy sharders (DreamShard's baselines).
@@ -141,14 +142,16 @@ class PPOSharder:
             costs: dict[str, float] = {}
             plans: dict[str, Plan] = {}
             for name, ep in self._decode(task, cost_model, samples, "ppo"):
-                costs[name], plans[name] = ep.step_cost_ms, ep.plan(self.name)
+                plans[name] = ep.plan(self.name)
+                costs[name] = step_cost_ms(task, cost_model, ep.state.device, ep.state.hbm_rows)
             geometry = split_geometry(task, cost_model) if self.split and small else None
             if geometry is not None:
                 shards = pricing_task(task, geometry)
                 for name, ep in self._decode(shards, cost_model, samples, "ppo-split"):
                     layout = ShardLayout(geometry, ep.state.device, ep.state.hbm_rows)
                     plans[name] = layout.to_plan(task, self.name)
-                    costs[name] = evaluate(plans[name], task, cost_model).step_cost_ms
+                    costs[name] = step_cost_ms(shards, cost_model, layout.device,
+                                               layout.hbm_rows)
         finally:
             torch.set_num_threads(before)
         return costs, plans
@@ -167,8 +170,6 @@ class PPOSharder:
                 plans: dict[str, Plan]) -> None:
         """Polishes the cheapest candidate (:func:`autoshard.sharders.ppo_polish.polish_plan`);
         if that improves it, the result competes as ``<name>+polish``."""
-        from autoshard.sharders.ppo_polish import polish_plan
-
         name = min(costs, key=costs.__getitem__)
         plan, cost = polish_plan(plans[name], task, cost_model, costs[name])
         if cost < costs[name]:
@@ -177,7 +178,7 @@ class PPOSharder:
     @staticmethod
     def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
                     plans: dict[str, Plan]) -> None:
-        """Adds each candidate greedy sharder's plan and its evaluated step cost (failures and
+        """Adds each candidate greedy sharder's plan and its step cost (failures and
         sharders that cannot run here are skipped)."""
         from autoshard.sharders import get_sharder
 
@@ -187,7 +188,7 @@ class PPOSharder:
                 plan = get_sharder(name).shard(task, cost_model)
             except PlannerError:
                 continue
-            costs[name] = evaluate(plan, task, cost_model).step_cost_ms
+            costs[name] = plan_cost_ms(plan, task, cost_model)
             plans[name] = plan
 
 

@@ -39,7 +39,7 @@ from autoshard.task import ShardingTask
 
 #: Rounds of the move search: :data:`ROUNDS_PER_DEVICE` per device, at least
 #: :data:`MIN_ROUNDS` (the usual stop, so plans do not depend on the machine's speed).
-ROUNDS_PER_DEVICE, MIN_ROUNDS = 2, 12
+ROUNDS_PER_DEVICE, MIN_ROUNDS = 1, 8
 #: The search's time limit, a guard for large tasks: seconds per (item, device) pair, within
 #: bounds.
 SECONDS_PER_PAIR, MIN_SECONDS, MAX_SECONDS = 2e-4, 0.15, 0.3
@@ -173,7 +173,7 @@ class Polisher:
             mine = wanted[d]
             o, e, w, d = owner[mine], extra[mine], worth[mine], d[mine]
             if devs.size > 1:
-                order = np.argsort(d, kind="stable")  # by device, worth order kept
+                order = _by_device(d)  # worth order kept within each device
                 o, e, w, d = o[order], e[order], w[order], d[order]
             cum = np.cumsum(e)
             starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]]) if d.size else np.zeros(0, int)
@@ -254,6 +254,8 @@ class Polisher:
         devices = np.arange(self.load.size)
         add = self._arrival(lists, mine, devices) - lists.load[None, :]  # [n_s, D]
         others = np.flatnonzero(self.device != s)
+        if not work:  # to lower device s, a swap brings in an item cheaper than one it sends
+            others = others[self.price[others] < self.price[mine].max()]
         b = self.device[others]
         # Swaps: each side as a removal then an arrival on the unchanged other device; the
         # other device's removal valued at its level (the Lagrangian estimate).
@@ -432,6 +434,14 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
     return ShardLayout(g, polisher.device, polisher.rows).to_plan(task, plan.sharder), after
 
 
+def plan_cost_ms(plan: Plan, task: ShardingTask, cost_model: CostModel) -> float:
+    """A plan's step cost as :func:`autoshard.evaluator.evaluate` prices it, without its
+    capacity checks and lower bound (for plans valid by construction)."""
+    layout = plan_layout(plan, task)
+    items = pricing_task(task, layout.geometry)
+    return step_cost_ms(items, cost_model, layout.device, layout.hbm_rows)
+
+
 def step_cost_ms(items: ShardingTask, cost_model: CostModel, device: np.ndarray,
                  rows: np.ndarray) -> float:
     """The step cost of items on ``device`` with ``rows`` in HBM, as the evaluator prices it
@@ -443,6 +453,12 @@ def step_cost_ms(items: ShardingTask, cost_model: CostModel, device: np.ndarray,
     hbm, uvm = device_compute(items, cost_model, device, rows, hbm, uvm)
     return float((hbm + uvm + comm).max())
 
+
+
+def _by_device(device: np.ndarray) -> np.ndarray:
+    """The stable order of segments by device (a radix sort on 16-bit device numbers)."""
+    small = device.astype(np.int16) if device.size and device.max() < 2**15 else device
+    return np.argsort(small, kind="stable")
 
 
 @dataclass(frozen=True)
@@ -473,7 +489,7 @@ class _Lists:
             m = p.kind[d] == k
             parts.append((d[m], owner[m], extra[m], worth[m], saving[m]))
         d, o, e, w, g = (np.concatenate(x) for x in zip(*parts, strict=True))
-        order = np.argsort(d, kind="stable")
+        order = _by_device(d)
         d, o, e, w, g = d[order], o[order], e[order], w[order], g[order]
         counts = np.bincount(d, minlength=n_d)
         end = np.cumsum(counts)
