@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from autoshard.cost import Pricing
@@ -69,27 +71,63 @@ class AnalyticalCostModel:
         dev = task.device_arrays
         t = np.asarray(table_idx)
         d = np.asarray(device_idx)
-        train = task.workload.train
-        batch = task.workload.batch_size
-        h = task.hbm_share(t, hbm_rows)
-        r = a.row_bytes[t]
-        read = r * narrow_row_factor(a.dim[t])
-        per_lookup = read + (2.0 * read + 2.0 * a.optimizer_bytes[t] if train else 0.0)
-        passes = 2.0 if train else 1.0
-        lookups = a.lookups[t]
-        hbm_bytes = lookups * h * per_lookup + passes * batch * r
-        uvm_bytes = lookups * (1.0 - h) * per_lookup
-        overhead_ms = passes * task.hardware.kernel_overhead_us * 1e-3
-        hbm_bw = dev.hbm_gbps[d] * self.hbm_efficiency * _BYTES_PER_GB
-        host_bw = dev.host_gbps[d] * self.host_efficiency * _BYTES_PER_GB
         hw = task.hardware
-        leaving = (task.num_devices - 1) / task.num_devices
-        sec_per_byte = leaving * (dev.intra_share[d] / (hw.intra_node_gbps * _BYTES_PER_GB)
-                        + dev.inter_share[d] / (hw.inter_node_gbps * _BYTES_PER_GB))
         a2a, reduce = comm_scales(task, t)
-        sec_per_byte = a2a * sec_per_byte + reduce / (hw.intra_node_gbps * _BYTES_PER_GB)
+        return self.price_terms(
+            hbm_share=task.hbm_share(t, hbm_rows), row_bytes=a.row_bytes[t], dim=a.dim[t],
+            optimizer_bytes=a.optimizer_bytes[t], lookups=a.lookups[t],
+            hbm_gbps=dev.hbm_gbps[d], host_gbps=dev.host_gbps[d],
+            intra_share=dev.intra_share[d], inter_share=dev.inter_share[d],
+            train=task.workload.train, batch_size=task.workload.batch_size,
+            kernel_overhead_us=hw.kernel_overhead_us, num_devices=task.num_devices,
+            intra_node_gbps=hw.intra_node_gbps, inter_node_gbps=hw.inter_node_gbps,
+            a2a_scale=a2a, reduce_scale=reduce)
+
+    def price_terms(self, *, hbm_share: Any, row_bytes: Any, dim: Any, optimizer_bytes: Any,
+                    lookups: Any, hbm_gbps: Any, host_gbps: Any, intra_share: Any,
+                    inter_share: Any, train: Any, batch_size: Any, kernel_overhead_us: Any,
+                    num_devices: Any, intra_node_gbps: Any, inter_node_gbps: Any,
+                    a2a_scale: Any = 1.0, reduce_scale: Any = 0.0) -> Pricing:
+        """Prices rows given by their terms rather than by a task: each argument a scalar or an
+        array that broadcasts against the rows, so that rows of several tasks (a batch of
+        environment episodes) are priced in one call, with :meth:`price`'s arithmetic.
+
+        Args:
+            hbm_share: Share of the lookups served from HBM (:meth:`ShardingTask.hbm_share`).
+            row_bytes, optimizer_bytes: Bytes of a row and of its optimizer state.
+            dim: Elements of a row (see :func:`narrow_row_factor`).
+            lookups: Lookups per step.
+            hbm_gbps, host_gbps: The device's HBM and host-link bandwidth, GB/s.
+            intra_share, inter_share: Shares of the device's all-to-all peers in and out of
+                its node.
+            train: Train mode (forward, backward, optimizer) rather than inference.
+            batch_size: Global batch size.
+            kernel_overhead_us: Fixed cost of a kernel pass, us.
+            num_devices: Devices of the cluster.
+            intra_node_gbps, inter_node_gbps: Link bandwidths, GB/s.
+            a2a_scale, reduce_scale: See :func:`autoshard.shards.comm_scales`.
+        """
+        h, r = hbm_share, row_bytes
+        read = r * narrow_row_factor(dim)
+        if np.ndim(train) == 0:
+            extra: Any = 2.0 * read + 2.0 * optimizer_bytes if train else 0.0
+            passes: Any = 2.0 if train else 1.0
+        else:
+            extra = np.where(train, 2.0 * read + 2.0 * optimizer_bytes, 0.0)
+            passes = np.where(train, 2.0, 1.0)
+        per_lookup = read + extra
+        hbm_bytes = lookups * h * per_lookup + passes * batch_size * r
+        uvm_bytes = lookups * (1.0 - h) * per_lookup
+        overhead_ms = passes * kernel_overhead_us * 1e-3
+        hbm_bw = hbm_gbps * self.hbm_efficiency * _BYTES_PER_GB
+        host_bw = host_gbps * self.host_efficiency * _BYTES_PER_GB
+        leaving = (num_devices - 1) / num_devices
+        sec_per_byte = leaving * (intra_share / (intra_node_gbps * _BYTES_PER_GB)
+                                  + inter_share / (inter_node_gbps * _BYTES_PER_GB))
+        sec_per_byte = (a2a_scale * sec_per_byte
+                        + reduce_scale / (intra_node_gbps * _BYTES_PER_GB))
         return Pricing(
             hbm_ms=hbm_bytes / hbm_bw * _MS_PER_S + overhead_ms,
             uvm_ms=uvm_bytes / host_bw * _MS_PER_S,
-            comm_ms=passes * batch * r * sec_per_byte * _MS_PER_S,
+            comm_ms=passes * batch_size * r * sec_per_byte * _MS_PER_S,
         )

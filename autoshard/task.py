@@ -139,18 +139,7 @@ class ShardingTask:
     def hbm_share(self, table_idx: np.ndarray, hbm_rows: np.ndarray) -> np.ndarray:
         """Share of each table's lookups served by its ``hbm_rows`` hottest rows (vectorised)."""
         a = self.table_arrays
-        table_idx = np.asarray(table_idx)
-        # np.minimum/np.maximum rather than np.clip: the same values at a fraction of the call
-        # overhead, which dominates for the few rows the environment prices per step.
-        frac = np.minimum(np.maximum(np.asarray(hbm_rows, dtype=np.float64)
-                                     / a.rows[table_idx], 0.0), 1.0)
-        j = np.minimum(np.maximum(GRID.searchsorted(frac, side="right") - 1, 0), GRID.size - 2)
-        up = j + 1
-        below = GRID[j]
-        w = (frac - below) / (GRID[up] - below)
-        lo = a.curves[table_idx, j]
-        hi = a.curves[table_idx, up]
-        return lo + (hi - lo) * w
+        return curve_share(a.curves, a.rows, np.asarray(table_idx), hbm_rows)
 
     def subset(self, indices: np.ndarray, hardware: HardwareProfile | None = None) -> ShardingTask:
         """The task of the tables at ``indices`` (in that order), on ``hardware`` if given.
@@ -169,3 +158,20 @@ class ShardingTask:
 
     def with_workload(self, workload: Workload) -> ShardingTask:
         return ShardingTask(self.tables, self.hardware, workload)
+
+
+def curve_share(curves: np.ndarray, rows: np.ndarray, idx: np.ndarray,
+                hbm_rows: np.ndarray) -> np.ndarray:
+    """Share of lookups served by the ``hbm_rows`` hottest rows of the tables ``idx`` of
+    ``curves`` ([tables, len(GRID)]) and ``rows`` ([tables]); ``idx`` and ``hbm_rows`` broadcast
+    (so several tasks' tables gathered into one ``curves`` array are priced in one call)."""
+    # np.minimum/np.maximum rather than np.clip: the same values at a fraction of the call
+    # overhead, which dominates for the few rows the environment prices per step.
+    frac = np.minimum(np.maximum(np.asarray(hbm_rows, dtype=np.float64) / rows[idx], 0.0), 1.0)
+    j = np.minimum(np.maximum(GRID.searchsorted(frac, side="right") - 1, 0), GRID.size - 2)
+    up = j + 1
+    below = GRID[j]
+    w = (frac - below) / (GRID[up] - below)
+    lo = curves[idx, j]
+    hi = curves[idx, up]
+    return lo + (hi - lo) * w

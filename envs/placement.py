@@ -10,6 +10,7 @@ from gymnasium import spaces
 
 from autoshard.cost import CostModel, load_cost_model, prices_device_sets
 from autoshard.evaluator import evaluate
+from autoshard.plan import Plan
 from autoshard.sharders.ppo_buckets import MULTIPLIERS
 from autoshard.sharders.ppo_episode import LIMIT, PlacementEpisode, PricedTask
 from autoshard.sharders.ppo_features import ObsLayout
@@ -134,17 +135,22 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         return self.episode.lower_bound
 
     def _final(self, ep: PlacementEpisode) -> dict[str, Any]:
-        """The finished plan, its step cost and, if enabled, its evaluator report (always run
-        for a model that prices devices' table sets: it gives the step cost)."""
-        plan = ep.plan(self.sharder_name)
-        step = ep.step_cost_ms
-        info: dict[str, Any] = {"plan": plan}
-        sets = prices_device_sets(self.cost_model)
-        if self.report or sets:
-            info["report"] = evaluate(plan, ep.task, self.cost_model)
-        if sets:
-            info["summed_step_cost_ms"] = step
-            step = info["report"].step_cost_ms
-        info.update({"step_cost_ms": step, "lower_bound_ms": ep.lower_bound,
-                     "cost_ratio": step / ep.lower_bound})
-        return info
+        return final_info(ep.task, ep.plan(self.sharder_name), ep.step_cost_ms,
+                          ep.lower_bound, self.cost_model, self.report)
+
+
+def final_info(task: ShardingTask, plan: Plan, step_cost_ms: float, lower_bound: float,
+               cost_model: CostModel, report: bool) -> dict[str, Any]:
+    """The ``info`` entries of an episode's last step: the finished plan, its step cost and,
+    if ``report``, its evaluator report (always run for a model that prices devices' table
+    sets: it gives the step cost; ``step_cost_ms`` is then the sum of the tables' prices)."""
+    info: dict[str, Any] = {"plan": plan}
+    sets = prices_device_sets(cost_model)
+    if report or sets:
+        info["report"] = evaluate(plan, task, cost_model)
+    if sets:
+        info["summed_step_cost_ms"] = step_cost_ms
+        step_cost_ms = info["report"].step_cost_ms
+    info.update({"step_cost_ms": step_cost_ms, "lower_bound_ms": lower_bound,
+                 "cost_ratio": step_cost_ms / lower_bound})
+    return info

@@ -22,7 +22,7 @@ from training.config import TrainConfig
 from training.tracking import offline_history
 from training.train import train
 
-TINY = {"timesteps": 256, "n_steps": 64, "batch_size": 64, "n_epochs": 2,
+TINY = {"timesteps": 256, "n_envs": 2, "n_steps": 64, "batch_size": 64, "n_epochs": 2,
         "train_tables": (4, 8), "eval_tables": (8,), "eval_devices": (2, 3),
         "eval_every": 128, "checkpoint_every": 128, "hidden": 16}
 
@@ -124,6 +124,40 @@ def test_tiny_run_logs_to_offline_wandb(tmp_path: Path) -> None:
                                            "size_lookup_greedy"}
 
 
+def test_batched_and_single_environments_train_the_same_policy(tmp_path: Path) -> None:
+    """The batched environment plays the single environments' episodes, so a few hundred
+    steps of MaskablePPO through either give the same weights, bit for bit."""
+    weights = {}
+    for vec, steps in (("batched", 384), ("dummy", 384), ("batched", 128)):
+        out = tmp_path / f"{vec}-{steps}"
+        cfg = TrainConfig(out=str(out), wandb_mode="disabled", vec_env=vec,
+                          **{**TINY, "n_envs": 4, "timesteps": steps, "n_steps": 32,
+                             "eval_every": 10_000})  # type: ignore[arg-type]
+        result = train(cfg)
+        assert result.steps == steps
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["vec_env"] == vec and summary["n_envs"] == 4
+        weights[vec, steps] = torch.load(result.policy_dir / "weights.pt", weights_only=True)
+    batched, dummy = weights["batched", 384], weights["dummy", 384]
+    earlier = weights["batched", 128]
+    assert batched.keys() == dummy.keys()
+    for name, value in batched.items():
+        assert torch.equal(value, dummy[name]), name
+    # ... and the runs did learn: two more updates moved the weights.
+    assert not all(torch.equal(value, earlier[name]) for name, value in batched.items())
+
+
+def test_a_run_from_a_policy_evaluates_it_first(tmp_path: Path) -> None:
+    save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "start", MULTIPLIERS)
+    cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled",
+                      init_policy=str(tmp_path / "start"), **TINY)  # type: ignore[arg-type]
+    result = train(cfg)
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    evals = [h for h in history if "eval_ratio" in h]
+    assert [h["step"] for h in evals] == [0, 128, 256]
+    assert result.best_ratio == min(h["eval_ratio"] for h in evals)
+
+
 def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", **TINY)  # type: ignore[arg-type]
     start = time.perf_counter()
@@ -149,7 +183,8 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
 
 
 def test_cli_train_smoke(tmp_path: Path) -> None:
-    main(["train", "--timesteps", "128", "--n-steps", "64", "--batch-size", "64",
+    main(["train", "--timesteps", "128", "--n-envs", "2", "--n-steps", "64", "--batch-size",
+          "64",
           "--out", str(tmp_path / "run"), "--wandb-mode", "disabled", "--eval-every", "64",
           "--train-tables", "4", "8", "--eval-tables", "8", "--eval-devices", "2",
           "--export", str(tmp_path / "export"), "--export-policy", str(tmp_path / "policy")])
@@ -214,7 +249,7 @@ def test_cli_exposes_every_config_field_with_its_documented_default(tmp_path: Pa
     for f in fields(TrainConfig):
         option = options["--" + f.name.replace("_", "-")]
         assert field_help()[f.name] and field_help()[f.name] in option.help, f.name
-    main(["train", "--timesteps", "64", "--n-steps", "64", "--batch-size", "32",
+    main(["train", "--timesteps", "64", "--n-envs", "1", "--n-steps", "64", "--batch-size", "32",
           "--learning-rate", "0.001", "--gamma", "0.9", "--hidden", "8", "--no-anneal-lr",
           "--train-devices", "2", "--train-devices", "3", "--max-devices", "3",
           "--train-tables", "4", "6", "--eval-tables", "6", "--eval-devices", "2",

@@ -11,7 +11,7 @@ from typing import Any
 from autoshard.errors import InputError
 from autoshard.tracking import check_wandb_mode
 
-VEC_ENVS = ("dummy", "subproc")
+VEC_ENVS = ("batched", "dummy", "subproc")
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,8 @@ class TrainConfig:
     eval_styles: tuple[str, ...] = ("mixed", "profiled")  # table styles of evaluation tasks
     cost_model: str = "analytical"  # 'analytical' or a learned cost model folder
     # -- PPO -----------------------------------------------------------------------------------
-    n_envs: int = 2  # parallel environments (one per core)
-    vec_env: str = "dummy"  # 'dummy' (in process) or 'subproc' (one process per environment)
+    n_envs: int = 16  # episodes played at once (the batch of 'batched', else one env each)
+    vec_env: str = "batched"  # 'batched' (numpy over all episodes), 'dummy' or 'subproc'
     n_steps: int = 256  # steps per environment per rollout
     batch_size: int = 256  # minibatch size
     n_epochs: int = 4  # passes over each rollout

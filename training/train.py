@@ -36,8 +36,9 @@ from training.evaluation import GREEDY, compare, eval_tasks
 from training.plots import comparison, training_curve
 from training.tracking import Tracker, training_tracker
 
-#: Fields that may differ between a run and its resumption.
-RESUMABLE = ("timesteps", "wandb_mode", "patience")
+#: Fields that may differ between a run and its resumption (the vectorised environments all
+#: play the same episodes).
+RESUMABLE = ("timesteps", "wandb_mode", "patience", "vec_env")
 
 
 @dataclass
@@ -59,6 +60,25 @@ def make_env(sampler: TaskSampler, cost_model: str, max_devices: int) -> gym.Env
 
     return gym.make(ENV_ID, sampler=sampler, cost_model=cost_model, max_devices=max_devices,
                     report=False)
+
+
+def make_vec(cfg: TrainConfig, sampler: TaskSampler, seed: int) -> Any:
+    """The training environments: ``cfg.n_envs`` episodes, slot ``i`` seeded ``seed + i``, in
+    the batched environment (one process, numpy over the batch) or one registered environment
+    each in SB3's DummyVecEnv / SubprocVecEnv; all three play the same episodes."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor
+
+    if cfg.vec_env == "batched":
+        from envs.batched import BatchedPlacementEnv
+
+        vec = VecMonitor(BatchedPlacementEnv(cfg.n_envs, sampler, cfg.cost_model,
+                                             cfg.max_devices, report=False))
+        vec.seed(seed)
+        return vec
+    return make_vec_env(partial(make_env, sampler, cfg.cost_model, cfg.max_devices),
+                        n_envs=cfg.n_envs, seed=seed,
+                        vec_env_cls=SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv)
 
 
 def _run_state(cfg: TrainConfig, resume: bool) -> tuple[RunState, int]:
@@ -129,8 +149,6 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
     best policy (``autoshard/data/ppo_policy`` to replace the committed one).
     """
     from stable_baselines3.common.callbacks import CallbackList
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     run_dir = cfg.out_dir
     state, done_steps = _run_state(cfg, resume)
@@ -151,9 +169,7 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
     sampler = TaskSampler(family="train", tables=cfg.train_tables, devices=cfg.train_devices,
                           hbm_fraction=cfg.hbm_fraction, batch_sizes=cfg.batch_sizes,
                           modes=cfg.modes)
-    vec = make_vec_env(partial(make_env, sampler, cfg.cost_model, cfg.max_devices),
-                       n_envs=cfg.n_envs, seed=seed,
-                       vec_env_cls=SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv)
+    vec = make_vec(cfg, sampler, seed)
     tasks = eval_tasks(cfg.eval_tables, cfg.eval_devices, cfg.eval_hbm_fraction,
                        cfg.eval_repeats, family="validation", styles=cfg.eval_styles)
     greedy_results = compare(tasks, cost_model, GREEDY)
@@ -168,6 +184,9 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
                                     policy_dir)
     checkpoints = CheckpointCallback(cfg.checkpoint_every, run_dir / "checkpoints", state,
                                      {"run_name": name})
+    if not resume and cfg.init_policy:  # the starting policy is the curve's first point
+        evaluator.init_callback(model)
+        evaluator.evaluate()
     remaining = cfg.timesteps - model.num_timesteps
     wall_before, started = state.wall_seconds, time.perf_counter()
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)

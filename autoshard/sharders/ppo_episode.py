@@ -130,6 +130,22 @@ def _table_features(task: ShardingTask, layout: ObsLayout, total: np.ndarray, lb
     return feats
 
 
+def nearest_legal(action: int, mask: np.ndarray, options: np.ndarray, layout: ObsLayout) -> int:
+    """:meth:`PlacementEpisode.nearest_legal` of an episode's ``mask`` ([slots x buckets]) and
+    option features ``options`` ([devices, buckets, OPTION] of the task's devices)."""
+    buckets = options.shape[1]
+    d, k = divmod(action, buckets)
+    if d < options.shape[0]:
+        allowed = np.flatnonzero(mask[d * buckets:(d + 1) * buckets])
+        if allowed.size:
+            return int(d * buckets + allowed[np.argmin(np.abs(allowed - k))])
+    o = layout.option
+    flat = options.reshape(-1, len(o))
+    legal = np.flatnonzero(mask[:flat.shape[0]])
+    best = np.lexsort((flat[legal, o["price"]], flat[legal, o["increase"]]))[0]
+    return int(legal[best])
+
+
 class PlacementEpisode:
     """Places the tables of one priced task, costliest first, one action per table.
 
@@ -212,16 +228,7 @@ class PlacementEpisode:
         """The legal action closest to ``action``: the allowed bucket of the same device nearest
         to the one asked (fewer HBM rows on a tie), else the allowed option that raises the
         step cost least (then the cheapest)."""
-        d, k = divmod(action, self.buckets)
-        if d < self.task.num_devices:
-            allowed = np.flatnonzero(self.mask[d * self.buckets:(d + 1) * self.buckets])
-            if allowed.size:
-                return int(d * self.buckets + allowed[np.argmin(np.abs(allowed - k))])
-        o = self.layout.option
-        options = self._opt_view.reshape(-1, len(o))
-        legal = np.flatnonzero(self.mask[:options.shape[0]])
-        best = np.lexsort((options[legal, o["price"]], options[legal, o["increase"]]))[0]
-        return int(legal[best])
+        return nearest_legal(action, self.mask, self._opt_view, self.layout)
 
     def plan(self, sharder: str) -> Plan:
         return self.state.to_plan(sharder)
