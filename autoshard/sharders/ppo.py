@@ -36,6 +36,9 @@ DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_polic
 SAMPLES = 0
 #: Tasks of up to this many (table, device) pairs also get the split decodes and candidates.
 SMALL_TASK = 20_000
+#: Tasks with fewer tables per device than this also get decodes over a finer split: tables
+#: dearer than :data:`FINE_TARGET` times the split choice's target are split too.
+FINE_TABLES_PER_DEVICE, FINE_TARGET = 4, 0.5
 #: The table-wise greedy sharders (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 #: The greedy family whose plans are candidates: the table-wise four, and, for tasks of up to
@@ -144,10 +147,14 @@ class PPOSharder:
             for name, ep in self._decode(task, cost_model, samples, "ppo"):
                 plans[name] = ep.plan(self.name)
                 costs[name] = step_cost_ms(task, cost_model, ep.state.device, ep.state.hbm_rows)
-            geometry = split_geometry(task, cost_model) if self.split and small else None
-            if geometry is not None:
+            geometries = split_geometries(task, cost_model) if self.split and small else {}
+            for prefix, geometry in geometries.items():
                 shards = pricing_task(task, geometry)
-                for name, ep in self._decode(shards, cost_model, samples, "ppo-split"):
+                try:
+                    episodes = self._decode(shards, cost_model, samples, prefix)
+                except PlannerError:  # some shard fits nowhere once others are placed
+                    continue
+                for name, ep in episodes:
                     layout = ShardLayout(geometry, ep.state.device, ep.state.hbm_rows)
                     plans[name] = layout.to_plan(task, self.name)
                     costs[name] = step_cost_ms(shards, cost_model, layout.device,
@@ -168,12 +175,15 @@ class PPOSharder:
     @staticmethod
     def _polish(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
                 plans: dict[str, Plan]) -> None:
-        """Polishes the cheapest candidate (:func:`autoshard.sharders.ppo_polish.polish_plan`);
-        if that improves it, the result competes as ``<name>+polish``."""
-        name = min(costs, key=costs.__getitem__)
-        plan, cost = polish_plan(plans[name], task, cost_model, costs[name])
-        if cost < costs[name]:
-            costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
+        """Polishes the cheapest candidate (:func:`autoshard.sharders.ppo_polish.polish_plan`)
+        and the cheapest of the finer split's (whose pieces a polish can balance better than
+        its raw cost shows); each that improves competes as ``<name>+polish``."""
+        ranked = sorted(costs, key=costs.__getitem__)
+        chosen = ranked[:1] + [n for n in ranked[1:] if n.startswith("ppo-fine")][:1]
+        for name in chosen:
+            plan, cost = polish_plan(plans[name], task, cost_model, costs[name])
+            if cost < costs[name]:
+                costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
 
     @staticmethod
     def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
@@ -192,11 +202,20 @@ class PPOSharder:
             plans[name] = plan
 
 
-def split_geometry(task: ShardingTask, cost_model: CostModel) -> ShardGeometry | None:
-    """The shards of ``split_lookup_greedy`` and ``recshard``'s split choice, or None when no
-    table dominates (nothing to split)."""
+def split_geometries(task: ShardingTask, cost_model: CostModel) -> dict[str, ShardGeometry]:
+    """The shards the policy also places, by candidate prefix: ``ppo-split``, the split choice
+    of ``split_lookup_greedy`` and ``recshard`` (when some table dominates), and, on tasks with
+    fewer than :data:`FINE_TABLES_PER_DEVICE` tables per device, ``ppo-fine``: the same choice
+    with :data:`FINE_TARGET` times its target (more, smaller pieces), when that splits more."""
+    from autoshard.bounds import relax
     from autoshard.splitting import split_heavy_tables
 
-    choice = split_heavy_tables(task, cost_model)
-    return choice.geometry if choice.split_tables.size else None
-
+    relaxed = relax(task, cost_model)
+    choice = split_heavy_tables(task, cost_model, relaxed=relaxed)
+    out = {"ppo-split": choice.geometry} if choice.split_tables.size else {}
+    if task.num_tables < FINE_TABLES_PER_DEVICE * task.num_devices:
+        fine = split_heavy_tables(task, cost_model, FINE_TARGET * choice.target_ms,
+                                  relaxed=relaxed)
+        if fine.geometry.num_shards > choice.geometry.num_shards:
+            out["ppo-fine"] = fine.geometry
+    return out
