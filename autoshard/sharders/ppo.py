@@ -147,7 +147,8 @@ class PPOSharder:
             for name, ep in self._decode(task, cost_model, samples, "ppo"):
                 plans[name] = ep.plan(self.name)
                 costs[name] = step_cost_ms(task, cost_model, ep.state.device, ep.state.hbm_rows)
-            geometries = split_geometries(task, cost_model) if self.split and small else {}
+            geometries = (split_geometries(task, cost_model, fine=self.polish)
+                          if self.split and small else {})
             for prefix, geometry in geometries.items():
                 shards = pricing_task(task, geometry)
                 try:
@@ -202,20 +203,22 @@ class PPOSharder:
             plans[name] = plan
 
 
-def split_geometries(task: ShardingTask, cost_model: CostModel) -> dict[str, ShardGeometry]:
+def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = True
+                     ) -> dict[str, ShardGeometry]:
     """The shards the policy also places, by candidate prefix: ``ppo-split``, the split choice
-    of ``split_lookup_greedy`` and ``recshard`` (when some table dominates), and, on tasks with
-    fewer than :data:`FINE_TABLES_PER_DEVICE` tables per device, ``ppo-fine``: the same choice
-    with :data:`FINE_TARGET` times its target (more, smaller pieces), when that splits more."""
+    of ``split_lookup_greedy`` and ``recshard`` (when some table dominates), and, with
+    ``fine`` (the sharder polishes) on tasks with fewer than :data:`FINE_TABLES_PER_DEVICE`
+    tables per device, ``ppo-fine``: the same choice with :data:`FINE_TARGET` times its target
+    (more, smaller pieces), when that splits more."""
     from autoshard.bounds import relax
     from autoshard.splitting import split_heavy_tables
 
     relaxed = relax(task, cost_model)
     choice = split_heavy_tables(task, cost_model, relaxed=relaxed)
     out = {"ppo-split": choice.geometry} if choice.split_tables.size else {}
-    if task.num_tables < FINE_TABLES_PER_DEVICE * task.num_devices:
-        fine = split_heavy_tables(task, cost_model, FINE_TARGET * choice.target_ms,
-                                  relaxed=relaxed)
-        if fine.geometry.num_shards > choice.geometry.num_shards:
-            out["ppo-fine"] = fine.geometry
+    if fine and task.num_tables < FINE_TABLES_PER_DEVICE * task.num_devices:
+        finer = split_heavy_tables(task, cost_model, FINE_TARGET * choice.target_ms,
+                                   relaxed=relaxed)
+        if finer.geometry.num_shards > choice.geometry.num_shards:
+            out["ppo-fine"] = finer.geometry
     return out
