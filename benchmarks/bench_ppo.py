@@ -29,7 +29,8 @@ Speed (process CPU time, pinned to one core): ``ppo`` (default and policy alone)
 tables on 128 devices, and ``ppo`` against ``recshard`` on the ``constrained-200x8`` suite at
 the same ``--time-limit``.
 
-Usage: ``python benchmarks/bench_ppo.py [--time-limit 10] [--out results/ppo]``.
+Usage: ``python benchmarks/bench_ppo.py [--time-limit 10] [--samples K] [--out results/ppo]``
+(``--samples K``: ``ppo`` and ``ppo`` without polish with K sampled rollouts).
 """
 
 from __future__ import annotations
@@ -119,9 +120,12 @@ def profiled_demo_tables(seed: int, count: int = 100, samples: int = 8192) -> li
     return out
 
 
-def run(items: list[Item], time_limit: float) -> tuple[list[CompareRow], list[dict]]:
-    """Every item with ppo, the policy alone, the greedy sharders and recshard."""
-    ppo, plain, alone = get_sharder("ppo"), get_sharder("ppo", polish=False), policy_alone()
+def run(items: list[Item], time_limit: float, samples: int | None = None
+        ) -> tuple[list[CompareRow], list[dict]]:
+    """Every item with ppo (``samples`` sampled rollouts; None: its default), ppo without
+    polish, the policy alone, the greedy sharders and recshard."""
+    ppo = get_sharder("ppo", samples=samples)
+    plain, alone = get_sharder("ppo", samples=samples, polish=False), policy_alone()
     rows, choices = [], []
     for item in items:
         fixed = FixedTask(item.name, item.task)
@@ -199,10 +203,11 @@ def cpu_seconds(fn: object, repeats: int = 3) -> float:
     return float(np.median(times))
 
 
-def speed(time_limit: float) -> dict[str, float]:
+def speed(time_limit: float, samples: int | None = None) -> dict[str, float]:
     """CPU seconds: ppo at 856 x 128, and ppo vs recshard on the 200-table suite."""
     big = constrained_task(dlrm_tables(POOL_SIZE, seed=0), 128, hbm_fraction=0.5)
-    ppo, plain, alone = get_sharder("ppo"), get_sharder("ppo", polish=False), policy_alone()
+    ppo = get_sharder("ppo", samples=samples)
+    plain, alone = get_sharder("ppo", samples=samples, polish=False), policy_alone()
     recshard = get_sharder("recshard", time_limit=time_limit)
     ppo.shard(big, MODEL)  # warm-up
     out = {f"ppo, {POOL_SIZE} x 128": cpu_seconds(lambda: ppo.shard(big, MODEL)),
@@ -223,17 +228,20 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=10.0,
                         help="recshard's time limit (s), in the families and the speed test")
     parser.add_argument("--quick", action="store_true", help="fewer tasks (a smoke run)")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="ppo's sampled rollouts (default: the sharder's own default)")
     parser.add_argument("--out", type=Path, default=Path("results/ppo"))
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     torch.set_num_threads(1)
-    rows, choices = run(families(args.quick), args.time_limit)
-    seconds = speed(args.time_limit)
+    rows, choices = run(families(args.quick), args.time_limit, args.samples)
+    seconds = speed(args.time_limit, args.samples)
     ratio = (seconds["recshard, constrained-200x8 (mean)"]
              / seconds["ppo, constrained-200x8 (mean)"])
     command = (f"python benchmarks/bench_ppo.py --time-limit {args.time_limit:g}"
-               + (" --quick" if args.quick else ""))
+               + (" --quick" if args.quick else "")
+               + (f" --samples {args.samples}" if args.samples is not None else ""))
     lines = ["# ppo on held-out families", "",
              f"Machine: {describe_machine()}, one core. Command: `{command}`.", "",
              "Step cost / lower bound (1.000 = provably optimal), mean per family; the "
