@@ -31,8 +31,8 @@ from autoshard.task import ShardingTask
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).
 DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_policy"
 #: Sampled rollouts by default: none. With the improvement stage polishing the cheapest
-#: candidate, one, two or four rollouts lowered no held-out family's mean cost in
-#: ``benchmarks/bench_ppo.py``, and each costs about as much time as the greedy decode.
+#: candidate, one rollout lowers the held-out families' mean cost by under 1% for about a third
+#: more planning time (``benchmarks/bench_ppo.py --samples 1``, ``results/ppo/README.md``).
 SAMPLES = 0
 #: Tasks of up to this many (table, device) pairs also get the split decodes and candidates.
 SMALL_TASK = 20_000
