@@ -24,7 +24,7 @@ import autoshard
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.plan import Plan
-from autoshard.sharders.ppo_polish import plan_cost_ms, polish_plan, step_cost_ms
+from autoshard.sharders.ppo_polish import Curves, plan_cost_ms, polish_plan, step_cost_ms
 from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.task import ShardingTask
 
@@ -79,7 +79,11 @@ class PPOSharder:
     Each is priced by the cost model; with ``polish``, the cheapest then goes through the
     improvement stage of :mod:`autoshard.sharders.ppo_polish` (HBM rows re-chosen per device,
     tables and shards moved off the most loaded device), competing as ``<name>+polish`` if
-    that improves it. The cheapest step cost wins (ties: the earlier candidate).
+    that improves it (the stage stops after a number of rounds, so plans stay deterministic,
+    unless its time guard ends it first, as on large tasks); on tasks with fewer than
+    :data:`FINE_TABLES_PER_DEVICE` tables per device the decodes also run over a finer split
+    (``ppo-fine-greedy``, ...), whose best is polished too. The cheapest step cost wins
+    (ties: the earlier candidate).
     :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
     policy alone: its greedy decodes (whole tables, and shards where tables were split).
 
@@ -181,8 +185,9 @@ class PPOSharder:
         its raw cost shows); each that improves competes as ``<name>+polish``."""
         ranked = sorted(costs, key=costs.__getitem__)
         chosen = ranked[:1] + [n for n in ranked[1:] if n.startswith("ppo-fine")][:1]
+        curves: dict[bytes, Curves] = {}
         for name in chosen:
-            plan, cost = polish_plan(plans[name], task, cost_model, costs[name])
+            plan, cost = polish_plan(plans[name], task, cost_model, costs[name], curves=curves)
             if cost < costs[name]:
                 costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
 

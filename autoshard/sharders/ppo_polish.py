@@ -1,24 +1,27 @@
 """A fast improvement stage for a finished plan: HBM rows re-chosen per device, then tables (or
-shards) moved and swapped off the most loaded device.
+shards) moved and swapped between devices.
 
-Both steps price through the task's cost model, on the cost curves of
-:func:`autoshard.bounds.table_cost_curves` (each item's cost at the :data:`autoshard.access.GRID`
-fractions of its rows in HBM, per kind of device):
+Both steps work on each item's cost curve per kind of device: the lower hull of its cost
+against HBM bytes from :func:`autoshard.sharders.milp_curves.cost_curves` (vertices at whole
+rows where the access curve bends), priced by the task's cost model.
 
-- **Rows.** Given every item's device, each device's HBM is water-filled: the curve segments of
-  its items, the largest saving per HBM byte first (a segment is worth no more than any hotter
-  one of its item, so each item keeps a prefix of its hottest rows), until the device's HBM is
-  full. For a cost model linear in the HBM share between grid points (the analytical one) and
-  concave access curves this is each device's cheapest split of its HBM.
-- **Moves.** While a time budget lasts, items on the most loaded device are moved to another
-  device, or swapped with one there. Candidates are ranked on a Lagrangian estimate (each
-  device's HBM valued at its water level, the saving per byte of the last segment it took),
-  the best few re-filled exactly on the two devices they touch and priced by the cost model;
-  one is applied when both devices end below the old maximum.
+- **Rows.** Given every item's device, each device's HBM is water-filled: the hull segments of
+  its items, the largest saving per HBM byte first (each item keeps a prefix of its hottest
+  rows), until the device's HBM is full. For a cost model linear in the HBM share between the
+  curve's points (the analytical one) this is each device's cheapest split of its HBM.
+- **Moves.** Items on the most loaded device are moved to another device, or swapped with one
+  there, while that lowers it with the other device below the old maximum; when none does,
+  moves and swaps from the devices whose HBM is worth most (the highest water levels) that lower
+  the two devices' total work without raising the maximum. Candidates are scored on the
+  water-filled curves (:class:`_Lists`: the source's load without the item exactly, the
+  target's with it as an upper bound, a swap partner's leaving at its device's level); the best
+  few are re-filled on the two devices and priced by the cost model, and the best that
+  qualifies is applied. The search stops after a number of rounds that grows with the devices,
+  or at a time guard that grows with the task (:func:`budget`).
 
-A device's load is the sum of its items' prices, as the evaluator adds them; the stage keeps a
-change only when that lowers the load it aims at, and the caller keeps the result only when the
-evaluator prices it below the input (:func:`polish_plan`), so it never returns a worse plan.
+A device's load is the sum of its items' prices; :func:`polish_plan` keeps the result only when
+it fits and the evaluator's pricing of it (:func:`step_cost_ms`) is below the input's, so the
+stage never returns a worse plan.
 """
 
 from __future__ import annotations
@@ -222,7 +225,8 @@ class Polisher:
     # -- moves ---------------------------------------------------------------------------------
 
     def search(self, rounds: int, seconds: float) -> None:
-        """Moves and swaps until none helps or ``seconds`` pass: off the most loaded device
+        """Moves and swaps until none helps, ``rounds`` rounds ran or ``seconds`` pass: off
+        the most loaded device
         while that lowers it, else, from the devices whose HBM is worth most (the highest
         levels), those that lower the work of the two devices without raising the maximum
         (which evens the levels, and so the work, out)."""
