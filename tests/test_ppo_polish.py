@@ -130,3 +130,19 @@ def test_few_tables_per_device_get_a_finer_split_for_the_polish(tmp_path: Path) 
     plain.shard(task, MODEL)
     assert plain.last_choice is not None
     assert not any(n.startswith("ppo-fine") for n in plain.last_choice.costs)
+
+
+def test_devices_of_several_kinds() -> None:
+    task = constrained_task(dlrm_tables(40, seed=13), 4, hbm_fraction=0.3)
+    hw = task.hardware
+    small = [replace(d, hbm=replace(d.hbm, capacity_bytes=d.hbm.capacity_bytes // 3))
+             if i % 2 else d for i, d in enumerate(hw.devices)]
+    mixed = replace(task, hardware=replace(hw, devices=tuple(small)))
+    curves = Curves.price(mixed, MODEL)
+    assert curves.cost.shape[0] == 2  # two kinds of device, a curve set each
+    plan = get_sharder("random").shard(mixed, MODEL)
+    before = evaluate(plan, mixed, MODEL).step_cost_ms
+    out, cost = polish_plan(plan, mixed, MODEL)
+    check_layout(out, mixed)
+    assert cost == pytest.approx(evaluate(out, mixed, MODEL).step_cost_ms, rel=1e-9)
+    assert cost < 0.9 * before
