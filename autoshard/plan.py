@@ -319,6 +319,14 @@ def memory_use(task: ShardingTask, device: np.ndarray,
     return hbm, host
 
 
+def hbm_use(task: ShardingTask, device: np.ndarray, hbm_rows: np.ndarray) -> np.ndarray:
+    """HBM bytes per device as the runtime counts them: every table's (or, on a shard task,
+    shard's) HBM rows and reservation (:meth:`autoshard.task.TableArrays.hbm_bytes`), what
+    the sharders keep within each device's HBM."""
+    weights = task.table_arrays.hbm_bytes(slice(None), hbm_rows)
+    return np.bincount(device, weights=weights, minlength=task.num_devices)
+
+
 def check_plan(plan: Plan, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
     """Validates a plan against a task; returns its (device, hbm_rows) arrays.
 

@@ -24,9 +24,11 @@ import numpy as np
 
 from autoshard.cost import CostModel, Pricing
 from autoshard.errors import InputError, PlannerError, gib
+from autoshard.memory import hbm_terms
 from autoshard.plan import (
     COLUMN_WISE,
     ROW_SHARDINGS,
+    ROW_WISE,
     SHARDINGS,
     TABLE_ROW_WISE,
     TABLE_WISE,
@@ -34,6 +36,7 @@ from autoshard.plan import (
     Plan,
     Shard,
     check_placement,
+    hbm_use,
 )
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, TableArrays
@@ -128,6 +131,39 @@ class ShardLayout:
     @property
     def num_shards(self) -> int:
         return self.geometry.num_shards
+
+    def even_shares(self, task: ShardingTask) -> ShardLayout:
+        """The layout with every split table's shards keeping one share of their rows in HBM:
+        TorchRec holds one cache load factor per table, so shards with different shares would
+        be exported with their mean and overfill the ranks of the shards below it.
+
+        Table by table, the share is the shards' mean (by bytes, the export's load factor),
+        lowered to what the free HBM of the devices of the shards below it holds
+        (:func:`autoshard.plan.hbm_use`), and never below the least of theirs; rounded down.
+        Whole tables are kept.
+        """
+        g = self.geometry
+        if not (g.parts > 1).any():
+            return self
+        priced = pricing_task(task, g)
+        per_row = priced.table_arrays.hbm_bytes_per_row
+        rows = self.hbm_rows.copy()
+        free = task.device_arrays.hbm_capacity - hbm_use(priced, self.device, rows)
+        for t in np.unique(g.table[g.parts > 1]):
+            idx = np.flatnonzero(g.table == t)
+            share = rows[idx] / g.rows[idx]
+            # The share each device of the table's shards can hold (all its shards there).
+            on = self.device[idx]
+            held = np.bincount(on, weights=rows[idx] * per_row[idx], minlength=free.size)
+            full = np.bincount(on, weights=g.rows[idx] * per_row[idx], minlength=free.size)
+            used = np.unique(on)
+            reach = (held[used] + np.maximum(free[used], 0.0)) / full[used]
+            mean = float((rows[idx] * g.cols[idx]).sum() / (g.rows[idx] * g.cols[idx]).sum())
+            target = max(min(mean, float(reach.min())), float(share.min()))
+            new = np.minimum(np.floor(target * g.rows[idx] + 1e-9), g.rows[idx]).astype(np.int64)
+            np.subtract.at(free, self.device[idx], (new - rows[idx]) * per_row[idx])
+            rows[idx] = new
+        return ShardLayout(g, self.device, rows)
 
     def to_plan(self, task: ShardingTask, sharder: str = "") -> Plan:
         """The plan of these shards (tables in task order; a one-shard table_wise entry is a
@@ -250,23 +286,31 @@ def shard_task(task: ShardingTask, geometry: ShardGeometry, named: bool = True) 
     rows = g.rows
     share = rows / a.rows[t]
     row_bytes = a.row_bytes[t] * g.cols / a.dim[t]
+    twrw = g.kind == KIND[TABLE_ROW_WISE]
+    local = min(task.hardware.devices_per_node, task.num_devices)
+    ids = np.select([g.kind == KIND[ROW_WISE], twrw], [1.0 / task.num_devices, 1.0 / local], 1.0)
+    hbm_per_row, reserved = hbm_terms(
+        rows, g.cols, a.dim[t], np.rint(a.row_bytes[t] / a.dim[t]), a.optimizer_bytes[t],
+        a.lookups[t] / task.workload.batch_size, ids, train=task.workload.train,
+        batch_size=task.workload.batch_size, world=task.num_devices, overhead=task.overhead)
     arrays = TableArrays(
         rows=rows,
         dim=g.cols,
         row_bytes=row_bytes,
         optimizer_bytes=a.optimizer_bytes[t],
         memory_bytes_per_row=a.memory_bytes_per_row[t] - a.row_bytes[t] + row_bytes,
+        hbm_bytes_per_row=hbm_per_row,
+        hbm_reserved_bytes=reserved,
         lookups=a.lookups[t] * share,
         pooling_factor=a.pooling_factor[t] * share,
         coverage=a.coverage[t],
         rows_used=np.minimum(np.ceil(a.rows_used[t] * share - 1e-9), rows).astype(np.int64),
         curves=a.curves[t],
     )
-    twrw = g.kind == KIND[TABLE_ROW_WISE]
     parts = g.parts.astype(np.float64)
     tables = (_shard_tables(task, g, arrays) if named
               else tuple(task.tables[i] for i in t.tolist()))
-    sub = ShardTask(tables, task.hardware, task.workload,
+    sub = ShardTask(tables, task.hardware, task.workload, task.overhead,
                     parent=task, geometry=g,
                     a2a_scale=np.where(twrw, 1.0 / parts, 1.0),
                     reduce_scale=np.where(twrw, (parts - 1.0) / parts, 0.0))

@@ -18,7 +18,7 @@ import numpy as np
 
 from autoshard.bounds import Relaxation, relax
 from autoshard.cost import CostModel
-from autoshard.plan import COLUMN_WISE, ROW_WISE
+from autoshard.plan import COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE
 from autoshard.shards import ShardGeometry, even_split, shard_task, whole_tables
 from autoshard.task import ShardingTask
 
@@ -59,8 +59,11 @@ def _price_at_share(task: ShardingTask, cost_model: CostModel, g: ShardGeometry,
                             rows).total_ms
 
 
-def candidate_splits(task: ShardingTask, table: int, max_parts: int) -> list[ShardGeometry]:
-    """Column-wise into 2, 4, 8... equal blocks and row-wise over 2..``max_parts`` devices."""
+def candidate_splits(task: ShardingTask, table: int, max_parts: int, node_local: bool = False
+                     ) -> list[ShardGeometry]:
+    """Column-wise into 2, 4, 8... equal blocks and row-wise over 2..``max_parts`` devices; with
+    ``node_local`` on hardware of several nodes, also table-row-wise over 2..(devices per node)
+    devices of one node (for sharders that keep such shards on one node)."""
     a = task.table_arrays
     dim, rows = int(a.dim[table]), int(a.rows[table])
     out = []
@@ -70,6 +73,10 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int) -> list[Sha
             out.append(even_split(task, table, COLUMN_WISE, k))
         k *= 2
     out += [even_split(task, table, ROW_WISE, k) for k in range(2, min(rows, max_parts) + 1)]
+    local = min(task.hardware.devices_per_node, task.num_devices)
+    if node_local and local < task.num_devices:
+        out += [even_split(task, table, TABLE_ROW_WISE, k)
+                for k in range(2, min(rows, max_parts, local) + 1)]
     return out
 
 
@@ -93,8 +100,8 @@ def dominant_tables(task: ShardingTask, cost_model: CostModel) -> np.ndarray:
 
 
 def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: float | None = None,
-                       max_parts: int | None = None, relaxed: Relaxation | None = None
-                       ) -> SplitChoice:
+                       max_parts: int | None = None, relaxed: Relaxation | None = None,
+                       node_local: bool = False) -> SplitChoice:
     """Splits every table dearer than ``target_ms`` (default: the spread-work bound, the
     per-device mean of the least work).
 
@@ -104,12 +111,15 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
         target_ms: Cost above which a table is split.
         max_parts: Most shards per table (default: the device count).
         relaxed: The task's :func:`autoshard.bounds.relax` (computed when not given).
+        node_local: Also offer table-row-wise splits (:func:`candidate_splits`); only for
+            sharders that keep each such table's shards on one node.
     """
     whole, share, target = _whole_prices(task, cost_model, target_ms, relaxed)
     parts = task.num_devices if max_parts is None else max_parts
     pieces: list[ShardGeometry] = []
     for t in range(task.num_tables):
-        options = candidate_splits(task, t, parts) if whole[t] > target and parts > 1 else []
+        options = (candidate_splits(task, t, parts, node_local)
+                   if whole[t] > target and parts > 1 else [])
         if not options:
             pieces.append(whole_tables(task, np.array([t])))
             continue

@@ -52,7 +52,7 @@ class TaskSpec:
                 raise InputError(f"model '{self.pool}' has {len(tables)} tables",
                                  field="tables", value=self.tables)
             return constrained_task(tables, self.devices, self.hbm_fraction, self.hardware,
-                                    self.batch_size, self.mode)
+                                    self.batch_size, self.mode, overhead="torchrec")
         train, test = default_pools()
         pool = test if self.pool == "test" else train + test
         if self.tables > len(pool):
@@ -60,7 +60,7 @@ class TaskSpec:
         rng = np.random.default_rng(self.seed)
         chosen = sorted(rng.choice(len(pool), size=self.tables, replace=False))
         return constrained_task([pool[i] for i in chosen], self.devices, self.hbm_fraction,
-                                self.hardware, self.batch_size, self.mode)
+                                self.hardware, self.batch_size, self.mode, overhead="torchrec")
 
 
 def _seeds(prefix: str, tables: int, devices: int, fraction: float, seeds: int,

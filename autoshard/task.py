@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
 import numpy as np
@@ -11,6 +11,7 @@ from autoshard.access import GRID
 from autoshard.errors import InputError
 from autoshard.hardware import HardwareProfile
 from autoshard.limits import MAX_BATCH_SIZE, MAX_TABLES, int_in
+from autoshard.memory import OVERHEADS, hbm_terms
 from autoshard.tables import Table, check_unique_names
 
 MODES = ("train", "infer")
@@ -49,11 +50,29 @@ class TableArrays:
     row_bytes: np.ndarray
     optimizer_bytes: np.ndarray
     memory_bytes_per_row: np.ndarray  # weights (+ optimizer state in train mode)
+    hbm_bytes_per_row: np.ndarray  # a row kept in HBM, as the runtime counts it (memory.py)
+    hbm_reserved_bytes: np.ndarray  # HBM the table takes wherever it lives (memory.py)
     lookups: np.ndarray  # lookups per step: batch * pooling factor * coverage
     pooling_factor: np.ndarray
     coverage: np.ndarray
     rows_used: np.ndarray
     curves: np.ndarray  # [T, len(GRID)] lookup share of the hottest GRID fraction of rows
+
+    def hbm_bytes(self, idx: np.ndarray | slice | int, hbm_rows: np.ndarray | int
+                  ) -> np.ndarray:
+        """HBM bytes of the tables at ``idx`` with ``hbm_rows`` of their rows in HBM: the rows
+        and the table's reservation, as the runtime counts them (:mod:`autoshard.memory`); every
+        capacity check of a placement goes through it."""
+        return (self.hbm_reserved_bytes[idx]
+                + np.asarray(hbm_rows) * self.hbm_bytes_per_row[idx])
+
+    def hbm_rows_within(self, idx: np.ndarray | slice | int, free_bytes: np.ndarray
+                        ) -> np.ndarray:
+        """The most rows of each table at ``idx`` that ``free_bytes`` of HBM hold beside its
+        reservation (0 when not even that fits; at most its rows)."""
+        room = np.maximum(np.asarray(free_bytes) - self.hbm_reserved_bytes[idx], 0.0)
+        fit = np.floor(room / self.hbm_bytes_per_row[idx] + 1e-9)
+        return np.minimum(fit, self.rows[idx]).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -71,13 +90,27 @@ class DeviceArrays:
 
 @dataclass(frozen=True)
 class ShardingTask:
-    """Tables to place on a cluster for a workload."""
+    """Tables to place on a cluster for a workload.
+
+    Args:
+        tables: The tables.
+        hardware: The cluster.
+        workload: What one step does.
+        overhead: HBM reserved per table or shard beyond its rows: ``torchrec`` (what TorchRec's
+            runtime adds: I/O buffers, cache state; see :mod:`autoshard.memory`), as the
+            suites, :func:`autoshard.workloads.constrained_task` and the CLI build tasks, or
+            ``none`` (the weights alone: hand-checked cases, runtimes without TorchRec).
+    """
 
     tables: tuple[Table, ...]
     hardware: HardwareProfile
     workload: Workload = Workload()
+    overhead: str = "none"
 
     def __post_init__(self) -> None:
+        if self.overhead not in OVERHEADS:
+            raise InputError(f"must be one of {', '.join(OVERHEADS)}", field="overhead",
+                             value=self.overhead)
         if not self.tables:
             raise InputError("a task needs at least one table", field="tables", value=0)
         if len(self.tables) > MAX_TABLES:
@@ -106,6 +139,7 @@ class ShardingTask:
         access = [x.access_curve() for x in t]  # built once per table (a Zipf curve is dear)
         curves = np.stack([c.on_grid() for c in access])
         used = np.array([c.used_fraction for c in access]) * rows
+        hbm_per_row, reserved = self._hbm_terms()
         return TableArrays(
             rows=rows,
             dim=np.array([x.dim for x in t], dtype=np.int64),
@@ -113,12 +147,25 @@ class ShardingTask:
             optimizer_bytes=np.array([x.optimizer_bytes_per_row for x in t], dtype=np.float64),
             memory_bytes_per_row=np.array([x.memory_bytes_per_row(train) for x in t],
                                           dtype=np.float64),
+            hbm_bytes_per_row=hbm_per_row,
+            hbm_reserved_bytes=reserved,
             lookups=np.array([x.lookups_per_sample for x in t]) * self.workload.batch_size,
             pooling_factor=np.array([x.pooling_factor for x in t]),
             coverage=np.array([x.coverage for x in t]),
             rows_used=np.minimum(np.ceil(used - 1e-9), rows).astype(np.int64),
             curves=curves,
         )
+
+    def _hbm_terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each whole table's HBM bytes per HBM row and reserved bytes (memory.py)."""
+        t = self.tables
+        dim = np.array([x.dim for x in t], dtype=np.int64)
+        return hbm_terms(
+            np.array([x.rows for x in t], dtype=np.int64), dim, dim,
+            np.array([x.bytes_per_element for x in t]),
+            np.array([x.optimizer_bytes_per_row for x in t], dtype=np.float64),
+            np.array([x.lookups_per_sample for x in t]), 1.0, train=self.workload.train,
+            batch_size=self.workload.batch_size, world=self.num_devices, overhead=self.overhead)
 
     @cached_property
     def device_arrays(self) -> DeviceArrays:
@@ -149,15 +196,18 @@ class ShardingTask:
         """
         idx = np.asarray(indices, dtype=np.int64)
         sub = ShardingTask(tuple(self.tables[i] for i in idx), hardware or self.hardware,
-                           self.workload)
+                           self.workload, self.overhead)
         a = self.table_arrays
         # cached_property stores in the instance dict; seed it with the sliced arrays.
-        sub.__dict__["table_arrays"] = TableArrays(
-            **{f.name: getattr(a, f.name)[idx] for f in fields(TableArrays)})
+        sliced = TableArrays(**{f.name: getattr(a, f.name)[idx] for f in fields(TableArrays)})
+        if sub.num_devices != self.num_devices:  # the buffers depend on the world size
+            per_row, reserved = sub._hbm_terms()
+            sliced = replace(sliced, hbm_bytes_per_row=per_row, hbm_reserved_bytes=reserved)
+        sub.__dict__["table_arrays"] = sliced
         return sub
 
     def with_workload(self, workload: Workload) -> ShardingTask:
-        return ShardingTask(self.tables, self.hardware, workload)
+        return ShardingTask(self.tables, self.hardware, workload, self.overhead)
 
 
 def curve_share(curves: np.ndarray, rows: np.ndarray, idx: np.ndarray,

@@ -11,11 +11,13 @@ pipeline) charges each shard more HBM than our memory model's weights and optimi
   ones a node's share of them; every shard writes its columns for every sample);
 - in inference, only the weights.
 
-Our plans leave none of that room, so a plan that fills HBM exactly overfills it under TorchRec.
-:func:`fit_shardings` lowers the HBM caches on the ranks that overfill (their tables' cache load
-factors, coldest rows first, which is what a cache load factor drops; across tables, the rows
-that serve the fewest looked-up bytes per byte freed) until every rank fits TorchRec's count,
-and says what it changed; the export does this before writing. This
+Sharders keep room for it on tasks that reserve it (``overhead="torchrec"``,
+:mod:`autoshard.memory`, which bounds this count); a plan made without that room may overfill
+HBM under TorchRec. :func:`fit_shardings` lowers the HBM caches on the ranks that overfill
+(their tables' cache load factors, coldest rows first, which is what a cache load factor
+drops; across tables, the rows that serve the fewest looked-up bytes per byte freed) until
+every rank fits TorchRec's count, and says what it changed; the export does this before
+writing (and changes nothing in a plan made with the room). This
 module mirrors TorchRec's formulas and needs no TorchRec; tests check it against the estimator.
 """
 
@@ -34,22 +36,23 @@ from autoshard.export_torchrec import (
     ShardSpec,
     TableSharding,
 )
+from autoshard.memory import (
+    CACHE_INDEX_BYTES,
+    CACHE_SLOT_BYTES,
+    INDEX_BYTES,
+    OUTPUT_BYTES,
+    optimizer_multiplier,
+)
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
-
-_INDEX_BYTES = 8  # TorchRec sizes input ids as int64
-_OUTPUT_BYTES = 4  # FP32 pooled output
-_CACHE_SLOT_BYTES = 16  # lxu_cache_state + lru_state per cached row
-_CACHE_INDEX_BYTES = 4  # cache_index_table_map per row
 
 
 def _optimizer_multiplier(table: Table, train: bool) -> float:
     """TorchRec's optimizer state per weight byte for the optimizer our table implies."""
-    if not train or table.optimizer_bytes_per_row == 0:
+    if not train:
         return 0.0
-    if table.optimizer_bytes_per_row <= table.bytes_per_element:
-        return 1.0 / table.dim  # row-wise Adagrad
-    return 1.0 if table.optimizer_bytes_per_row <= table.row_bytes else 2.0
+    return float(optimizer_multiplier(np.array(table.optimizer_bytes_per_row),
+                                      np.array(table.bytes_per_element), np.array(table.dim)))
 
 
 def shard_hbm_bytes(s: TableSharding, table: Table, task: ShardingTask) -> list[int]:
@@ -72,7 +75,7 @@ def shard_hbm_bytes(s: TableSharding, table: Table, task: ShardingTask) -> list[
             size += math.ceil(tensor * mult)
             if s.compute_kernel == FUSED_UVM_CACHING:
                 clf = float(s.cache_load_factor or 0.0)
-                size += math.ceil(x.rows * (_CACHE_INDEX_BYTES + clf * _CACHE_SLOT_BYTES))
+                size += math.ceil(x.rows * (CACHE_INDEX_BYTES + clf * CACHE_SLOT_BYTES))
             size += _buffers(s, x, table, task)
         out.append(size)
     return out
@@ -90,8 +93,8 @@ def _buffers(s: TableSharding, x: ShardSpec, table: Table, task: ShardingTask) -
     elif s.sharding_type == "table_row_wise":
         lookups /= min(task.hardware.devices_per_node, world)
     outputs = min(1.0, table.lookups_per_sample) * batch
-    return (math.ceil(lookups * world * _INDEX_BYTES)
-            + math.ceil(outputs * world * x.cols * _OUTPUT_BYTES))
+    return (math.ceil(lookups * world * INDEX_BYTES)
+            + math.ceil(outputs * world * x.cols * OUTPUT_BYTES))
 
 
 def rank_hbm(shardings: Sequence[TableSharding], task: ShardingTask) -> np.ndarray:

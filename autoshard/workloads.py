@@ -65,16 +65,18 @@ def total_bytes(tables: Sequence[Table], train: bool = True) -> int:
 
 def constrained_task(tables: Sequence[Table], devices: int, hbm_fraction: float = 0.5,
                      hardware: str = "8xH100-80GB", batch_size: int = 65536,
-                     mode: str = "train") -> ShardingTask:
+                     mode: str = "train", overhead: str = "none") -> ShardingTask:
     """A task whose devices together hold ``hbm_fraction`` of the tables' bytes in HBM.
 
     A fraction below 1 makes the task capacity-constrained: some rows must live in host memory.
-    Host memory keeps the profile's capacity.
+    Host memory keeps the profile's capacity. With ``overhead="torchrec"`` (as the suites
+    build their tasks) sharders keep room in HBM for what TorchRec's runtime adds per table or
+    shard (:mod:`autoshard.memory`).
     """
     workload = Workload(batch_size=batch_size, mode=mode)
     need = total_bytes(tables, workload.train)
     profile = with_hbm_fraction(load_hardware(hardware, devices=devices), need, hbm_fraction)
-    return ShardingTask(tuple(tables), profile, workload)
+    return ShardingTask(tuple(tables), profile, workload, overhead)
 
 
 def with_hbm_fraction(profile: HardwareProfile, need_bytes: float,

@@ -8,7 +8,12 @@ estimate as planned, the fullest rank's fill, how many exported (fitted) plans f
 fit costs under our cost model (step cost exported / as planned, geometric mean).
 
     .venv/bin/python benchmarks/bench_torchrec_storage.py [--suites a,b] [--time-limit 20]
-        [--summary-only]
+        [--summary-only] [--fresh]
+
+Every suite's task reserves in HBM what TorchRec's runtime adds per table or shard
+(``overhead="torchrec"``, :mod:`autoshard.memory`), so "overfilled as planned" counts plans
+that overfill TorchRec's count before the export lowers any cache, and "tables lowered" the
+tables whose caches the export had to lower.
 """
 
 from __future__ import annotations
@@ -27,13 +32,23 @@ from autoshard.torchrec_compare import OpinionRow, read_opinions
 SUITES = ("tiny", "constrained-50x4", "constrained-100x8", "rich-100x8", "infer-100x8",
           "dcnv2-8", "dcnv2-16", "criteo1tb-8")
 OUT = Path(__file__).resolve().parents[1] / "results" / "torchrec"
+RESERVED = (
+    "What every sharder keeps room for in HBM (the suites' tasks have `overhead=\"torchrec\"`, "
+    "`autoshard/memory.py`): in training, per table or shard wherever it lives, TorchRec's "
+    "input and output buffers (8 B per input id it receives, 4 B per pooled output element, "
+    "global batch), 4 B of cache index per row, and one row plus 64 B for TorchRec's "
+    "rounding; per row kept in HBM, its weights, the larger of our and TorchRec's optimizer "
+    "state, and 16 B of cache state. In inference, one row plus 64 B per table or shard. "
+    "Split tables keep one share of rows in HBM on all their shards (TorchRec's one cache "
+    "load factor per table).")
 
 
 def summary(rows_by_suite: dict[str, list[OpinionRow]]) -> str:
     lines = ["| suite | sharder | plans | overfilled as planned | fullest HBM as planned | "
-             "exported plans that fit | our step cost, exported / planned |",
-             "|---|---|---|---|---|---|---|"]
-    total = fits = failed = 0
+             "tables lowered at export | exported plans that fit | "
+             "our step cost, exported / planned |",
+             "|---|---|---|---|---|---|---|---|"]
+    total = fits = failed = over = lowered = 0
     for suite, rows in rows_by_suite.items():
         by_sharder: dict[str, list[OpinionRow]] = defaultdict(list)
         for r in rows:
@@ -51,12 +66,25 @@ def summary(rows_by_suite: dict[str, list[OpinionRow]]) -> str:
                              / len(ok))
             total += len(ok)
             fits += sum(r.exported_fits for r in ok)
+            over += sum(r.torchrec_hbm_fill > 1 for r in ok)
+            lowered += sum(r.fitted_tables for r in ok)
             lines.append(f"| {suite} | {name} | {len(ok)} | "
                          f"{sum(r.torchrec_hbm_fill > 1 for r in ok)} | "
                          f"{max(r.torchrec_hbm_fill for r in ok):.3f} | "
+                         f"{sum(r.fitted_tables for r in ok)} | "
                          f"{sum(r.exported_fits for r in ok)} / {len(ok)} | {ratio:.3f} |")
-    return "\n".join(lines) + (f"\n\nIn all: {fits} of {total} exported plans fit every rank; "
-                                f"{failed} plan(s) could not be exported.\n")
+    return "\n".join(lines) + (
+        f"\n\nIn all: {fits} of {total} exported plans fit every rank, {over} overfilled "
+        f"some rank as planned, {lowered} table(s) had their caches lowered at export; "
+        f"{failed} plan(s) could not be exported.\n")
+
+
+def _drop(out: Path, suite: str) -> None:
+    """Removes a suite's opinion rows and saved plans from ``out``."""
+    import shutil
+
+    (out / f"{suite}.torchrec.csv").unlink(missing_ok=True)
+    shutil.rmtree(out / f"{suite}.plans", ignore_errors=True)
 
 
 def run() -> None:
@@ -66,11 +94,17 @@ def run() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--summary-only", action="store_true",
                         help="Only summarise the rows already in --out.")
+    parser.add_argument("--fresh", action="store_true",
+                        help="Replan every suite's tasks instead of resuming (drops their rows "
+                             "and saved plans first).")
     args = parser.parse_args()
     suites = [s for s in args.suites.split(",") if s]
     for suite in [] if args.summary_only else suites:
         argv = ["compare", "--suite", suite, "--torchrec", "--out", str(args.out),
                 "--time-limit", f"{args.time_limit:g}", "--wandb-mode", "disabled"]
+        if args.fresh:
+            _drop(args.out, suite)
+            argv.append("--fresh")
         sys.argv = ["autoshard", *argv]  # the command the results files name
         try:
             cli(argv)
@@ -82,7 +116,7 @@ def run() -> None:
             f"benchmarks/bench_torchrec_storage.py --suites {','.join(suites)} --time-limit "
             f"{args.time_limit:g}`  \nMachine: {describe_machine()}; torchrec 1.8.0 estimators "
             f"on a simulated topology of the same hardware. Per plan: "
-            f"`results/torchrec/SUITE.torchrec.md`.\n\n{summary(rows)}")
+            f"`results/torchrec/SUITE.torchrec.md`.\n\n{RESERVED}\n\n{summary(rows)}")
     atomic_write_text(args.out / "storage.md", text)
     print(text)
 

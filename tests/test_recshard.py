@@ -157,7 +157,7 @@ def test_cli_evaluate_takes_the_lp_bound(tmp_path: Path, capsys: pytest.CaptureF
                                          ) -> None:
     tables, plan = tmp_path / "t.json", tmp_path / "p.json"
     save_tables(tables, dlrm_tables(6, seed=1))
-    args = ["-t", str(tables), "--devices", "2", "--hbm-gb", "0.05"]
+    args = ["-t", str(tables), "--devices", "2", "--hbm-gb", "0.3"]
     main(["plan", *args, "-s", "lookup_greedy", "-o", str(plan), "--json"])
     capsys.readouterr()
     main(["evaluate", str(plan), *args, "--json"])

@@ -69,7 +69,7 @@ def build_task(tables: str, hardware: str, devices: int | None = None, nodes: in
                         mode=mode if mode is not None else base.mode)
     with options_named():
         profile = load_hardware(hardware, devices=devices, nodes=nodes, hbm_gb=hbm_gb)
-    return ShardingTask(read_tables(tables), profile, workload)
+    return ShardingTask(read_tables(tables), profile, workload, overhead="torchrec")
 
 
 def check_options(devices: int | None = None, nodes: int | None = None,

@@ -43,7 +43,8 @@ class GreedySharder:
         # that the first-placed shards do not take every device's HBM.
         cap = np.where(g.parts > 1, np.floor(choice.hbm_share[g.table] * g.rows), -1)
         state = self._place(pricing_task(task, g), cost_model, cap.astype(np.int64))
-        return ShardLayout(g, state.device, state.hbm_rows).to_plan(task, self.name)
+        layout = ShardLayout(g, state.device, state.hbm_rows).even_shares(task)
+        return layout.to_plan(task, self.name)
 
     def _place(self, task: ShardingTask, cost_model: CostModel,
                hbm_cap: np.ndarray | None = None) -> PlacementState:

@@ -112,7 +112,7 @@ def cost_curves(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds,
     :class:`autoshard.bounds.DeadlineReached`."""
     a = task.table_arrays
     cap = task.device_arrays.hbm_capacity[kinds.representative]
-    cap_rows = np.minimum(a.rows[:, None], np.floor(cap[None, :] / a.memory_bytes_per_row[:, None]))
+    cap_rows = a.hbm_rows_within(np.arange(task.num_tables)[:, None], cap[None, :])
     raw = GRID[None, :] * a.rows[:, None]
     base = np.concatenate((np.floor(raw), np.ceil(raw)), axis=1)
     pts = np.concatenate((np.minimum(base[:, None, :], cap_rows[:, :, None]),

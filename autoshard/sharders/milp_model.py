@@ -7,12 +7,16 @@ t on d (GB), ``c`` cost of t on d (ms); and ``C``, the step cost. Constraints::
     m[t,d] <= M[t,kind(d)] * x[t,d]                   HBM use only where placed, capped
     c[t,d] >= a_l * x[t,d] + b_l * m[t,d]             every kept line under the cost curve
     sum_t c[t,d] <= w_d * C                           step cost is the max over devices
-    sum_t m[t,d] <= w_d * HBM_d                       HBM capacity
+    sum_t (s_t * m[t,d] + R_t * x[t,d]) <= w_d * HBM_d  HBM capacity
     sum_t (F_t * x[t,d] - m[t,d]) <= w_d * host_d     host capacity (the rest of the table)
 
-minimising C (plus ``spread`` times the total cost, to break ties towards less work). A "device"
-of weight w_d > 1 stands for w_d identical devices: the aggregated LP of a cluster, whose optimum
-equals the LP relaxation of the per-device model (average any per-device solution over each kind).
+where ``m`` counts a table's rows at their weights and optimizer state (its cost curves' axis),
+``s_t`` is the ratio of a row's HBM bytes as the runtime counts them to that, and ``R_t`` the
+HBM reserved for the table wherever it lives (:mod:`autoshard.memory`); minimising C (plus
+``spread`` times the total cost, to break ties towards less work). With fixed devices, ``tied``
+tables keep equal shares: m[a] / F_a = m[b] / F_b. A "device" of weight w_d > 1 stands for w_d
+identical devices: the aggregated LP of a cluster, whose optimum equals the LP relaxation of the
+per-device model (average any per-device solution over each kind).
 """
 
 from __future__ import annotations
@@ -45,6 +49,11 @@ class Subproblem:
         integer: Binary placement (False: the LP relaxation).
         symmetric: Fix variables to break the symmetry of identical devices (real devices only).
         fixed: Device position of each table, to re-optimise only the row splits.
+        hbm_scale: HBM bytes per unit of ``m`` of each table ([T'], default 1).
+        reserved: HBM reserved for each table wherever it lives, GB ([T'], default 0).
+        tied: With ``fixed``, a group per table ([T'], -1: none): the tables of one group keep
+            the same share of their memory in HBM (the shards of one split table).
+        allowed: Devices each table may go to ([T', D'] bool; None: all).
     """
 
     tables: np.ndarray
@@ -56,6 +65,10 @@ class Subproblem:
     integer: bool = True
     symmetric: bool = True
     fixed: np.ndarray | None = None
+    hbm_scale: np.ndarray | None = None
+    reserved: np.ndarray | None = None
+    tied: np.ndarray | None = None
+    allowed: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,8 @@ def _pairs(sub: Subproblem, lines: CostLines, order: np.ndarray) -> tuple[np.nda
     ok = sub.full[:, None] - cap <= sub.host[None, :] * sub.weight[None, :] + _TOLERANCE
     if sub.fixed is not None:
         ok &= dd == sub.fixed[:, None]
+    if sub.allowed is not None:
+        ok &= sub.allowed
     if sub.symmetric and sub.integer and sub.fixed is None:
         rank = np.empty(nt, dtype=np.int64)
         rank[order] = np.arange(nt)
@@ -128,15 +143,35 @@ def _matrix(sub: Subproblem, lines: CostLines, pt: np.ndarray, pd: np.ndarray,
     add(nrow + pd, c, np.ones(p))
     add(nrow + np.arange(nd), np.full(nd, cc), -sub.weight.astype(np.float64))
     nrow += nd
-    add(nrow + pd, m, np.ones(p))
+    add(nrow + pd, m, np.ones(p) if sub.hbm_scale is None else sub.hbm_scale[pt])
+    if sub.reserved is not None:
+        add(nrow + pd, x, sub.reserved[pt])
     add(nrow + nd + pd, x, sub.full[pt])
     add(nrow + nd + pd, m, -np.ones(p))
     lo.append(np.full(3 * nd, -np.inf))
     hi.append(np.concatenate((np.zeros(nd), sub.hbm * sub.weight, sub.host * sub.weight)))
+    nrow += 2 * nd
+    if sub.tied is not None and sub.fixed is not None:
+        first, second = _tied_pairs(sub.tied)
+        column = np.empty(nt, dtype=np.int64)
+        column[pt] = np.arange(p)  # one pair per table when devices are fixed
+        r = nrow + np.arange(first.size)
+        add(r, m[column[first]], 1.0 / sub.full[first])
+        add(r, m[column[second]], -1.0 / sub.full[second])
+        lo.append(np.zeros(first.size))
+        hi.append(np.zeros(first.size))
     cost = np.zeros(3 * p + 1)
     cost[c] = spread
     cost[cc] = 1.0
     return rows, cols, vals, np.concatenate(lo), np.concatenate(hi), cost
+
+
+def _tied_pairs(tied: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive (position, position) pairs of each group of ``tied`` (-1: in none)."""
+    order = np.argsort(tied, kind="stable")
+    g = tied[order]
+    same = (g[1:] == g[:-1]) & (g[1:] >= 0)
+    return order[:-1][same], order[1:][same]
 
 
 def solve(sub: Subproblem, lines: CostLines, *, order: np.ndarray | None = None,

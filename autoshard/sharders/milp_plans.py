@@ -8,7 +8,7 @@ from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.evaluator import device_totals, price_plan
 from autoshard.placement import PlacementState
-from autoshard.plan import memory_use
+from autoshard.plan import hbm_use, memory_use
 from autoshard.sharders import milp_model
 from autoshard.sharders.milp_curves import UNIT_BYTES, CostLines, DeviceKinds
 from autoshard.task import ShardingTask
@@ -22,26 +22,60 @@ def aggregated(task: ShardingTask, kinds: DeviceKinds) -> milp_model.Subproblem:
     weight = np.bincount(kinds.kind, minlength=kinds.count).astype(np.float64)
     reps = kinds.representative
     full = task.table_arrays.rows * task.table_arrays.memory_bytes_per_row / UNIT_BYTES
+    scale, reserved = hbm_terms(task, np.arange(task.num_tables))
     return milp_model.Subproblem(np.arange(task.num_tables), np.arange(kinds.count),
                                  dev.hbm_capacity[reps] / UNIT_BYTES,
                                  dev.host_capacity[reps] / UNIT_BYTES, full, weight,
-                                 integer=False, symmetric=False)
+                                 integer=False, symmetric=False, hbm_scale=scale,
+                                 reserved=reserved)
 
 
 def device_subproblem(task: ShardingTask, kinds: DeviceKinds, tables: np.ndarray,
-                      devices: np.ndarray, fixed: np.ndarray | None = None
-                      ) -> milp_model.Subproblem:
+                      devices: np.ndarray, fixed: np.ndarray | None = None,
+                      pins: np.ndarray | None = None) -> milp_model.Subproblem:
     """The per-device MILP of ``tables`` on ``devices`` (``fixed``: device position per table,
-    splits only, as an LP). Host capacity keeps one row per table free, for the rows that
-    rounding HBM memory down to whole rows sends to host memory."""
+    splits only, as an LP; ``pins``: a device per task table, -1 where free, e.g. the shards of
+    a table split within one node). Host capacity keeps one row per table free, for the rows
+    that rounding HBM memory down to whole rows sends to host memory."""
     dev = task.device_arrays
     per_row = task.table_arrays.memory_bytes_per_row[tables]
     full = task.table_arrays.rows[tables] * per_row / UNIT_BYTES
     slack = per_row.sum() / UNIT_BYTES
+    scale, reserved = hbm_terms(task, tables)
+    pinned = None
+    if pins is not None and (pins[tables] >= 0).any():
+        own = pins[tables][:, None]
+        pinned = (own < 0) | (own == devices[None, :])
     return milp_model.Subproblem(tables, kinds.kind[devices],
                                  dev.hbm_capacity[devices] / UNIT_BYTES,
                                  dev.host_capacity[devices] / UNIT_BYTES - slack, full,
-                                 np.ones(devices.size), integer=fixed is None, fixed=fixed)
+                                 np.ones(devices.size), integer=fixed is None, fixed=fixed,
+                                 hbm_scale=scale, reserved=reserved,
+                                 symmetric=pinned is None, allowed=pinned)
+
+
+def hbm_terms(task: ShardingTask, tables: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The MILP's HBM coefficients of ``tables``: HBM bytes per byte of its memory variable
+    (a row's HBM bytes over its weight and optimizer bytes), and reserved HBM in GB."""
+    a = task.table_arrays
+    return (a.hbm_bytes_per_row[tables] / a.memory_bytes_per_row[tables],
+            a.hbm_reserved_bytes[tables] / UNIT_BYTES)
+
+
+def pin(task: ShardingTask, pins: np.ndarray | None, device: np.ndarray, rows: np.ndarray
+        ) -> tuple[np.ndarray, np.ndarray] | None:
+    """A placement with its pinned tables (``pins``: device per table, -1 where free) moved to
+    their devices, keeping their HBM rows where the HBM holds them (else none), and any HBM
+    overshoot taken off; None if it no longer fits."""
+    if pins is None or (device[pins >= 0] == pins[pins >= 0]).all():
+        return device, rows
+    device = np.where(pins >= 0, pins, device)
+    moved = fit_hbm(task, device, rows)
+    if feasible(task, device, moved):
+        return device, moved
+    rows = np.where(pins >= 0, 0, rows)
+    moved = fit_hbm(task, device, rows)
+    return (device, moved) if feasible(task, device, moved) else None
 
 
 def single_bound(lines: CostLines) -> float:
@@ -63,9 +97,9 @@ def fit_hbm(task: ShardingTask, device: np.ndarray, rows: np.ndarray) -> np.ndar
     """The rows with any HBM overshoot (a solver's tolerance, a few bytes) taken off the table
     with the most HBM rows on each overfull device."""
     rows = rows.copy()
-    per_row = task.table_arrays.memory_bytes_per_row
+    per_row = task.table_arrays.hbm_bytes_per_row
     placed = device >= 0  # tables outside a subproblem are marked -1
-    hbm = np.bincount(device[placed], weights=(rows * per_row)[placed],
+    hbm = np.bincount(device[placed], weights=task.table_arrays.hbm_bytes(placed, rows[placed]),
                       minlength=task.num_devices)
     for d in np.flatnonzero(hbm > task.device_arrays.hbm_capacity):
         on = np.flatnonzero(device == d)
@@ -82,7 +116,9 @@ def to_memory(task: ShardingTask, rows: np.ndarray, tables: np.ndarray | None = 
 
 
 def feasible(task: ShardingTask, device: np.ndarray, rows: np.ndarray) -> bool:
-    hbm, host = memory_use(task, device, rows)
+    """Whether every device's HBM (rows and reservations) and host memory hold their part."""
+    _, host = memory_use(task, device, rows)
+    hbm = hbm_use(task, device, rows)
     dev = task.device_arrays
     return bool((hbm <= dev.hbm_capacity).all() and (host <= dev.host_capacity).all())
 
@@ -98,10 +134,16 @@ def step_cost(task: ShardingTask, cost_model: CostModel, device: np.ndarray,
 
 
 def polish(task: ShardingTask, kinds: DeviceKinds, full: CostLines, tables: np.ndarray,
-           devices: np.ndarray, position: np.ndarray, time_limit: float) -> np.ndarray | None:
+           devices: np.ndarray, position: np.ndarray, time_limit: float,
+           tied: np.ndarray | None = None) -> np.ndarray | None:
     """Best row splits of ``tables`` kept on their devices (``devices[position]``), from the LP
-    over every hull line; None if the LP found no solution."""
+    over every hull line; None if the LP found no solution. ``tied``: a group per table
+    (-1: none); the tables of one group keep the same share of their rows in HBM."""
+    from dataclasses import replace
+
     sub = device_subproblem(task, kinds, tables, devices, fixed=position)
+    if tied is not None:
+        sub = replace(sub, tied=tied)
     sol = milp_model.solve(sub, full, spread=1e-3, time_limit=time_limit)
     if sol.memory is None:
         return None

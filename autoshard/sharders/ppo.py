@@ -142,7 +142,8 @@ class PPOSharder:
             if geometry is not None:
                 shards = pricing_task(task, geometry)
                 for name, ep in self._decode(shards, cost_model, samples, "ppo-split"):
-                    layout = ShardLayout(geometry, ep.state.device, ep.state.hbm_rows)
+                    layout = ShardLayout(geometry, ep.state.device,
+                                         ep.state.hbm_rows).even_shares(task)
                     plans[name] = layout.to_plan(task, self.name)
                     costs[name] = evaluate(plans[name], task, cost_model).step_cost_ms
         finally:

@@ -11,6 +11,7 @@ PlacementState`.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -306,6 +307,10 @@ class PlacementEpisode:
         t = self.order[i]
         self.obs[:len(lay.table)] = p.table_feats[i]
         fits = self._fits(t)
+        if not fits.any():  # room for the table's reserved HBM, from HBM rows placed earlier
+            with contextlib.suppress(PlannerError):
+                state.make_room(t)
+                fits = self._fits(t)
         if not fits.any():
             self.mask[:] = False
             raise PlannerError("capacity", f"table '{self.task.tables[t].name}' fits on no "

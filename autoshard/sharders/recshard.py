@@ -48,7 +48,7 @@ import numpy as np
 from autoshard.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.plan import Plan
+from autoshard.plan import TABLE_ROW_WISE, Plan
 from autoshard.sharders import milp_model
 from autoshard.sharders.milp_curves import (
     CostLines,
@@ -63,13 +63,14 @@ from autoshard.sharders.milp_plans import (
     feasible,
     fit_hbm,
     lp_packing,
+    pin,
     polish,
     single_bound,
     step_cost,
     to_memory,
     to_rows,
 )
-from autoshard.shards import ShardGeometry, ShardLayout, pricing_task, whole_tables
+from autoshard.shards import KIND, ShardGeometry, ShardLayout, pricing_task, whole_tables
 from autoshard.splitting import split_heavy_tables
 from autoshard.task import ShardingTask
 
@@ -158,6 +159,9 @@ class RecShard:
             splitting, whose search would otherwise run to the limit with the split bound's gap
             open, then plans within a small multiple of a table-wise solve's time); 0: it runs
             while it improves at all.
+        node_splits: On hardware of several nodes, also offer table-row-wise splits (row
+            shards over 2..(devices per node) devices of one node, their partial sums reduced
+            within the node, one shard per device, the node and devices chosen in turn).
     """
 
     name: ClassVar[str] = "recshard"
@@ -165,8 +169,10 @@ class RecShard:
 
     def __init__(self, time_limit: float = 60.0, mip_rel_gap: float = 5e-3,
                  max_lines: int | None = None, max_pairs: int = 2400, group_devices: int = 2,
-                 seed: int = 0, split: bool = True, stall: float = 5e-3) -> None:
+                 seed: int = 0, split: bool = True, stall: float = 5e-3,
+                 node_splits: bool = True) -> None:
         self.split = split
+        self.node_splits = node_splits
         self.stall = stall
         self.time_limit = time_limit
         self.mip_rel_gap = mip_rel_gap
@@ -207,7 +213,13 @@ class RecShard:
             relaxed = relax(task, cost_model, deadline=start + SPLIT_SETUP_SHARE * self.time_limit)
             bound = float(relaxed.cost_ms.sum()) / task.num_devices
             choices = self._split_choices(task, cost_model, relaxed, bound,
-                                          start + SPLIT_SETUP_SHARE * self.time_limit)
+                                          start + SPLIT_SETUP_SHARE * self.time_limit,
+                                          self.node_splits)
+            # Last, while time is left: every table whole (splits pay their shards' reserved
+            # HBM and one HBM share per table, and may lose to it).
+            whole = whole_tables(task)
+            if not any(_same(whole, h) for h in choices):
+                choices.append(whole)
         except DeadlineReached:  # no time to choose splits: tables whole, no bound proven
             found = self._solve_tables(task, cost_model, deadline)
             found = replace(found, status=f"{found.status}; {NO_SPLIT_STATUS}")
@@ -224,18 +236,29 @@ class RecShard:
             # A finer split gets no more time than the first solve took (at least a tenth of
             # the limit), so that splitting costs a bounded multiple of a table-wise solve.
             stop = began + min(_left(deadline) * (0.6 if more else 1.0), first)
-            found = self._solve_tables(pricing_task(task, g), cost_model, stop)
+            sub = pricing_task(task, g)
+            try:
+                found = self._solve_tables(sub, cost_model, stop, node_pins(task, g))
+            except PlannerError:  # e.g. a whole table's reserved HBM fits no device
+                if best is None and not more:
+                    raise
+                continue
             if i == 0:
                 first = max(time.perf_counter() - began, 0.1 * self.time_limit)
+            # One HBM share per split table, as TorchRec's one cache load factor has it.
+            layout = ShardLayout(g, found.device, found.rows).even_shares(task)
+            if not np.array_equal(layout.hbm_rows, found.rows):
+                found = replace(found, rows=layout.hbm_rows, cost=step_cost(
+                    sub, cost_model, layout.device, layout.hbm_rows))
             if best is None or found.cost < best[1].cost:
-                plan = ShardLayout(g, found.device, found.rows).to_plan(task, self.name)
-                best = (plan, found)
+                best = (layout.to_plan(task, self.name), found)
         assert best is not None
         return self._result(best[0], best[1], bound, start)
 
     @staticmethod
     def _split_choices(task: ShardingTask, cost_model: CostModel, relaxed: Relaxation,
-                       bound: float, deadline: float) -> list[ShardGeometry]:
+                       bound: float, deadline: float, node_local: bool = True
+                       ) -> list[ShardGeometry]:
         """The distinct split choices of :data:`SPLIT_TARGETS` (tables whole when none is
         chosen in time: :class:`DeadlineReached` past ``deadline``)."""
         choices: list[ShardGeometry] = []
@@ -244,7 +267,8 @@ class RecShard:
                 if choices:
                     break
                 raise DeadlineReached("split choice")
-            g = split_heavy_tables(task, cost_model, share * bound, relaxed=relaxed).geometry
+            g = split_heavy_tables(task, cost_model, share * bound, relaxed=relaxed,
+                                   node_local=node_local).geometry
             if not any(_same(g, h) for h in choices):
                 choices.append(g)
         return choices
@@ -256,15 +280,16 @@ class RecShard:
                               time.perf_counter() - start, found.method, found.status,
                               found.warm_start, found.warm_cost)
 
-    def _solve_tables(self, task: ShardingTask, cost_model: CostModel, deadline: float
-                      ) -> _Found:
-        """Places every table (or shard, for a shard task) whole, with its HBM rows."""
+    def _solve_tables(self, task: ShardingTask, cost_model: CostModel, deadline: float,
+                      pins: np.ndarray | None = None) -> _Found:
+        """Places every table (or shard, for a shard task) whole, with its HBM rows; ``pins``:
+        a device per table (shard), -1 where free."""
         start = time.perf_counter()
         budget = max(deadline - start, 0.01)
         kinds = device_kinds(task)
         # The cheapest warm start first: the plan returned if the deadline comes before any
         # better one exists (None when it cannot place the task; then no phase is cut short).
-        fallback = _cheap_start(task, cost_model)
+        fallback = _cheap_start(task, cost_model, pins)
         cut = None if fallback is None else start + CURVES_SHARE * budget
         try:
             curves = cost_curves(task, cost_model, kinds, deadline=cut)
@@ -293,7 +318,7 @@ class RecShard:
         lines = curves.lines(self.max_lines or lines_budget, focus,
                              deadline=start + 0.2 * budget)
         search_end = start + budget * (0.5 if whole else 1.0)
-        ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound)
+        ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound, pins)
         name, device, rows = self._warm_start(ctx, relaxed, fallback, time.perf_counter() - start)
         warm_cost = step_cost(task, cost_model, device, rows)
         # With the whole MILP to follow (to the deadline), stopping the search early saves
@@ -302,13 +327,19 @@ class RecShard:
         cost = step_cost(task, cost_model, device, rows)
         method, status = ("lns" if cost < warm_cost else "warm"), "search"
         if whole and (cost - bound) > self.mip_rel_gap * cost:
-            ctx = _Context(task, cost_model, kinds, lines, full, deadline, bound)
+            ctx = _Context(task, cost_model, kinds, lines, full, deadline, bound, pins)
             status, found, mip_bound = self._whole(ctx, device, rows, bound)
             bound = max(bound, mip_bound)
             if found is not None and feasible(task, *found):
                 new_cost = step_cost(task, cost_model, *found)
                 if new_cost < cost:
                     (device, rows), cost, method = found, new_cost, "milp"
+        tied = _tied(task)
+        if tied is not None:  # one share of rows in HBM per split table (TorchRec's one)
+            even = polish(task, kinds, full, np.arange(task.num_tables),
+                          np.arange(task.num_devices), device, max(_left(deadline), 2.0), tied)
+            if even is not None and feasible(task, device, even):
+                rows, cost = even, step_cost(task, cost_model, device, even)
         return _Found(device, rows, cost, bound, method, status, name, warm_cost)
 
     def _warm_start(self, ctx: _Context, relaxed: milp_model.Solution,
@@ -326,11 +357,15 @@ class RecShard:
             if starts and _left(ctx.deadline) < 2 * first_s:
                 break
             try:
-                starts.append((name, *get_sharder(name).shard(task, model).arrays(task)))
+                placed = pin(task, ctx.pins, *get_sharder(name).shard(task, model).arrays(task))
             except PlannerError:
                 continue
+            if placed is not None:
+                starts.append((name, *placed))
         packed = None if starts and _past(ctx.deadline) else lp_packing(
             task, model, ctx.kinds, ctx.full, relaxed)
+        if packed is not None:
+            packed = pin(task, ctx.pins, *packed)
         if packed is not None:
             starts.append(("lp_packing", *packed))
         if not starts:
@@ -355,7 +390,7 @@ class RecShard:
         """The whole task as one MILP, then its splits polished on the full curves."""
         task = ctx.task
         tables, devices = np.arange(task.num_tables), np.arange(task.num_devices)
-        sub = device_subproblem(task, ctx.kinds, tables, devices)
+        sub = device_subproblem(task, ctx.kinds, tables, devices, pins=ctx.pins)
         sol = milp_model.solve(sub, ctx.lines, warm=(device, to_memory(task, rows)), lower=bound,
                                mip_rel_gap=self.mip_rel_gap, time_limit=_left(ctx.deadline))
         if sol.device is None or sol.memory is None:
@@ -407,7 +442,7 @@ class RecShard:
         tables = np.flatnonzero(np.isin(device, devs))
         if tables.size == 0:
             return False
-        sub = device_subproblem(task, ctx.kinds, tables, devs)
+        sub = device_subproblem(task, ctx.kinds, tables, devs, pins=ctx.pins)
         position = np.searchsorted(devs, device[tables])
         limit = min(_left(ctx.deadline), 5.0)
         sol = milp_model.solve(sub, ctx.lines, warm=(position, to_memory(task, rows[tables],
@@ -445,16 +480,46 @@ class _Found:
     warm_cost: float
 
 
-def _cheap_start(task: ShardingTask, cost_model: CostModel
+def _cheap_start(task: ShardingTask, cost_model: CostModel, pins: np.ndarray | None = None
                  ) -> tuple[str, np.ndarray, np.ndarray] | None:
-    """The first of :data:`WARM_STARTS`' plan (name, devices, HBM rows), None if it fails."""
+    """The first of :data:`WARM_STARTS`' plan (name, devices, HBM rows), its ``pins`` kept;
+    None if it fails."""
     from autoshard.sharders import get_sharder
 
     name = WARM_STARTS[0]
     try:
-        return (name, *get_sharder(name).shard(task, cost_model).arrays(task))
+        placed = pin(task, pins, *get_sharder(name).shard(task, cost_model).arrays(task))
     except PlannerError:
         return None
+    return None if placed is None else (name, *placed)
+
+
+def node_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
+    """A device per shard for the tables split ``table_row_wise`` (-1 for the others; None when
+    there are none): such a table's shards on consecutive devices of the node with the fewest
+    shards pinned so far, from where the last one there ended (so that they spread over the
+    nodes' devices)."""
+    twrw = np.flatnonzero(g.kind == KIND[TABLE_ROW_WISE])
+    if not twrw.size:
+        return None
+    local = min(task.hardware.devices_per_node, task.num_devices)
+    nodes = max(task.num_devices // local, 1)
+    pins = np.full(g.num_shards, -1, dtype=np.int64)
+    taken = np.zeros(nodes, dtype=np.int64)  # shards pinned to each node so far
+    for t in np.unique(g.table[twrw]):
+        idx = np.flatnonzero(g.table == t)
+        node = int(np.argmin(taken))
+        pins[idx] = node * local + (taken[node] + np.arange(idx.size)) % local
+        taken[node] += idx.size
+    return pins
+
+
+def _tied(task: ShardingTask) -> np.ndarray | None:
+    """For a task of shards, each shard's table when it is split (-1 when whole); else None."""
+    g = getattr(task, "geometry", None)
+    if g is None or not (g.parts > 1).any():
+        return None
+    return np.where(g.parts > 1, g.table, -1)
 
 
 def _same(a: ShardGeometry, b: ShardGeometry) -> bool:
@@ -473,6 +538,7 @@ class _Context:
     full: CostLines
     deadline: float
     bound: float
+    pins: np.ndarray | None = None
 
 
 def _stalled(history: list[tuple[float, float]], stall: float) -> bool:

@@ -1,0 +1,96 @@
+"""HBM a table or shard takes, as the TorchRec runtime that will hold it counts it.
+
+Every sharder, the MILP and the incremental placement check HBM through :func:`hbm_terms`
+(via :class:`autoshard.task.TableArrays`' ``hbm_bytes_per_row`` and ``hbm_reserved_bytes``), so
+that a plan that fits our count also fits TorchRec's storage estimate (``EmbeddingStorageEstimator``
+of torchrec 1.8.0, CUDA, no pipeline; :mod:`autoshard.torchrec_memory` mirrors it exactly, and
+tests check both against the estimator). In training TorchRec charges a shard, beyond its
+weights:
+
+- optimizer state per weight byte by the optimizer its state size implies (row-wise Adagrad:
+  one element per row; up to a row: one row; more: two rows);
+- input and output buffers: 8 bytes per input id it receives (every sample's ids for table-wise
+  and column-wise shards, a world's share of them for row-wise ones, a node's for table-row-wise
+  ones) and 4 bytes per element of the pooled output it writes (its columns, every sample);
+- with an HBM cache (``fused_uvm_caching``): 16 bytes of cache state per cached row and 4 bytes
+  of index per row of the shard.
+
+In inference it charges the weights alone. What we reserve (``overhead="torchrec"``, the
+default), an upper bound of that count for any kernel the export picks:
+
+- per row kept in HBM: weights, the larger of our and TorchRec's optimizer state, and 16 bytes
+  of cache state (train);
+- per table or shard, wherever it lives: its input and output buffers and 4 bytes of cache
+  index per row (train), and one row of HBM bytes plus 64 bytes for TorchRec's rounding.
+
+``overhead="none"`` reserves nothing: HBM holds the weights (and optimizer state in training)
+of the rows kept there, our memory model before TorchRec's count was reserved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: What a task reserves per shard in HBM: TorchRec's runtime overhead, or nothing.
+OVERHEADS = ("torchrec", "none")
+INDEX_BYTES = 8  # TorchRec sizes input ids as int64
+OUTPUT_BYTES = 4  # FP32 pooled output
+CACHE_SLOT_BYTES = 16  # lxu_cache_state + lru_state per cached row
+CACHE_INDEX_BYTES = 4  # cache_index_table_map per row
+ROUNDING_BYTES = 64  # TorchRec rounds each of a shard's few terms up to a byte
+
+
+def optimizer_multiplier(optimizer_bytes: np.ndarray, element_bytes: np.ndarray,
+                         dim: np.ndarray) -> np.ndarray:
+    """TorchRec's optimizer state per weight byte for the optimizer our state size implies
+    (``dim``: the table's embedding dim)."""
+    row_bytes = element_bytes * dim
+    return np.select([optimizer_bytes == 0, optimizer_bytes <= element_bytes,
+                      optimizer_bytes <= row_bytes], [0.0, 1.0 / dim, 1.0], 2.0)
+
+
+def io_buffer_bytes(lookups_per_sample: np.ndarray, cols: np.ndarray,
+                    input_share: np.ndarray | float, batch_size: int, world: int) -> np.ndarray:
+    """TorchRec's input and output buffer bytes of shards in training: ``input_share`` of the
+    global batch's ids (1, 1/world for row-wise, 1/local for table-row-wise) at 8 bytes, and
+    ``cols`` pooled elements per sample at 4 bytes."""
+    batch = max(batch_size // world, 1)  # per rank, as TorchRec sizes it
+    lookups = lookups_per_sample * batch * input_share
+    outputs = np.minimum(1.0, lookups_per_sample) * batch
+    return (np.ceil(lookups * world * INDEX_BYTES)
+            + np.ceil(outputs * world * cols * OUTPUT_BYTES))
+
+
+def hbm_terms(rows: np.ndarray, cols: np.ndarray, table_dim: np.ndarray,
+              element_bytes: np.ndarray, optimizer_bytes: np.ndarray,
+              lookups_per_sample: np.ndarray, input_share: np.ndarray | float, *,
+              train: bool, batch_size: int, world: int, overhead: str = "torchrec"
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """HBM bytes per row kept in HBM, and HBM bytes reserved wherever it lives, of each table
+    or shard ([N] each; see the module docstring).
+
+    Args:
+        rows: Rows of each table or shard.
+        cols: Its columns (a column block's width; a table's dim).
+        table_dim: Its table's embedding dim.
+        element_bytes: Bytes per element.
+        optimizer_bytes: Our optimizer state per row (train mode).
+        lookups_per_sample: Its table's lookups per sample.
+        input_share: Share of its table's input ids it receives (:func:`io_buffer_bytes`).
+        train: Training (optimizer state, buffers, cache state) or inference (weights only).
+        batch_size: Global batch size.
+        world: Devices.
+        overhead: One of :data:`OVERHEADS`.
+    """
+    row_bytes = (element_bytes * cols).astype(np.float64)
+    ours = row_bytes + (optimizer_bytes if train else 0.0)
+    if overhead == "none":
+        return ours, np.zeros(np.shape(rows))
+    if not train:  # the weights alone, with room for TorchRec's rounding of a cache
+        return ours, ours + ROUNDING_BYTES
+    theirs = row_bytes * (1.0 + optimizer_multiplier(optimizer_bytes, element_bytes,
+                                                     table_dim))
+    per_row = np.ceil(np.maximum(ours, theirs)) + CACHE_SLOT_BYTES
+    reserved = (io_buffer_bytes(lookups_per_sample, cols, input_share, batch_size, world)
+                + CACHE_INDEX_BYTES * rows + per_row + ROUNDING_BYTES)
+    return per_row, reserved.astype(np.float64)

@@ -1,0 +1,110 @@
+"""Table-row-wise splits: priced apart from row-wise, offered by recshard on several nodes, kept
+on one node, above the bound and accepted by the TorchRec export."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoshard.analytical import AnalyticalCostModel
+from autoshard.bounds import lower_bound_ms
+from autoshard.cli import main
+from autoshard.evaluator import evaluate
+from autoshard.export_torchrec import torchrec_unavailable
+from autoshard.plan import ROW_WISE, TABLE_ROW_WISE
+from autoshard.sharders.recshard import RecShard, node_pins
+from autoshard.shards import KIND, even_split, shard_task
+from autoshard.splitting import candidate_splits, split_heavy_tables
+from autoshard.tables import Table, save_tables
+from autoshard.task import ShardingTask
+from autoshard.workloads import constrained_task, dlrm_tables
+
+MODEL = AnalyticalCostModel()
+
+
+def _two_nodes(inter_gbps: float = 12.5) -> ShardingTask:
+    """2 nodes x 8 devices with a slow inter-node link, and one dominant table whose dim (36)
+    allows column blocks of 2 and 4 only."""
+    tables = (*dlrm_tables(6, seed=3),
+              Table("huge", rows=40_000_000, dim=36, pooling_factor=100.0, zipf_alpha=1.05))
+    task = constrained_task(tables, 16, hbm_fraction=0.5, hardware="16xH100-80GB",
+                            overhead="torchrec")
+    return replace(task, hardware=replace(task.hardware, inter_node_gbps=inter_gbps))
+
+
+def test_table_row_wise_comm_is_an_intra_node_reduce_and_a_share_of_the_all_to_all() -> None:
+    task = _two_nodes()
+    huge = task.num_tables - 1
+    hw = task.hardware
+    passes, batch = 2.0, task.workload.batch_size
+    r = task.table_arrays.row_bytes[huge]
+    leaving = (task.num_devices - 1) / task.num_devices
+    a2a = leaving * (7 / 15 / hw.intra_node_gbps + 8 / 15 / hw.inter_node_gbps) / 1e9
+    for k in (2, 8):
+        comm = {}
+        for kind in (ROW_WISE, TABLE_ROW_WISE):
+            g = even_split(task, huge, kind, k)
+            p = MODEL.price(shard_task(task, g), np.arange(k), np.zeros(k, dtype=np.int64),
+                            np.zeros(k))
+            comm[kind] = p.comm_ms
+        # Row-wise: every shard's full partial sums through the all-to-all.
+        assert comm[ROW_WISE] == pytest.approx(passes * batch * r * a2a * 1e3)
+        # Table-row-wise: (k-1)/k of them reduced over intra-node links, 1/k all-to-all.
+        want = passes * batch * r * (a2a / k + (k - 1) / k / (hw.intra_node_gbps * 1e9)) * 1e3
+        assert comm[TABLE_ROW_WISE] == pytest.approx(want)
+        assert (comm[TABLE_ROW_WISE] < comm[ROW_WISE]).all()
+
+
+def test_candidates_include_table_row_wise_only_on_several_nodes_for_node_aware_sharders(
+        ) -> None:
+    task = _two_nodes()
+    huge = task.num_tables - 1
+    kinds = [(int(g.kind[0]), int(g.parts[0])) for g in candidate_splits(task, huge, 16, True)]
+    twrw = sorted(k for kind, k in kinds if kind == KIND[TABLE_ROW_WISE])
+    assert twrw == list(range(2, 9))  # 2..devices per node
+    assert KIND[TABLE_ROW_WISE] not in {int(g.kind[0]) for g in candidate_splits(task, huge, 16)}
+    one_node = constrained_task(task.tables, 8, hbm_fraction=0.5, overhead="torchrec")
+    assert KIND[TABLE_ROW_WISE] not in {int(g.kind[0])
+                                        for g in candidate_splits(one_node, huge, 8, True)}
+
+
+def test_pins_put_each_table_row_wise_table_on_distinct_devices_of_one_node() -> None:
+    task = _two_nodes()
+    g = split_heavy_tables(task, MODEL, node_local=True).geometry
+    pins = node_pins(task, g)
+    assert pins is not None
+    twrw = g.kind == KIND[TABLE_ROW_WISE]
+    for t in np.unique(g.table[twrw]):
+        on = pins[g.table == t]
+        assert len(set(on.tolist())) == on.size and len(set((on // 8).tolist())) == 1
+    assert (pins[~twrw] == -1).all()
+
+
+def test_recshard_splits_the_dominant_table_within_a_node_where_that_is_cheaper(
+        tmp_path: Path) -> None:
+    task = _two_nodes()
+    with_twrw = RecShard(time_limit=10).solve(task, MODEL)
+    without = RecShard(time_limit=10, node_splits=False).solve(task, MODEL)
+    huge = next(p for p in with_twrw.plan.placements if p.table == "huge")
+    assert huge.sharding == TABLE_ROW_WISE
+    devices = [s.device for s in huge.shards]
+    assert len(set(devices)) == len(devices) and len({d // 8 for d in devices}) == 1
+    assert all(p.sharding != TABLE_ROW_WISE for p in without.plan.placements)
+    report = evaluate(with_twrw.plan, task, MODEL)
+    assert report.step_cost_ms == pytest.approx(with_twrw.step_cost_ms)
+    assert report.step_cost_ms < evaluate(without.plan, task, MODEL).step_cost_ms
+    assert report.step_cost_ms >= lower_bound_ms(task, MODEL) * (1 - 1e-9)
+    if torchrec_unavailable(load=True) is None:  # TorchRec's own check of the export
+        tables, plan, out = tmp_path / "t.json", tmp_path / "p.json", tmp_path / "tr.json"
+        save_tables(tables, task.tables)
+        with_twrw.plan.save(plan)
+        hw = tmp_path / "hw.yaml"
+        from autoshard.hardware import save_hardware
+
+        save_hardware(hw, task.hardware)
+        main(["export", str(plan), "-t", str(tables), "--hardware", str(hw), "-o", str(out),
+              "--check", "--no-fit"])
+        assert out.is_file()
