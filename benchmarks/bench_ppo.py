@@ -14,9 +14,11 @@ Families (none seen in training, which draws the ``train`` family of :mod:`envs.
   devices.
 
 Every task's HBM holds 30% of its tables' bytes. Per family: mean step cost / lower bound of
-``ppo`` (its default: greedy decode, best of K sampled rollouts and the greedy sharders' plans,
-the decodes over whole tables and over the shards of the dominant tables), of the policy alone
-(``samples=0, candidates=False``: its greedy decodes, whole and split), of the best greedy
+``ppo`` (its default: greedy decode and the greedy sharders' plans, the decodes over whole
+tables and over the shards of the dominant tables, no sampled rollout, the cheapest then
+polished by :mod:`autoshard.sharders.ppo_polish`), of ``ppo`` without that improvement stage
+(``polish=False``), of the policy alone (``samples=0, candidates=False, polish=False``: its
+greedy decodes, whole and split), of the best greedy
 sharder per task (of the five, ``split_lookup_greedy`` included), of ``recshard`` (which may
 split dominant tables) and of ``recshard`` kept table-wise (``split=False``); ``ppo`` and the
 policy alone against the best greedy per task (worst case and share of tasks at or below),
@@ -27,7 +29,8 @@ Speed (process CPU time, pinned to one core): ``ppo`` (default and policy alone)
 tables on 128 devices, and ``ppo`` against ``recshard`` on the ``constrained-200x8`` suite at
 the same ``--time-limit``.
 
-Usage: ``python benchmarks/bench_ppo.py [--time-limit 10] [--out results/ppo]``.
+Usage: ``python benchmarks/bench_ppo.py [--time-limit 10] [--samples K] [--out results/ppo]``
+(``--samples K``: ``ppo`` and ``ppo`` without polish with K sampled rollouts).
 """
 
 from __future__ import annotations
@@ -63,7 +66,18 @@ from training.plots import comparison
 MODEL = AnalyticalCostModel()
 #: recshard restricted to table-wise plans.
 TABLEWISE = "recshard (table-wise)"
+#: ppo without its improvement stage.
+PLAIN = "ppo (without polish)"
 FRACTION = 0.3
+
+
+def policy_alone() -> PPOSharder:
+    """The policy alone: its greedy decodes, nothing else."""
+    sharder = get_sharder("ppo", samples=0, candidates=False, polish=False)
+    assert isinstance(sharder, PPOSharder)
+    return sharder
+
+
 @dataclass(frozen=True)
 class Item:
     family: str
@@ -106,13 +120,16 @@ def profiled_demo_tables(seed: int, count: int = 100, samples: int = 8192) -> li
     return out
 
 
-def run(items: list[Item], time_limit: float) -> tuple[list[CompareRow], list[dict]]:
-    """Every item with ppo, the policy alone, the greedy sharders and recshard."""
-    ppo, alone = get_sharder("ppo"), get_sharder("ppo", samples=0, candidates=False)
+def run(items: list[Item], time_limit: float, samples: int | None = None
+        ) -> tuple[list[CompareRow], list[dict]]:
+    """Every item with ppo (``samples`` sampled rollouts; None: its default), ppo without
+    polish, the policy alone, the greedy sharders and recshard."""
+    ppo = get_sharder("ppo", samples=samples)
+    plain, alone = get_sharder("ppo", samples=samples, polish=False), policy_alone()
     rows, choices = [], []
     for item in items:
         fixed = FixedTask(item.name, item.task)
-        for label, sharder in (("ppo", ppo), ("ppo (policy alone)", alone)):
+        for label, sharder in (("ppo", ppo), (PLAIN, plain), ("ppo (policy alone)", alone)):
             assert isinstance(sharder, PPOSharder)
             start = time.perf_counter()
             plan = sharder.shard(item.task, MODEL)
@@ -126,9 +143,9 @@ def run(items: list[Item], time_limit: float) -> tuple[list[CompareRow], list[di
                                    load_balance=report.load_balance,
                                    uvm_lookup_share=report.uvm_lookup_share,
                                    plan_seconds=seconds, cost_model=MODEL.name))
-            if label == "ppo" and sharder.last_choice:
+            if label != "ppo (policy alone)" and sharder.last_choice:
                 choices.append({"family": item.family, "task": item.name,
-                                "winner": sharder.last_choice.winner})
+                                "sharder": label, "winner": sharder.last_choice.winner})
         common = {"time_limit": time_limit, "seed": 0}
         for name in (*CANDIDATES, "recshard"):
             rows.append(run_one(item.family, fixed, item.task, name, MODEL, None,
@@ -147,27 +164,32 @@ def summary(rows: list[CompareRow], choices: list[dict]) -> list[str]:
     seconds: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in rows:
         seconds[r.suite, r.sharder].append(r.plan_seconds)
-    lines = ["| family | tasks | ppo | policy alone | best greedy | recshard | recshard "
-             "table-wise | ppo / best greedy (worst) | policy alone <= best greedy | ppo / "
-             "recshard (worst) | policy alone / recshard | ppo / recshard table-wise | ppo won "
-             "by | ppo s | recshard s |",
-             "| --- |" + " ---: |" * 11 + " --- | ---: | ---: |"]
+    lines = ["| family | tasks | ppo | ppo without polish | policy alone | best greedy | "
+             "recshard | recshard table-wise | ppo / best greedy (worst) | policy alone <= best "
+             "greedy | ppo / recshard (worst) | ppo without polish / recshard (worst) | policy "
+             "alone / recshard | ppo / recshard table-wise | ppo won by | ppo s | ppo without "
+             "polish s | recshard s |",
+             "| --- |" + " ---: |" * 13 + " --- | ---: | ---: | ---: |"]
     for family in dict.fromkeys(r.suite for r in rows):
         tasks = [v for (f, _), v in by.items() if f == family]
         best = np.array([min(v[g] for g in CANDIDATES) for v in tasks])
         ppo = np.array([v["ppo"] for v in tasks])
+        plain = np.array([v[PLAIN] for v in tasks])
         own = np.array([v["ppo (policy alone)"] for v in tasks])
         rec = np.array([v["recshard"] for v in tasks])
         flat = np.array([v[TABLEWISE] for v in tasks])
-        won = Counter(c["winner"] for c in choices if c["family"] == family)
+        won = Counter(c["winner"] for c in choices
+                      if c["family"] == family and c["sharder"] == "ppo")
         lines.append(
-            f"| {family} | {len(tasks)} | {ppo.mean():.3f} | {own.mean():.3f} | "
-            f"{best.mean():.3f} | {rec.mean():.3f} | {flat.mean():.3f} | "
+            f"| {family} | {len(tasks)} | {ppo.mean():.3f} | {plain.mean():.3f} | "
+            f"{own.mean():.3f} | {best.mean():.3f} | {rec.mean():.3f} | {flat.mean():.3f} | "
             f"{np.max(ppo / best):.3f} | {np.mean(own <= best * (1 + 1e-9)):.0%} | "
-            f"{np.mean(ppo / rec):.3f} ({np.max(ppo / rec):.3f}) | {np.mean(own / rec):.3f} | "
-            f"{np.mean(ppo / flat):.3f} | "
+            f"{np.mean(ppo / rec):.3f} ({np.max(ppo / rec):.3f}) | "
+            f"{np.mean(plain / rec):.3f} ({np.max(plain / rec):.3f}) | "
+            f"{np.mean(own / rec):.3f} | {np.mean(ppo / flat):.3f} | "
             + ", ".join(f"{k} {v}" for k, v in won.most_common()) + " | "
-            f"{np.mean(seconds[family, 'ppo']):.3f} | {np.mean(seconds[family, 'recshard']):.2f} |")
+            f"{np.mean(seconds[family, 'ppo']):.3f} | {np.mean(seconds[family, PLAIN]):.3f} | "
+            f"{np.mean(seconds[family, 'recshard']):.2f} |")
     return lines
 
 
@@ -181,17 +203,21 @@ def cpu_seconds(fn: object, repeats: int = 3) -> float:
     return float(np.median(times))
 
 
-def speed(time_limit: float) -> dict[str, float]:
+def speed(time_limit: float, samples: int | None = None) -> dict[str, float]:
     """CPU seconds: ppo at 856 x 128, and ppo vs recshard on the 200-table suite."""
     big = constrained_task(dlrm_tables(POOL_SIZE, seed=0), 128, hbm_fraction=0.5)
-    ppo, alone = get_sharder("ppo"), get_sharder("ppo", samples=0, candidates=False)
+    ppo = get_sharder("ppo", samples=samples)
+    plain, alone = get_sharder("ppo", samples=samples, polish=False), policy_alone()
     recshard = get_sharder("recshard", time_limit=time_limit)
     ppo.shard(big, MODEL)  # warm-up
     out = {f"ppo, {POOL_SIZE} x 128": cpu_seconds(lambda: ppo.shard(big, MODEL)),
+           f"ppo without polish, {POOL_SIZE} x 128": cpu_seconds(lambda: plain.shard(big, MODEL)),
            f"policy alone, {POOL_SIZE} x 128": cpu_seconds(lambda: alone.shard(big, MODEL))}
     suite = [spec.build() for spec in get_suite("constrained-200x8")]
     out["ppo, constrained-200x8 (mean)"] = float(np.mean(
         [cpu_seconds(lambda t=t: ppo.shard(t, MODEL), 1) for t in suite]))
+    out["ppo without polish, constrained-200x8 (mean)"] = float(np.mean(
+        [cpu_seconds(lambda t=t: plain.shard(t, MODEL), 1) for t in suite]))
     out["recshard, constrained-200x8 (mean)"] = float(np.mean(
         [cpu_seconds(lambda t=t: recshard.shard(t, MODEL), 1) for t in suite]))
     return out
@@ -202,26 +228,32 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=10.0,
                         help="recshard's time limit (s), in the families and the speed test")
     parser.add_argument("--quick", action="store_true", help="fewer tasks (a smoke run)")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="ppo's sampled rollouts (default: the sharder's own default)")
     parser.add_argument("--out", type=Path, default=Path("results/ppo"))
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     torch.set_num_threads(1)
-    rows, choices = run(families(args.quick), args.time_limit)
-    seconds = speed(args.time_limit)
+    rows, choices = run(families(args.quick), args.time_limit, args.samples)
+    seconds = speed(args.time_limit, args.samples)
     ratio = (seconds["recshard, constrained-200x8 (mean)"]
              / seconds["ppo, constrained-200x8 (mean)"])
     command = (f"python benchmarks/bench_ppo.py --time-limit {args.time_limit:g}"
-               + (" --quick" if args.quick else ""))
+               + (" --quick" if args.quick else "")
+               + (f" --samples {args.samples}" if args.samples is not None else ""))
     lines = ["# ppo on held-out families", "",
              f"Machine: {describe_machine()}, one core. Command: `{command}`.", "",
              "Step cost / lower bound (1.000 = provably optimal), mean per family; the "
              "cluster's HBM holds 30% of the tables' bytes (8xH100-80GB links and "
              "bandwidths, batch 65,536, train mode). `ppo` is the sharder as registered (best "
-             "of its greedy decode, sampled rollouts and the greedy sharders' plans, each decode "
+             "of its greedy decode and the greedy sharders' plans, no sampled rollout, each decode "
              "over whole tables and, where tables dominate, over the shards of the project's "
-             "split choice); `policy alone` is the learned policy's own greedy decodes (whole "
-             "tables and shards, the cheaper). Per-task rows: `eval.csv`.", ""]
+             "split choice; the cheapest then goes through the improvement stage, "
+             "`autoshard/sharders/ppo_polish.py`, and wins as `<candidate>+polish` where that "
+             "lowers its cost); `ppo without polish` is the same without that stage; `policy "
+             "alone` is the learned policy's own greedy decodes (whole tables and shards, the "
+             "cheaper). Per-task rows: `eval.csv`.", ""]
     lines += summary(rows, choices)
     lines += ["", "## Planning time (process CPU seconds, one core)", "",
               "| what | seconds |", "| --- | ---: |"]

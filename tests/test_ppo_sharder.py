@@ -48,12 +48,13 @@ def test_unavailable_explains_a_missing_policy(tmp_path: Path,
 def test_plans_are_valid_deterministic_and_one_batched_call_per_table(untrained: Path,
                                                                       samples: int) -> None:
     task = constrained_task(dlrm_tables(30, seed=4), 3, hbm_fraction=0.4)
-    sharder = PPOSharder(policy=untrained, samples=samples, candidates=False, split=False)
+    sharder = PPOSharder(policy=untrained, samples=samples, candidates=False, split=False,
+                         polish=False)
     first = sharder.shard(task, MODEL)
     report = evaluate(first, task, MODEL)  # raises if invalid or over capacity
     assert report.sharder == "ppo" and report.cost_ratio >= 1.0
-    assert PPOSharder(policy=untrained, samples=samples, candidates=False, split=False).shard(
-        task, MODEL) == first
+    assert PPOSharder(policy=untrained, samples=samples, candidates=False, split=False,
+                      polish=False).shard(task, MODEL) == first
     calls: list[int] = []
     net = sharder._net
     handle = net.register_forward_hook(lambda _m, args, _o: calls.append(args[0].shape[0]))
@@ -66,7 +67,7 @@ def test_plans_are_valid_deterministic_and_one_batched_call_per_table(untrained:
 
 def test_best_of_candidates_is_never_behind_any_candidate(untrained: Path) -> None:
     task = constrained_task(dlrm_tables(40, seed=7), 4, hbm_fraction=0.3)
-    alone = PPOSharder(policy=untrained, samples=0, candidates=False)
+    alone = PPOSharder(policy=untrained, samples=0, candidates=False, polish=False)
     best = PPOSharder(policy=untrained, samples=4, candidates=True)
     ratio = evaluate(best.shard(task, MODEL), task, MODEL).step_cost_ms
     choice = best.last_choice
@@ -134,10 +135,11 @@ def _whole_table_floor(task: ShardingTask) -> float:
 def test_policy_alone_splits_a_dominant_table_and_beats_every_whole_table_plan() -> None:
     task = _dominated_task()
     floor = _whole_table_floor(task)
-    whole = PPOSharder(samples=0, candidates=False, split=False).shard(task, MODEL)
+    whole = PPOSharder(samples=0, candidates=False, split=False,
+                         polish=False).shard(task, MODEL)
     assert not whole.is_split
     assert evaluate(whole, task, MODEL).step_cost_ms >= floor * (1 - 1e-9)
-    alone = PPOSharder(samples=0, candidates=False)
+    alone = PPOSharder(samples=0, candidates=False, polish=False)
     plan = alone.shard(task, MODEL)
     check_layout(plan, task)  # shards within their tables, every device within capacity
     assert [p.table for p in plan.placements if p.is_split] == ["huge"]

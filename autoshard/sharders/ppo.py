@@ -23,17 +23,22 @@ from typing import Any, ClassVar
 import autoshard
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import evaluate
 from autoshard.plan import Plan
+from autoshard.sharders.ppo_polish import Curves, plan_cost_ms, polish_plan, step_cost_ms
 from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.task import ShardingTask
 
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).
 DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_policy"
-#: Sampled rollouts by default: :data:`SAMPLES_SMALL` for tasks of up to :data:`SMALL_TASK`
-#: (table, device) pairs, :data:`SAMPLES_LARGE` above (856 tables x 128 devices in under 2 s on
-#: one core, ``python benchmarks/bench_ppo.py``).
-SAMPLES_SMALL, SAMPLES_LARGE, SMALL_TASK = 4, 2, 20_000
+#: Sampled rollouts by default: none. With the improvement stage polishing the cheapest
+#: candidate, one rollout lowers the held-out families' mean cost by under 1% for about a third
+#: more planning time (``benchmarks/bench_ppo.py --samples 1``, ``results/ppo/README.md``).
+SAMPLES = 0
+#: Tasks of up to this many (table, device) pairs also get the split decodes and candidates.
+SMALL_TASK = 20_000
+#: Tasks with fewer tables per device than this also get decodes over a finer split: tables
+#: dearer than :data:`FINE_TARGET` times the split choice's target are split too.
+FINE_TABLES_PER_DEVICE, FINE_TARGET = 4, 0.5
 #: The table-wise greedy sharders (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 #: The greedy family whose plans are candidates: the table-wise four, and, for tasks of up to
@@ -71,18 +76,25 @@ class PPOSharder:
     ``candidates``, the plans of the greedy family (:data:`CANDIDATES`). With ``split``, on
     tasks of up to :data:`SMALL_TASK` (table, device) pairs where some table dominates, the same
     decodes also run over the task's shards (``ppo-split-greedy``, ``ppo-split-sample-i``).
-    Each is priced by the cost model; the cheapest step cost wins (ties: the earlier candidate).
-    :attr:`last_choice` says which won. ``samples=0, candidates=False`` is the policy alone: its
-    greedy decodes (whole tables, and shards where tables were split).
+    Each is priced by the cost model; with ``polish``, the cheapest then goes through the
+    improvement stage of :mod:`autoshard.sharders.ppo_polish` (HBM rows re-chosen per device,
+    tables and shards moved off the most loaded device), competing as ``<name>+polish`` if
+    that improves it (the stage stops after a number of rounds, so plans stay deterministic,
+    unless its time guard ends it first, as on large tasks); on tasks with fewer than
+    :data:`FINE_TABLES_PER_DEVICE` tables per device the decodes also run over a finer split
+    (``ppo-fine-greedy``, ...), whose best is polished too. The cheapest step cost wins
+    (ties: the earlier candidate).
+    :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
+    policy alone: its greedy decodes (whole tables, and shards where tables were split).
 
     Args:
         policy: Folder with ``config.json`` and ``weights.pt`` (default: the committed one).
         threads: torch threads for the policy (1: one CPU core).
-        samples: Sampled rollouts (K of best-of-K); None: :data:`SAMPLES_SMALL` or, for tasks
-            of more than :data:`SMALL_TASK` (table, device) pairs, :data:`SAMPLES_LARGE`.
+        samples: Sampled rollouts (K of best-of-K); None: :data:`SAMPLES`.
         candidates: Whether the greedy sharders' plans compete.
         seed: Seed of the sampled rollouts.
         split: Whether the policy also places the shards of the dominant tables.
+        polish: Whether the cheapest candidates go through the improvement stage.
     """
 
     name: ClassVar[str] = "ppo"
@@ -91,12 +103,12 @@ class PPOSharder:
 
     def __init__(self, policy: str | Path | None = None, threads: int = 1,
                  samples: int | None = None, candidates: bool = True, seed: int = 0,
-                 split: bool = True) -> None:
+                 split: bool = True, polish: bool = True) -> None:
         if samples is not None and samples < 0:
             raise InputError("must be >= 0", field="samples", value=samples)
         self.policy = Path(policy) if policy is not None else DEFAULT_POLICY
         self.threads, self.samples, self.candidates, self.seed = threads, samples, candidates, seed
-        self.split = split
+        self.split, self.polish = split, polish
         self.last_choice: Choice | None = None
         self._net: Any = None
         self._multipliers: tuple[float, ...] = ()
@@ -119,6 +131,8 @@ class PPOSharder:
         costs, plans = self._policy_plans(task, cost_model)
         if self.candidates:
             self._add_greedy(task, cost_model, costs, plans)
+        if self.polish:
+            self._polish(task, cost_model, costs, plans)
         winner = min(costs, key=costs.__getitem__)
         self.last_choice = Choice(winner, costs)
         return replace(plans[winner], sharder=self.name)
@@ -128,24 +142,29 @@ class PPOSharder:
         import torch
 
         small = task.num_tables * task.num_devices <= SMALL_TASK
-        samples = self.samples
-        if samples is None:
-            samples = SAMPLES_SMALL if small else SAMPLES_LARGE
+        samples = SAMPLES if self.samples is None else self.samples
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
             costs: dict[str, float] = {}
             plans: dict[str, Plan] = {}
             for name, ep in self._decode(task, cost_model, samples, "ppo"):
-                costs[name], plans[name] = ep.step_cost_ms, ep.plan(self.name)
-            geometry = split_geometry(task, cost_model) if self.split and small else None
-            if geometry is not None:
+                plans[name] = ep.plan(self.name)
+                costs[name] = step_cost_ms(task, cost_model, ep.state.device, ep.state.hbm_rows)
+            geometries = (split_geometries(task, cost_model, fine=self.polish)
+                          if self.split and small else {})
+            for prefix, geometry in geometries.items():
                 shards = pricing_task(task, geometry)
-                for name, ep in self._decode(shards, cost_model, samples, "ppo-split"):
+                try:
+                    episodes = self._decode(shards, cost_model, samples, prefix)
+                except PlannerError:  # some shard fits nowhere once others are placed
+                    continue
+                for name, ep in episodes:
                     layout = ShardLayout(geometry, ep.state.device,
                                          ep.state.hbm_rows).even_shares(task)
                     plans[name] = layout.to_plan(task, self.name)
-                    costs[name] = evaluate(plans[name], task, cost_model).step_cost_ms
+                    costs[name] = step_cost_ms(shards, cost_model, layout.device,
+                                               layout.hbm_rows)
         finally:
             torch.set_num_threads(before)
         return costs, plans
@@ -160,9 +179,23 @@ class PPOSharder:
         return list(zip(names, episodes, strict=True))
 
     @staticmethod
+    def _polish(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
+                plans: dict[str, Plan]) -> None:
+        """Polishes the cheapest candidate (:func:`autoshard.sharders.ppo_polish.polish_plan`)
+        and the cheapest of the finer split's (whose pieces a polish can balance better than
+        its raw cost shows); each that improves competes as ``<name>+polish``."""
+        ranked = sorted(costs, key=costs.__getitem__)
+        chosen = ranked[:1] + [n for n in ranked[1:] if n.startswith("ppo-fine")][:1]
+        curves: dict[bytes, Curves] = {}
+        for name in chosen:
+            plan, cost = polish_plan(plans[name], task, cost_model, costs[name], curves=curves)
+            if cost < costs[name]:
+                costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
+
+    @staticmethod
     def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
                     plans: dict[str, Plan]) -> None:
-        """Adds each candidate greedy sharder's plan and its evaluated step cost (failures and
+        """Adds each candidate greedy sharder's plan and its step cost (failures and
         sharders that cannot run here are skipped)."""
         from autoshard.sharders import get_sharder
 
@@ -172,15 +205,26 @@ class PPOSharder:
                 plan = get_sharder(name).shard(task, cost_model)
             except PlannerError:
                 continue
-            costs[name] = evaluate(plan, task, cost_model).step_cost_ms
+            costs[name] = plan_cost_ms(plan, task, cost_model)
             plans[name] = plan
 
 
-def split_geometry(task: ShardingTask, cost_model: CostModel) -> ShardGeometry | None:
-    """The shards of ``split_lookup_greedy`` and ``recshard``'s split choice, or None when no
-    table dominates (nothing to split)."""
+def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = True
+                     ) -> dict[str, ShardGeometry]:
+    """The shards the policy also places, by candidate prefix: ``ppo-split``, the split choice
+    of ``split_lookup_greedy`` and ``recshard`` (when some table dominates), and, with
+    ``fine`` (the sharder polishes) on tasks with fewer than :data:`FINE_TABLES_PER_DEVICE`
+    tables per device, ``ppo-fine``: the same choice with :data:`FINE_TARGET` times its target
+    (more, smaller pieces), when that splits more."""
+    from autoshard.bounds import relax
     from autoshard.splitting import split_heavy_tables
 
-    choice = split_heavy_tables(task, cost_model)
-    return choice.geometry if choice.split_tables.size else None
-
+    relaxed = relax(task, cost_model)
+    choice = split_heavy_tables(task, cost_model, relaxed=relaxed)
+    out = {"ppo-split": choice.geometry} if choice.split_tables.size else {}
+    if fine and task.num_tables < FINE_TABLES_PER_DEVICE * task.num_devices:
+        finer = split_heavy_tables(task, cost_model, FINE_TARGET * choice.target_ms,
+                                   relaxed=relaxed)
+        if finer.geometry.num_shards > choice.geometry.num_shards:
+            out["ppo-fine"] = finer.geometry
+    return out

@@ -1,0 +1,543 @@
+"""A fast improvement stage for a finished plan: HBM rows re-chosen per device, then tables (or
+shards) moved and swapped between devices.
+
+Both steps work on each item's cost curve per kind of device: the lower hull of its cost
+against HBM bytes from :func:`autoshard.sharders.milp_curves.cost_curves` (vertices at whole
+rows where the access curve bends), priced by the task's cost model.
+
+- **Rows.** Given every item's device, each device's HBM is water-filled: the hull segments of
+  its items, the largest saving per HBM byte first (each item keeps a prefix of its hottest
+  rows), until the device's HBM is full. For a cost model linear in the HBM share between the
+  curve's points (the analytical one) this is each device's cheapest split of its HBM.
+- **Moves.** Items on the most loaded device are moved to another device, or swapped with one
+  there, while that lowers it with the other device below the old maximum; when none does,
+  moves and swaps from the devices whose HBM is worth most (the highest water levels) that lower
+  the two devices' total work without raising the maximum. Candidates are scored on the
+  water-filled curves (:class:`_Lists`: the source's load without the item exactly, the
+  target's with it as an upper bound, a swap partner's leaving at its device's level); the best
+  few are re-filled on the two devices and priced by the cost model, and the best that
+  qualifies is applied. The search stops after a number of rounds that grows with the devices,
+  or at a time guard that grows with the task (:func:`budget`).
+
+A device's load is the sum of its items' prices; :func:`polish_plan` keeps the result only when
+it fits and the evaluator's pricing of it (:func:`step_cost_ms`) is below the input's, so the
+stage never returns a worse plan.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autoshard.bounds import device_kinds
+from autoshard.cost import CostModel, device_compute
+from autoshard.evaluator import evaluate
+from autoshard.plan import Plan
+from autoshard.sharders.milp_curves import UNIT_BYTES, cost_curves
+from autoshard.sharders.milp_plans import feasible
+from autoshard.shards import KIND, TABLE_ROW_WISE, ShardLayout, plan_layout, pricing_task
+from autoshard.task import ShardingTask
+
+#: Rounds of the move search: :data:`ROUNDS_PER_DEVICE` per device, at least
+#: :data:`MIN_ROUNDS` (the usual stop, so plans do not depend on the machine's speed).
+ROUNDS_PER_DEVICE, MIN_ROUNDS = 1, 8
+#: The search's time limit, a guard for large tasks: seconds per (item, device) pair, within
+#: bounds.
+SECONDS_PER_PAIR, MIN_SECONDS, MAX_SECONDS = 2e-4, 0.15, 0.3
+#: Candidate moves (and swaps) priced exactly per round, best estimates first.
+VERIFY = 6
+#: Devices (the highest levels first) whose moves may even out the work when none lowers the
+#: maximum.
+WORK_SOURCES = 4
+#: Relative margin by which a change must lower the load it aims at.
+MARGIN = 1e-9
+
+
+def budget(items: int, devices: int) -> tuple[int, float]:
+    """The move search's budget for ``items`` tables or shards on ``devices``: rounds and
+    seconds, whichever runs out first."""
+    seconds = float(np.clip(SECONDS_PER_PAIR * items * devices, MIN_SECONDS, MAX_SECONDS))
+    return max(MIN_ROUNDS, ROUNDS_PER_DEVICE * devices), seconds
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Every item's cost curve on every kind of device, and its segments' worth.
+
+    Args:
+        kind: Kind of each device ([D]).
+        cost: Cost (ms) at each grid point, [K, N, G].
+        used: HBM bytes at each grid point, [K, N, G].
+        extra: HBM bytes of each segment, [K, N, G - 1].
+        worth: Saving per byte of each segment, at most that of any hotter one, [K, N, G - 1].
+        segments: Per kind, the (owner item, bytes, worth, saving in ms) of every segment
+            that saves anything, the largest worth first (ties: hotter segments first).
+    """
+
+    kind: np.ndarray
+    cost: np.ndarray
+    used: np.ndarray
+    extra: np.ndarray
+    worth: np.ndarray
+    segments: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+
+    @classmethod
+    def price(cls, items: ShardingTask, cost_model: CostModel) -> Curves:
+        """Prices the curves of ``items`` on one device of each kind: the lower hulls of
+        :func:`autoshard.sharders.milp_curves.cost_curves` (vertices at whole rows, where the
+        access curve can bend), padded to one length by repeating the last vertex."""
+        kinds = device_kinds(items)
+        hulls = cost_curves(items, cost_model, kinds).hulls
+        width = max(h[0].size for h in hulls)
+        shape = (items.num_tables, kinds.count, width)
+        used, cost = np.empty(shape), np.empty(shape)
+        for i, (hx, hy) in enumerate(hulls):
+            t, k = divmod(i, kinds.count)
+            used[t, k, :hx.size], used[t, k, hx.size:] = hx * UNIT_BYTES, hx[-1] * UNIT_BYTES
+            cost[t, k, :hy.size], cost[t, k, hy.size:] = hy, hy[-1]
+        # The curves count a row's memory; the water-filling counts the HBM it takes as the
+        # runtime counts it (autoshard.memory), which may be more per row.
+        a = items.table_arrays
+        used *= (a.hbm_bytes_per_row / a.memory_bytes_per_row)[:, None, None]
+        used, cost = used.transpose(1, 0, 2).copy(), cost.transpose(1, 0, 2).copy()
+        saving = cost[:, :, :-1] - cost[:, :, 1:]
+        extra = used[:, :, 1:] - used[:, :, :-1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(extra > 0, saving / extra, np.inf)
+        worth = np.maximum(np.minimum.accumulate(ratio, axis=2), 0.0)
+        segments = []
+        for k in range(kinds.count):
+            keep = (worth[k] > 0) & (extra[k] > 0)
+            owner, _ = np.nonzero(keep)
+            w, e, gain = worth[k][keep], extra[k][keep], saving[k][keep]
+            order = np.argsort(-w, kind="stable")
+            segments.append((owner[order], e[order], w[order], gain[order]))
+        return cls(kinds.kind, cost, used, extra, worth, tuple(segments))
+
+
+class Polisher:
+    """Rows and moves of one layout's items (tables or shards, priced as tables).
+
+    Args:
+        items: The task whose tables are the items (a task, or its shards' pricing task).
+        cost_model: Prices every item.
+        curves: The items' :class:`Curves`.
+        device: Each item's device ([N]).
+        rows: Each item's HBM rows ([N]).
+        node_bound: Items that must stay on their device's node (table_row_wise shards).
+    """
+
+    def __init__(self, items: ShardingTask, cost_model: CostModel, curves: Curves,
+                 device: np.ndarray, rows: np.ndarray,
+                 node_bound: np.ndarray | None = None) -> None:
+        self.items, self.cost_model = items, cost_model
+        self.device, self.rows = device.astype(np.int64), rows.astype(np.int64)
+        n = items.num_tables
+        self.node_bound = np.zeros(n, dtype=bool) if node_bound is None else node_bound
+        a, dev = items.table_arrays, items.device_arrays
+        # HBM per row and per item wherever it lives, as the runtime counts them; host memory
+        # per row not in HBM.
+        self.per_row, self.host_per_row = a.hbm_bytes_per_row, a.memory_bytes_per_row
+        self.reserved, self.all_rows = a.hbm_reserved_bytes, a.rows
+        self.capacity, self.host_cap, self.node = dev.hbm_capacity, dev.host_capacity, dev.node
+        self.hbm_cap = self._caps(self.device)  # HBM left for rows, per device
+        self.kind = curves.kind
+        self.cost, self.used, self.worth = curves.cost, curves.used, curves.worth
+        self.extra = curves.extra
+        # Distinct vertices of each curve (the padding repeats the last one).
+        self.vertex = np.ones(self.used.shape, dtype=bool)
+        self.vertex[..., 1:] = self.used[..., 1:] > self.used[..., :-1]
+        self.segments = curves.segments
+        self.price = self._price(np.arange(n), self.device, self.rows)
+        self.load = np.bincount(self.device, weights=self.price, minlength=items.num_devices)
+        self.level = np.zeros(items.num_devices)  # each device's water level, ms per byte
+        self._lists: _Lists | None = None  # segments by device, until the next change
+
+    # -- rows ----------------------------------------------------------------------------------
+
+    def refill(self) -> None:
+        """Re-chooses every device's HBM rows; a device keeps its old rows where the new ones
+        do not lower its load (or do not fit its host memory)."""
+        everything = np.arange(self.items.num_tables)
+        rows, level = self._fill(np.arange(self.load.size), self.device)
+        price = self._price(everything, self.device, rows)
+        load = np.bincount(self.device, weights=price, minlength=self.load.size)
+        better = (load < self.load * (1 - MARGIN)) & self._host_ok(everything, self.device, rows)
+        take = better[self.device]
+        self.rows[take], self.price[take] = rows[take], price[take]
+        self.load[better] = load[better]
+        self.level = level
+
+    def _caps(self, device: np.ndarray) -> np.ndarray:
+        """[D]: each device's HBM for rows, less the reservations of the items ``device`` puts
+        there."""
+        return self.capacity - np.bincount(device, weights=self.reserved,
+                                           minlength=self.capacity.size)
+
+    def _fill(self, devs: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Water-fills the HBM of devices ``devs`` with the items ``device`` puts there;
+        returns every item's rows (those of items elsewhere: 0) and each device's level ([D],
+        0 where HBM holds every segment that saves anything, and elsewhere)."""
+        rows = np.zeros(self.all_rows.size, dtype=np.int64)
+        level = np.zeros(self.load.size)
+        caps = self._caps(device)
+        wanted = np.zeros(self.load.size, dtype=bool)
+        wanted[devs] = True
+        for k in np.unique(self.kind[devs]):
+            owner, extra, worth, _ = self.segments[k]
+            d = device[owner]
+            mine = wanted[d]
+            o, e, w, d = owner[mine], extra[mine], worth[mine], d[mine]
+            if devs.size > 1:
+                order = _by_device(d)  # worth order kept within each device
+                o, e, w, d = o[order], e[order], w[order], d[order]
+            cum = np.cumsum(e)
+            starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]]) if d.size else np.zeros(0, int)
+            before = np.repeat(cum[starts] - e[starts], np.diff(np.r_[starts, d.size]))
+            room = caps[d] - (cum - e - before)  # HBM left when a segment's turn comes
+            part = np.clip(room / e, 0.0, 1.0)
+            got = np.bincount(o, weights=e * part, minlength=rows.size)
+            on = wanted[device] & (self.kind[device] == k)
+            rows[on] = np.floor(got[on] / self.per_row[on] + 1e-9)
+            partial = np.flatnonzero((part > 0) & (part < 1))
+            level[d[partial]] = w[partial]
+        return np.minimum(rows, self.all_rows), level
+
+    def _fill_pair(self, lists: _Lists, pair: tuple[int, int], device: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_fill` of two devices after items changed places between them: each
+        device's segments from ``lists`` (built before the change) less those of the items
+        that left, merged with those of the items that came."""
+        rows = np.zeros(self.all_rows.size, dtype=np.int64)
+        level = np.zeros(self.load.size)
+        caps = self._caps(device)
+        for d in pair:
+            lo, hi = lists.start[d], lists.end[d]
+            o = lists.owner[lo:hi]
+            stay = device[o] == d
+            o, e, w = o[stay], lists.extra[lo:hi][stay], lists.worth[lo:hi][stay]
+            came = np.flatnonzero((device == d) & (self.device != d))
+            if came.size:
+                k = self.kind[d]
+                cw, ce = self.worth[k, came], self.extra[k, came]
+                keep = (cw > 0) & (ce > 0)
+                co = np.broadcast_to(came[:, None], cw.shape)[keep]
+                o, e, w = (np.concatenate((o, co)), np.concatenate((e, ce[keep])),
+                           np.concatenate((w, cw[keep])))
+                order = np.argsort(-w, kind="stable")
+                o, e, w = o[order], e[order], w[order]
+            room = caps[d] - (np.cumsum(e) - e)
+            part = np.clip(room / e, 0.0, 1.0)
+            got = np.bincount(o, weights=e * part, minlength=rows.size)
+            on = device == d
+            rows[on] = np.floor(got[on] / self.per_row[on] + 1e-9)
+            partial = np.flatnonzero((part > 0) & (part < 1))
+            if partial.size:
+                level[d] = w[partial[0]]
+        return np.minimum(rows, self.all_rows), level
+
+    # -- moves ---------------------------------------------------------------------------------
+
+    def search(self, rounds: int, seconds: float) -> None:
+        """Moves and swaps until none helps, ``rounds`` rounds ran or ``seconds`` pass: off
+        the most loaded device
+        while that lowers it, else, from the devices whose HBM is worth most (the highest
+        levels), those that lower the work of the two devices without raising the maximum
+        (which evens the levels, and so the work, out)."""
+        stop = time.perf_counter() + seconds
+        alike = self.cost.shape[0] == 1  # one kind of device
+        for _ in range(rounds):
+            top = int(np.argmax(self.load))
+            if time.perf_counter() >= stop or (alike and (self.device == top).sum() < 2):
+                break  # one item alone on the top device: no move can lower it
+            if self._improve(top, work=False):
+                continue
+            sources = np.argsort(-self.level, kind="stable")[:WORK_SOURCES]
+            if not any(time.perf_counter() < stop and self._improve(int(d), work=True)
+                       for d in sources):
+                break
+
+    def _improve(self, s: int, work: bool) -> bool:
+        """One round of moves and swaps of device ``s``'s items; whether one was applied.
+        Without ``work`` each must lower device ``s`` (the most loaded) with the other device
+        below its old load; with it, lower the two devices' total, both below the maximum."""
+        mine = np.flatnonzero(self.device == s)
+        if mine.size == 0:
+            return False
+        if self._lists is None:
+            self._lists = _Lists.build(self)
+        lists = self._lists
+        here = lists.load - self.load  # curve-level minus priced load, per device
+        out_s = self._removal(lists, s, mine) - here[s]  # [n_s]
+        devices = np.arange(self.load.size)
+        add = self._arrival(lists, mine, devices) - lists.load[None, :]  # [n_s, D]
+        others = np.flatnonzero(self.device != s)
+        if not work:  # to lower device s, a swap brings in an item cheaper than one it sends
+            others = others[self.price[others] < self.price[mine].max()]
+        b = self.device[others]
+        # Swaps: each side as a removal then an arrival on the unchanged other device; the
+        # other device's removal valued at its level (the Lagrangian estimate).
+        add_s = self._arrival(lists, others, np.array([s]))[:, 0] - lists.load[s]  # [m]
+        leave = self.price + self.level[self.device] * self.rows * self.per_row
+        new_s = np.concatenate((np.repeat(out_s[:, None], devices.size, axis=1),
+                                out_s[:, None] + add_s[None, :]), axis=1)
+        new_b = np.concatenate((self.load[None, :] + add,
+                                (self.load[b] - leave[others])[None, :] + add[:, b]), axis=1)
+        allowed = self._allowed(mine, s)
+        ok = np.concatenate((allowed, allowed[:, b] & self._allowed(others, b)[:, s][None, :]),
+                            axis=1)
+        ok[:, s] = False
+        top = float(self.load.max())
+        new_max = np.maximum(new_s, new_b)
+        if work:
+            old = self.load[s] + np.concatenate((self.load, self.load[b]))[None, :]
+            score = new_s + new_b - old
+            ok &= (new_max < top * (1 - MARGIN)) & (score < -MARGIN * top)
+        else:
+            score = new_max
+            ok &= score < self.load[s] * (1 - MARGIN)
+        return self._try(lists, s, mine, others, np.where(ok, score, np.inf), work)
+
+    def _removal(self, lists: _Lists, a: int, mine: np.ndarray) -> np.ndarray:
+        """[n_a]: device ``a``'s curve-level load without each of its items ``mine``, its HBM
+        water-filled again (the cut only moves on, by at most the item's bytes, so only that
+        window of the device's segments is scanned per item)."""
+        lo, hi = lists.start[a], lists.end[a]
+        o, e, gain = lists.owner[lo:hi], lists.extra[lo:hi], lists.saving[lo:hi]
+        base0 = self.cost[self.kind[a], mine, 0]
+        if o.size == 0:
+            return lists.base[a] - base0
+        cap = self.hbm_cap[a]
+        x_all, v_all = lists.bytes_in[lo:hi], lists.saved_in[lo:hi]
+        first = int(np.searchsorted(x_all, cap, side="right"))  # segments taken whole now
+        slot = np.full(self.all_rows.size, -1)
+        slot[mine] = np.arange(mine.size)
+        own = slot[o]
+        held = np.bincount(own[own >= 0], weights=e[own >= 0], minlength=mine.size)
+        last = min(int(np.searchsorted(x_all, cap + held.max(), side="right")) + 1, o.size)
+        head = own[:first] >= 0
+        # Bytes and savings before the window, less the item's own.
+        bx = (x_all[first - 1] if first else 0.0) - np.bincount(
+            own[:first][head], weights=e[:first][head], minlength=mine.size)
+        bv = (v_all[first - 1] if first else 0.0) - np.bincount(
+            own[:first][head], weights=gain[:first][head], minlength=mine.size)
+        w = slice(first, last)
+        keep = o[None, w] != mine[:, None]  # [n_a, window]
+        x = bx[:, None] + np.cumsum(e[w] * keep, axis=1)
+        v = bv[:, None] + np.cumsum(gain[w] * keep, axis=1)
+        p = (x <= cap).sum(axis=1)
+        rows = np.arange(mine.size)
+        prev = np.maximum(p - 1, 0)
+        got_x = np.where(p > 0, x[rows, prev], bx) if x.shape[1] else bx
+        got_v = np.where(p > 0, v[rows, prev], bv) if x.shape[1] else bv
+        nxt = np.minimum(first + p, o.size - 1)
+        part = np.where(first + p < o.size, (cap - got_x) * gain[nxt] / e[nxt], 0.0)
+        return lists.base[a] - base0 - got_v - part
+
+    def _arrival(self, lists: _Lists, sel: np.ndarray, devices: np.ndarray) -> np.ndarray:
+        """[n, len(devices)]: curve-level load of each device with item ``sel[i]`` added, HBM
+        split between the item's grid points and the device's water-filled segments (at most
+        the best split: an upper bound of the load)."""
+        k = self.kind[devices][None, :]
+        used = self.used[k, sel[:, None]]  # [n, d, G]
+        cost = self.cost[k, sel[:, None]]
+        room = (self.hbm_cap[devices][None, :, None] - self.reserved[sel][:, None, None]) - used
+        ask = (room >= 0) & self.vertex[k, sel[:, None]]
+        dev = np.broadcast_to(devices[None, :, None], room.shape)
+        total = np.full(room.shape, -np.inf)
+        total[ask] = (cost[..., 0:1] - cost)[ask] + lists.saving_at(dev[ask], room[ask])
+        return lists.base[devices][None, :] + cost[..., 0] - total.max(axis=2)
+
+    def _allowed(self, sel: np.ndarray, home: int | np.ndarray) -> np.ndarray:
+        """[n, D]: where each item of ``sel`` may go (node-bound items: their node only)."""
+        ok = np.ones((sel.size, self.load.size), dtype=bool)
+        bound = self.node_bound[sel]
+        if bound.any():
+            here = self.node[np.broadcast_to(home, sel.shape)]
+            ok[bound] = self.node[None, :] == here[bound, None]
+        return ok
+
+    def _try(self, lists: _Lists, s: int, mine: np.ndarray, others: np.ndarray, score: np.ndarray,
+             work: bool) -> bool:
+        """Prices the :data:`VERIFY` best-scored changes exactly (columns of ``score``: moves
+        of ``mine[i]`` to every device, then swaps with every item of ``others``); applies the
+        best that meets :meth:`_improve`'s condition."""
+        n_d = self.load.size
+        flat = score.ravel()
+        count = min(VERIFY, int(np.isfinite(flat).sum()))
+        top = float(self.load.max())
+        best: tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        for c in np.argsort(flat, kind="stable")[:count]:
+            i, col = divmod(int(c), score.shape[1])
+            device = self.device.copy()
+            if col < n_d:
+                b = col
+                device[mine[i]] = b
+            else:
+                j = others[col - n_d]
+                b = int(self.device[j])
+                device[mine[i]], device[j] = b, s
+            sel = np.flatnonzero((device == s) | (device == b))
+            rows, level = self._fill_pair(lists, (s, b), device)
+            rows = rows[sel]
+            if not self._host_ok(sel, device, rows).all():
+                continue
+            price = self._price(sel, device[sel], rows)
+            load = np.bincount(device[sel], weights=price, minlength=n_d)
+            new = max(load[s], load[b])
+            if work:
+                value = load[s] + load[b] - self.load[s] - self.load[b]
+                good = new < top * (1 - MARGIN) and value < -MARGIN * top
+            else:
+                value = new
+                good = new < self.load[s] * (1 - MARGIN)
+            if good and (best is None or value < best[0]):
+                best = (value, device, sel, rows, level)
+        if best is None:
+            return False
+        _, device, sel, rows, level = best
+        self.device = device
+        self.hbm_cap = self._caps(device)
+        self.rows[sel] = rows
+        self.price[sel] = self._price(sel, device[sel], rows)
+        self.load = np.bincount(device, weights=self.price, minlength=n_d)
+        self._lists = None  # the devices' segments changed
+        touched = np.unique(device[sel])
+        self.level[touched] = level[touched]
+        return True
+
+    # -- pricing and memory ----------------------------------------------------------------------
+
+    def _price(self, sel: np.ndarray, device: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self.cost_model.price(self.items, sel, device, rows).total_ms)
+
+    def _host_ok(self, sel: np.ndarray, device: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """[D]: whether the host memory of each device holds ``sel``'s rows not in HBM (devices
+        without an item of ``sel`` count as holding)."""
+        cold = (self.all_rows[sel] - rows) * self.host_per_row[sel]
+        host = np.bincount(device[sel], weights=cold, minlength=self.load.size)
+        seen = np.bincount(device[sel], minlength=self.load.size) > 0
+        return ~seen | (host <= self.host_cap + 1e-6)
+
+
+def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
+                cost: float | None = None, limit: tuple[int, float] | None = None,
+                curves: dict[bytes, Curves] | None = None) -> tuple[Plan, float]:
+    """The plan with its HBM rows re-chosen and moves applied (see the module docstring), and
+    its step cost; the input and its cost when that is no better.
+
+    Args:
+        plan: A valid plan of ``task``.
+        task: The task.
+        cost_model: Prices the items and the result.
+        cost: The plan's step cost, if known (else evaluated here).
+        limit: Rounds and seconds of the move search (default: :func:`budget` of the task).
+        curves: Curves already priced, by shard geometry (plans of the same shards share
+            them); those priced here are added.
+    """
+    before = evaluate(plan, task, cost_model).step_cost_ms if cost is None else cost
+    layout = plan_layout(plan, task)
+    g = layout.geometry
+    items = pricing_task(task, g)
+    key = np.concatenate((g.table, g.row_start, g.row_end, g.col_start, g.col_end)).tobytes()
+    cache = {} if curves is None else curves
+    if key not in cache:
+        cache[key] = Curves.price(items, cost_model)
+    polisher = Polisher(items, cost_model, cache[key], layout.device, layout.hbm_rows,
+                        g.kind == KIND[TABLE_ROW_WISE])
+    polisher.refill()
+    polisher.search(*(budget(items.num_tables, task.num_devices) if limit is None else limit))
+    after = step_cost_ms(items, cost_model, polisher.device, polisher.rows)
+    if not after < before or not feasible(items, polisher.device, polisher.rows):
+        return plan, before
+    return ShardLayout(g, polisher.device, polisher.rows).to_plan(task, plan.sharder), after
+
+
+def plan_cost_ms(plan: Plan, task: ShardingTask, cost_model: CostModel) -> float:
+    """A plan's step cost as :func:`autoshard.evaluator.evaluate` prices it, without its
+    capacity checks and lower bound (for plans valid by construction)."""
+    layout = plan_layout(plan, task)
+    items = pricing_task(task, layout.geometry)
+    return step_cost_ms(items, cost_model, layout.device, layout.hbm_rows)
+
+
+def step_cost_ms(items: ShardingTask, cost_model: CostModel, device: np.ndarray,
+                 rows: np.ndarray) -> float:
+    """The step cost of items on ``device`` with ``rows`` in HBM, as the evaluator prices it
+    (a model that prices a device's whole table set included)."""
+    p = cost_model.price(items, np.arange(items.num_tables), device, rows)
+    n = items.num_devices
+    hbm, uvm, comm = (np.bincount(device, weights=v, minlength=n)
+                      for v in (p.hbm_ms, p.uvm_ms, p.comm_ms))
+    hbm, uvm = device_compute(items, cost_model, device, rows, hbm, uvm)
+    return float((hbm + uvm + comm).max())
+
+
+
+def _by_device(device: np.ndarray) -> np.ndarray:
+    """The stable order of segments by device (a radix sort on 16-bit device numbers)."""
+    small = device.astype(np.int16) if device.size and device.max() < 2**15 else device
+    return np.argsort(small, kind="stable")
+
+
+@dataclass(frozen=True)
+class _Lists:
+    """Every device's segments in water-filling order (the largest worth first), with
+    cumulative bytes and savings, so that a device's best saving for any HBM budget is one
+    search (:meth:`saving_at`)."""
+
+    start: np.ndarray  # [D] first segment of each device
+    end: np.ndarray  # [D] past its last
+    owner: np.ndarray
+    extra: np.ndarray
+    worth: np.ndarray
+    saving: np.ndarray
+    bytes_in: np.ndarray  # cumulative bytes within the device, through each segment
+    saved_in: np.ndarray  # cumulative saving within the device, through each segment
+    key: np.ndarray  # bytes_in + the device's offset: one increasing array for all devices
+    offset: np.ndarray  # [D]
+    base: np.ndarray  # [D] load with no row in HBM (curve level)
+    load: np.ndarray  # [D] load with HBM water-filled (curve level)
+
+    @classmethod
+    def build(cls, p: Polisher) -> _Lists:
+        n_d = p.load.size
+        parts = []
+        for k, (owner, extra, worth, saving) in enumerate(p.segments):
+            d = p.device[owner]
+            m = p.kind[d] == k
+            parts.append((d[m], owner[m], extra[m], worth[m], saving[m]))
+        d, o, e, w, g = (np.concatenate(x) for x in zip(*parts, strict=True))
+        order = _by_device(d)
+        d, o, e, w, g = d[order], o[order], e[order], w[order], g[order]
+        counts = np.bincount(d, minlength=n_d)
+        end = np.cumsum(counts)
+        start = end - counts
+        x, v = np.cumsum(e), np.cumsum(g)
+        bytes_in = x - np.r_[0.0, x][start][d]
+        saved_in = v - np.r_[0.0, v][start][d]
+        width = float(max(bytes_in.max(initial=0.0), p.hbm_cap.max())) * 2.0 + 1.0
+        offset = np.arange(n_d) * width
+        index = np.arange(p.device.size)
+        base = np.bincount(p.device, weights=p.cost[p.kind[p.device], index, 0], minlength=n_d)
+        lists = cls(start, end, o, e, w, g, bytes_in, saved_in, bytes_in + offset[d], offset,
+                    base, base)
+        full = lists.saving_at(np.arange(n_d), p.hbm_cap)
+        return replace(lists, load=base - full)
+
+    def saving_at(self, dev: np.ndarray, budget: np.ndarray) -> np.ndarray:
+        """Best saving (ms) of devices ``dev`` with ``budget`` bytes of HBM (same shapes)."""
+        pos = np.searchsorted(self.key, budget + self.offset[dev], side="right")
+        start, end = self.start[dev], self.end[dev]
+        has = pos > start
+        prev = np.maximum(pos - 1, 0)
+        got_x = np.where(has, self.bytes_in[prev] if self.key.size else 0.0, 0.0)
+        got_v = np.where(has, self.saved_in[prev] if self.key.size else 0.0, 0.0)
+        more = pos < end
+        nxt = np.minimum(pos, max(self.key.size - 1, 0))
+        if not self.key.size:
+            return np.zeros(np.shape(budget))
+        part = np.where(more, (budget - got_x) * self.saving[nxt] / self.extra[nxt], 0.0)
+        return got_v + part

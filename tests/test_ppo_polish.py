@@ -1,0 +1,163 @@
+"""The ppo sharder's improvement stage: re-chosen HBM rows and moves off the most loaded device."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from autoshard.analytical import AnalyticalCostModel
+from autoshard.bounds import lower_bound_ms
+from autoshard.evaluator import evaluate
+from autoshard.plan import Plan
+from autoshard.sharders import get_sharder
+from autoshard.sharders.ppo import PPOSharder
+from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS
+from autoshard.sharders.ppo_policy import PlacementNet, save_policy
+from autoshard.sharders.ppo_polish import Curves, Polisher, polish_plan
+from autoshard.shards import check_layout
+from autoshard.workloads import constrained_task, dlrm_tables
+
+MODEL = AnalyticalCostModel()
+
+
+@pytest.mark.parametrize(("count", "devices", "fraction", "sharder"), [
+    (40, 4, 0.3, "random"), (40, 4, 0.3, "size_greedy"), (60, 8, 0.2, "round_robin"),
+    (30, 8, 0.5, "split_lookup_greedy"), (25, 3, 0.05, "lookup_greedy")])
+def test_never_worse_than_its_input_and_within_every_capacity(
+        count: int, devices: int, fraction: float, sharder: str) -> None:
+    task = constrained_task(dlrm_tables(count, seed=count + devices), devices, fraction)
+    plan = get_sharder(sharder).shard(task, MODEL)
+    before = evaluate(plan, task, MODEL).step_cost_ms
+    out, cost = polish_plan(plan, task, MODEL)
+    check_layout(out, task)  # every shard within its table, every device within capacity
+    after = evaluate(out, task, MODEL).step_cost_ms
+    assert cost == pytest.approx(after, rel=1e-9)
+    assert after <= before
+    assert after >= lower_bound_ms(task, MODEL) * (1 - 1e-9)
+    if sharder in ("random", "round_robin"):  # plans that ignore costs: far from the best
+        assert after < 0.9 * before
+
+
+@pytest.mark.parametrize("sharder", ["random", "lookup_greedy", "split_lookup_greedy"])
+def test_keeps_room_for_torchrecs_reservations(sharder: str) -> None:
+    # With TorchRec's per-table HBM reserved, the re-chosen rows and moves still fit as the
+    # runtime counts HBM (rows at its bytes per row, each item's reservation on its device),
+    # and still improve plans that ignore costs.
+    task = constrained_task(dlrm_tables(60, seed=5), 4, 0.3, overhead="torchrec")
+    assert task.table_arrays.hbm_reserved_bytes.min() > 0
+    plan = get_sharder(sharder).shard(task, MODEL)
+    before = evaluate(plan, task, MODEL).step_cost_ms
+    out, cost = polish_plan(plan, task, MODEL)
+    check_layout(out, task)
+    assert cost == pytest.approx(evaluate(out, task, MODEL).step_cost_ms, rel=1e-9)
+    assert cost < (0.9 if sharder == "random" else 1.0) * before
+
+
+def test_returns_its_input_when_nothing_improves() -> None:
+    task = constrained_task(dlrm_tables(1, seed=2), 1, hbm_fraction=0.5)
+    plan = get_sharder("size_greedy").shard(task, MODEL)  # one table on one device
+    best, _ = polish_plan(plan, task, MODEL)
+    out, cost = polish_plan(best, task, MODEL)
+    assert out is best and cost == evaluate(best, task, MODEL).step_cost_ms
+
+
+def test_moves_tables_off_an_overloaded_device() -> None:
+    table = dlrm_tables(1, seed=3)[0]
+    copies = [replace(table, name=f"copy{i}") for i in range(4)]
+    task = constrained_task(copies, 2, hbm_fraction=2.0)  # every row fits in HBM
+    crowded = Plan.from_arrays(task, np.zeros(4, dtype=np.int64),
+                               task.table_arrays.rows.copy(), "crowded")
+    before = evaluate(crowded, task, MODEL).step_cost_ms
+    out, cost = polish_plan(crowded, task, MODEL)
+    device, _ = out.arrays(task)
+    assert np.bincount(device, minlength=2).tolist() == [2, 2]
+    assert cost == pytest.approx(before / 2, rel=1e-6)  # four equal tables, two on each
+
+
+def test_refill_gives_a_device_hbm_to_the_rows_worth_most() -> None:
+    task = constrained_task(dlrm_tables(12, seed=5), 1, hbm_fraction=0.2)
+    n = task.num_tables
+    cold = Plan.from_arrays(task, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                            "cold")  # HBM left empty
+    polisher = Polisher(task, MODEL, Curves.price(task, MODEL), *cold.arrays(task))
+    before = polisher.load.copy()
+    polisher.refill()
+    per_row = task.table_arrays.memory_bytes_per_row
+    used = float((polisher.rows * per_row).sum())
+    assert used <= task.device_arrays.hbm_capacity[0]
+    assert used >= 0.99 * task.device_arrays.hbm_capacity[0]  # HBM is worth filling
+    assert polisher.load[0] < before[0]
+    # No other split of the same HBM among the tables does better: moving a few rows'
+    # bytes from any table to any other costs at least as much.
+    rows = polisher.rows
+    base = float(MODEL.price(task, np.arange(n), np.zeros(n, dtype=np.int64),
+                             rows).total_ms.sum())
+    for src in range(n):
+        for dst in range(n):
+            take = int(min(rows[src], np.ceil(rows[src] * 0.05)))
+            give = int(np.floor(take * per_row[src] / per_row[dst]))
+            if src == dst or take == 0 or rows[dst] + give > task.table_arrays.rows[dst]:
+                continue
+            other = rows.copy()
+            other[src] -= take
+            other[dst] += give
+            cost = float(MODEL.price(task, np.arange(n), np.zeros(n, dtype=np.int64),
+                                     other).total_ms.sum())
+            assert cost >= base * (1 - 1e-6), (src, dst)
+
+
+def test_the_sharder_reports_the_polished_winner_and_the_policy_alone_unchanged(
+        tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "policy", MULTIPLIERS)
+    task = constrained_task(dlrm_tables(40, seed=9), 4, hbm_fraction=0.3)
+    polished = PPOSharder(policy=tmp_path / "policy", samples=1)
+    plain = PPOSharder(policy=tmp_path / "policy", samples=1, polish=False)
+    cost = evaluate(polished.shard(task, MODEL), task, MODEL).step_cost_ms
+    raw = evaluate(plain.shard(task, MODEL), task, MODEL).step_cost_ms
+    assert polished.last_choice is not None and plain.last_choice is not None
+    assert cost <= raw
+    assert not any(n.endswith("+polish") for n in plain.last_choice.costs)
+    if cost < raw:
+        winner = polished.last_choice.winner
+        assert winner == f"{plain.last_choice.winner}+polish"
+        assert polished.last_choice.costs[winner] == pytest.approx(cost, rel=1e-9)
+    alone = PPOSharder(policy=tmp_path / "policy", samples=0, candidates=False, polish=False)
+    alone.shard(task, MODEL)
+    assert alone.last_choice is not None and "ppo-greedy" in alone.last_choice.costs
+    assert not any(n.endswith("+polish") for n in alone.last_choice.costs)
+
+
+def test_few_tables_per_device_get_a_finer_split_for_the_polish(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "policy", MULTIPLIERS)
+    task = constrained_task(dlrm_tables(10, seed=11), 8, hbm_fraction=0.3)
+    polished = PPOSharder(policy=tmp_path / "policy")
+    plan = polished.shard(task, MODEL)
+    check_layout(plan, task)
+    assert polished.last_choice is not None
+    assert "ppo-fine-greedy" in polished.last_choice.costs
+    plain = PPOSharder(policy=tmp_path / "policy", polish=False)
+    plain.shard(task, MODEL)
+    assert plain.last_choice is not None
+    assert not any(n.startswith("ppo-fine") for n in plain.last_choice.costs)
+
+
+def test_devices_of_several_kinds() -> None:
+    task = constrained_task(dlrm_tables(40, seed=13), 4, hbm_fraction=0.3)
+    hw = task.hardware
+    small = [replace(d, hbm=replace(d.hbm, capacity_bytes=d.hbm.capacity_bytes // 3))
+             if i % 2 else d for i, d in enumerate(hw.devices)]
+    mixed = replace(task, hardware=replace(hw, devices=tuple(small)))
+    curves = Curves.price(mixed, MODEL)
+    assert curves.cost.shape[0] == 2  # two kinds of device, a curve set each
+    plan = get_sharder("random").shard(mixed, MODEL)
+    before = evaluate(plan, mixed, MODEL).step_cost_ms
+    out, cost = polish_plan(plan, mixed, MODEL)
+    check_layout(out, mixed)
+    assert cost == pytest.approx(evaluate(out, mixed, MODEL).step_cost_ms, rel=1e-9)
+    assert cost < 0.9 * before
