@@ -449,10 +449,12 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
                         g.kind == KIND[TABLE_ROW_WISE])
     polisher.refill()
     polisher.search(*(budget(items.num_tables, task.num_devices) if limit is None else limit))
-    after = step_cost_ms(items, cost_model, polisher.device, polisher.rows)
-    if not after < before or not feasible(items, polisher.device, polisher.rows):
+    # One HBM share per split table, as the export gives TorchRec one cache load factor each.
+    out = ShardLayout(g, polisher.device, polisher.rows).even_shares(task)
+    after = step_cost_ms(items, cost_model, out.device, out.hbm_rows)
+    if not after < before or not feasible(items, out.device, out.hbm_rows):
         return plan, before
-    return ShardLayout(g, polisher.device, polisher.rows).to_plan(task, plan.sharder), after
+    return out.to_plan(task, plan.sharder), after
 
 
 def plan_cost_ms(plan: Plan, task: ShardingTask, cost_model: CostModel) -> float:
