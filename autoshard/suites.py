@@ -31,6 +31,9 @@ class TaskSpec:
         hardware: Bundled hardware profile.
         pool: ``test`` (held-out half), ``all`` (the whole pool) or the name of a published
             model's table set (:data:`autoshard.model_tables.MODEL_TABLES`; all its tables).
+
+    The task reserves in HBM what TorchRec's runtime adds per table or shard
+    (``overhead="torchrec"``, :mod:`autoshard.memory`).
     """
 
     name: str

@@ -4,6 +4,8 @@ lowered at export."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -184,3 +186,24 @@ def test_even_shares_counts_every_shard_of_a_table_on_one_device() -> None:
     even = layout.even_shares(task)
     assert len(set((even.hbm_rows[:4] / layout.geometry.rows[:4]).tolist())) == 1
     assert (hbm_use(priced, even.device, even.hbm_rows) <= cap).all(), free
+
+
+def test_plan_command_reserves_torchrecs_overhead_unless_told_not_to(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autoshard.cli import main
+    from autoshard.tables import save_tables
+
+    tables, plan = tmp_path / "t.json", tmp_path / "p.json"
+    save_tables(tables, dlrm_tables(6, seed=1))
+    args = ["-t", str(tables), "--devices", "2", "--hbm-gb", "0.05", "-s", "lookup_greedy",
+            "-o", str(plan)]
+    # 0.05 GB of HBM holds the weights of some rows, not TorchRec's buffers of every table.
+    with pytest.raises(SystemExit) as failed:
+        main(["plan", *args])
+    assert failed.value.code != 0 and "of HBM reserved for it" in capsys.readouterr().err
+    assert not plan.exists()
+    main(["plan", *args, "--overhead", "none"])
+    assert Plan.load(plan).placements
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", *args, "--overhead", "some"])
+    assert exc.value.code == 2

@@ -22,6 +22,7 @@ from autoshard.limits import (
     int_in,
     number_in,
 )
+from autoshard.memory import OVERHEADS
 from autoshard.tables import Table, load_tables
 from autoshard.task import MODES, ShardingTask, Workload
 
@@ -36,6 +37,9 @@ NodesOpt = Annotated[int | None, typer.Option(help="Number of full nodes of the 
 HbmOpt = Annotated[float | None, typer.Option(
     "--hbm-gb", help="Override HBM capacity per device for embeddings, GB.")]
 BatchOpt = Annotated[int | None, typer.Option(help="Global batch size (default 65536).")]
+OverheadOpt = Annotated[str, typer.Option(
+    help="HBM the sharder keeps free per table or shard: torchrec (what TorchRec's runtime "
+         "adds: I/O buffers, cache state) or none (the weights alone).")]
 ModeOpt = Annotated[str | None, typer.Option(help="train or infer (default train).")]
 CostModelOpt = Annotated[str, typer.Option(
     "--cost-model", help="'analytical' or a directory with a learned cost model.")]
@@ -60,8 +64,13 @@ def read_tables(spec: str) -> tuple[Table, ...]:
 
 def build_task(tables: str, hardware: str, devices: int | None = None, nodes: int | None = None,
                hbm_gb: float | None = None, batch_size: int | None = None,
-               mode: str | None = None, default: Workload | None = None) -> ShardingTask:
-    """Loads tables and hardware and assembles a task; CLI values override ``default``."""
+               mode: str | None = None, default: Workload | None = None,
+               overhead: str = "torchrec") -> ShardingTask:
+    """Loads tables and hardware and assembles a task; CLI values override ``default``; the
+    task reserves ``overhead`` in HBM (:mod:`autoshard.memory`)."""
+    if overhead not in OVERHEADS:
+        raise InputError(f"must be one of {', '.join(OVERHEADS)}", source="command line",
+                         field="--overhead", value=overhead)
     check_options(devices=devices, nodes=nodes, hbm_gb=hbm_gb, batch_size=batch_size,
                   mode=mode)
     base = default or Workload()
@@ -69,7 +78,7 @@ def build_task(tables: str, hardware: str, devices: int | None = None, nodes: in
                         mode=mode if mode is not None else base.mode)
     with options_named():
         profile = load_hardware(hardware, devices=devices, nodes=nodes, hbm_gb=hbm_gb)
-    return ShardingTask(read_tables(tables), profile, workload, overhead="torchrec")
+    return ShardingTask(read_tables(tables), profile, workload, overhead=overhead)
 
 
 def check_options(devices: int | None = None, nodes: int | None = None,

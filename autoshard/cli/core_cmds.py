@@ -21,6 +21,7 @@ from autoshard.cli.common import (
     ModeOpt,
     NodesOpt,
     OptOpt,
+    OverheadOpt,
     PolicyOpt,
     TablesOpt,
     build_task,
@@ -60,6 +61,7 @@ def plan(
     hbm_gb: HbmOpt = None,
     batch_size: BatchOpt = None,
     mode: ModeOpt = None,
+    overhead: OverheadOpt = "torchrec",
     cost_model: CostModelOpt = "analytical",
     seed: Annotated[int, typer.Option(help="Seed for randomised sharders.")] = 0,
     time_limit: Annotated[float, typer.Option(
@@ -87,7 +89,8 @@ def plan(
         given["policy"] = str(policy)
     with options_named(sharder_options=True):
         check_sharder_options(sharder, given)
-    task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode)
+    task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
+                      overhead=overhead)
     with options_named():
         model = load_cost_model(cost_model)
         chosen = get_sharder(sharder, **{**options, **given})
