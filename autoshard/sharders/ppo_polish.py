@@ -97,6 +97,10 @@ class Curves:
             t, k = divmod(i, kinds.count)
             used[t, k, :hx.size], used[t, k, hx.size:] = hx * UNIT_BYTES, hx[-1] * UNIT_BYTES
             cost[t, k, :hy.size], cost[t, k, hy.size:] = hy, hy[-1]
+        # The curves count a row's memory; the water-filling counts the HBM it takes as the
+        # runtime counts it (autoshard.memory), which may be more per row.
+        a = items.table_arrays
+        used *= (a.hbm_bytes_per_row / a.memory_bytes_per_row)[:, None, None]
         used, cost = used.transpose(1, 0, 2).copy(), cost.transpose(1, 0, 2).copy()
         saving = cost[:, :, :-1] - cost[:, :, 1:]
         extra = used[:, :, 1:] - used[:, :, :-1]
@@ -133,16 +137,12 @@ class Polisher:
         n = items.num_tables
         self.node_bound = np.zeros(n, dtype=bool) if node_bound is None else node_bound
         a, dev = items.table_arrays, items.device_arrays
-        self.per_row, self.all_rows = a.memory_bytes_per_row, a.rows
-        self.hbm_cap, self.host_cap, self.node = dev.hbm_capacity, dev.host_capacity, dev.node
-        if a.hbm_reserved_bytes.any():  # HBM as the runtime counts it (autoshard.memory)
-            # The curves count rows at their weights and optimizer bytes: the room leaves out
-            # the items' reservations (one more, for an item moved in) and scales to that unit.
-            held = np.bincount(self.device, weights=a.hbm_reserved_bytes,
-                               minlength=self.hbm_cap.size)
-            ratio = float((a.hbm_bytes_per_row / a.memory_bytes_per_row).max())
-            self.hbm_cap = np.maximum(
-                self.hbm_cap - held - a.hbm_reserved_bytes.max(), 0.0) / ratio
+        # HBM per row and per item wherever it lives, as the runtime counts them; host memory
+        # per row not in HBM.
+        self.per_row, self.host_per_row = a.hbm_bytes_per_row, a.memory_bytes_per_row
+        self.reserved, self.all_rows = a.hbm_reserved_bytes, a.rows
+        self.capacity, self.host_cap, self.node = dev.hbm_capacity, dev.host_capacity, dev.node
+        self.hbm_cap = self._caps(self.device)  # HBM left for rows, per device
         self.kind = curves.kind
         self.cost, self.used, self.worth = curves.cost, curves.used, curves.worth
         self.extra = curves.extra
@@ -170,12 +170,19 @@ class Polisher:
         self.load[better] = load[better]
         self.level = level
 
+    def _caps(self, device: np.ndarray) -> np.ndarray:
+        """[D]: each device's HBM for rows, less the reservations of the items ``device`` puts
+        there."""
+        return self.capacity - np.bincount(device, weights=self.reserved,
+                                           minlength=self.capacity.size)
+
     def _fill(self, devs: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Water-fills the HBM of devices ``devs`` with the items ``device`` puts there;
         returns every item's rows (those of items elsewhere: 0) and each device's level ([D],
         0 where HBM holds every segment that saves anything, and elsewhere)."""
         rows = np.zeros(self.all_rows.size, dtype=np.int64)
         level = np.zeros(self.load.size)
+        caps = self._caps(device)
         wanted = np.zeros(self.load.size, dtype=bool)
         wanted[devs] = True
         for k in np.unique(self.kind[devs]):
@@ -189,7 +196,7 @@ class Polisher:
             cum = np.cumsum(e)
             starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]]) if d.size else np.zeros(0, int)
             before = np.repeat(cum[starts] - e[starts], np.diff(np.r_[starts, d.size]))
-            room = self.hbm_cap[d] - (cum - e - before)  # HBM left when a segment's turn comes
+            room = caps[d] - (cum - e - before)  # HBM left when a segment's turn comes
             part = np.clip(room / e, 0.0, 1.0)
             got = np.bincount(o, weights=e * part, minlength=rows.size)
             on = wanted[device] & (self.kind[device] == k)
@@ -205,6 +212,7 @@ class Polisher:
         that left, merged with those of the items that came."""
         rows = np.zeros(self.all_rows.size, dtype=np.int64)
         level = np.zeros(self.load.size)
+        caps = self._caps(device)
         for d in pair:
             lo, hi = lists.start[d], lists.end[d]
             o = lists.owner[lo:hi]
@@ -220,7 +228,7 @@ class Polisher:
                            np.concatenate((w, cw[keep])))
                 order = np.argsort(-w, kind="stable")
                 o, e, w = o[order], e[order], w[order]
-            room = self.hbm_cap[d] - (np.cumsum(e) - e)
+            room = caps[d] - (np.cumsum(e) - e)
             part = np.clip(room / e, 0.0, 1.0)
             got = np.bincount(o, weights=e * part, minlength=rows.size)
             on = device == d
@@ -335,7 +343,7 @@ class Polisher:
         k = self.kind[devices][None, :]
         used = self.used[k, sel[:, None]]  # [n, d, G]
         cost = self.cost[k, sel[:, None]]
-        room = self.hbm_cap[devices][None, :, None] - used
+        room = (self.hbm_cap[devices][None, :, None] - self.reserved[sel][:, None, None]) - used
         ask = (room >= 0) & self.vertex[k, sel[:, None]]
         dev = np.broadcast_to(devices[None, :, None], room.shape)
         total = np.full(room.shape, -np.inf)
@@ -391,6 +399,7 @@ class Polisher:
             return False
         _, device, sel, rows, level = best
         self.device = device
+        self.hbm_cap = self._caps(device)
         self.rows[sel] = rows
         self.price[sel] = self._price(sel, device[sel], rows)
         self.load = np.bincount(device, weights=self.price, minlength=n_d)
@@ -407,7 +416,7 @@ class Polisher:
     def _host_ok(self, sel: np.ndarray, device: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """[D]: whether the host memory of each device holds ``sel``'s rows not in HBM (devices
         without an item of ``sel`` count as holding)."""
-        cold = (self.all_rows[sel] - rows) * self.per_row[sel]
+        cold = (self.all_rows[sel] - rows) * self.host_per_row[sel]
         host = np.bincount(device[sel], weights=cold, minlength=self.load.size)
         seen = np.bincount(device[sel], minlength=self.load.size) > 0
         return ~seen | (host <= self.host_cap + 1e-6)
@@ -440,12 +449,12 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
                         g.kind == KIND[TABLE_ROW_WISE])
     polisher.refill()
     polisher.search(*(budget(items.num_tables, task.num_devices) if limit is None else limit))
-    # One HBM share per split table, as TorchRec's one cache load factor has it.
-    polished = ShardLayout(g, polisher.device, polisher.rows).even_shares(task)
-    after = step_cost_ms(items, cost_model, polished.device, polished.hbm_rows)
-    if not after < before or not feasible(items, polished.device, polished.hbm_rows):
+    # One HBM share per split table, as the export gives TorchRec one cache load factor each.
+    out = ShardLayout(g, polisher.device, polisher.rows).even_shares(task)
+    after = step_cost_ms(items, cost_model, out.device, out.hbm_rows)
+    if not after < before or not feasible(items, out.device, out.hbm_rows):
         return plan, before
-    return polished.to_plan(task, plan.sharder), after
+    return out.to_plan(task, plan.sharder), after
 
 
 def plan_cost_ms(plan: Plan, task: ShardingTask, cost_model: CostModel) -> float:
