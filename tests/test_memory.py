@@ -207,3 +207,16 @@ def test_plan_command_reserves_torchrecs_overhead_unless_told_not_to(
     with pytest.raises(SystemExit) as exc:
         main(["plan", *args, "--overhead", "some"])
     assert exc.value.code == 2
+
+
+def test_the_lp_bound_of_evaluate_also_bounds_plans_made_without_the_room() -> None:
+    from dataclasses import replace
+
+    from autoshard.sharders.recshard import recshard_bound
+
+    task = constrained_task(dlrm_tables(8, seed=2), 2, hbm_fraction=0.3, overhead="torchrec")
+    roomless = replace(task, overhead="none")
+    plan = get_sharder("lookup_greedy").shard(roomless, MODEL)
+    bound = recshard_bound(task, MODEL)
+    assert bound == pytest.approx(recshard_bound(roomless, MODEL))
+    assert evaluate(plan, task, MODEL).step_cost_ms >= bound * (1 - 1e-9)

@@ -574,8 +574,10 @@ def recshard_bound(task: ShardingTask, cost_model: CostModel, time_limit: float 
     and the dearest single table, cheap. With a positive ``time_limit``: the sharder runs that
     long and its proven bound (the MILP's dual bound where the task is one MILP) is returned.
     Valid for cost models linear in the HBM share between :data:`autoshard.access.GRID` points
-    (the analytical model); approximate for others.
+    (the analytical model); approximate for others. Computed without the task's HBM
+    reservation (:mod:`autoshard.memory`), so that it also bounds plans made without that room.
     """
+    task = replace(task, overhead="none") if task.overhead != "none" else task
     if time_limit <= 0:
         kinds = device_kinds(task)
         full = cost_curves(task, cost_model, kinds).lines()
