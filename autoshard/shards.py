@@ -140,10 +140,11 @@ class ShardLayout:
         Table by table, the share is the shards' mean (by bytes, the export's load factor),
         lowered to what the free HBM of the devices of the shards below it holds
         (:func:`autoshard.plan.hbm_use`), and never below the least of theirs; rounded down.
-        Whole tables are kept.
+        Whole tables are kept. Only on tasks planned for TorchRec's runtime (``overhead``
+        ``torchrec``): elsewhere each shard keeps its own rows.
         """
         g = self.geometry
-        if not (g.parts > 1).any():
+        if task.overhead == "none" or not (g.parts > 1).any():
             return self
         priced = pricing_task(task, g)
         per_row = priced.table_arrays.hbm_bytes_per_row

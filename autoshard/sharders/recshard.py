@@ -515,9 +515,10 @@ def node_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
 
 
 def _tied(task: ShardingTask) -> np.ndarray | None:
-    """For a task of shards, each shard's table when it is split (-1 when whole); else None."""
+    """For a task of shards planned for TorchRec's runtime (one HBM share per split table),
+    each shard's table when it is split (-1 when whole); else None."""
     g = getattr(task, "geometry", None)
-    if g is None or not (g.parts > 1).any():
+    if g is None or task.overhead == "none" or not (g.parts > 1).any():
         return None
     return np.where(g.parts > 1, g.table, -1)
 
