@@ -88,6 +88,12 @@ class ShardGeometry:
                       for f in fields(cls)})
 
 
+def same_split(a: ShardGeometry, b: ShardGeometry) -> bool:
+    """Whether two geometries split the same tables the same way (table, kind, parts)."""
+    return a.num_shards == b.num_shards and all(
+        bool((getattr(a, f) == getattr(b, f)).all()) for f in ("table", "kind", "parts"))
+
+
 def whole_tables(task: ShardingTask, tables: np.ndarray | None = None) -> ShardGeometry:
     """Each table (all, or those at ``tables``) as one shard holding every row and column."""
     a = task.table_arrays

@@ -15,8 +15,13 @@ from autoshard.cli import main
 from autoshard.evaluator import evaluate
 from autoshard.export_torchrec import torchrec_unavailable
 from autoshard.plan import ROW_WISE, TABLE_ROW_WISE
+from autoshard.sharders import get_sharder
+from autoshard.sharders.ppo import split_geometries
+from autoshard.sharders.ppo_buckets import MULTIPLIERS
+from autoshard.sharders.ppo_episode import PlacementEpisode, PricedTask
+from autoshard.sharders.ppo_features import ObsLayout
 from autoshard.sharders.recshard import RecShard, node_pins
-from autoshard.shards import KIND, even_split, shard_task
+from autoshard.shards import KIND, check_layout, even_split, shard_task
 from autoshard.splitting import candidate_splits, split_heavy_tables
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
@@ -108,3 +113,34 @@ def test_recshard_splits_the_dominant_table_within_a_node_where_that_is_cheaper(
         main(["export", str(plan), "-t", str(tables), "--hardware", str(hw), "-o", str(out),
               "--check", "--no-fit"])
         assert out.is_file()
+
+
+def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
+    task = _two_nodes()
+    geometries = split_geometries(task, MODEL)
+    node = [g for name, g in geometries.items() if name.startswith("ppo-node")]
+    assert node and any((g.kind == KIND[TABLE_ROW_WISE]).any() for g in node)
+    # The episode's mask: once a shard of such a table is placed, only the devices of its node
+    # holding none of the table's shards are offered to the next.
+    g = next(g for g in node if (g.kind == KIND[TABLE_ROW_WISE]).any())
+    shards = shard_task(task, g)
+    layout = ObsLayout(task.num_devices, len(MULTIPLIERS) + 1)
+    episode = PlacementEpisode(PricedTask.prepare(shards, MODEL, layout), layout)
+    dev = task.device_arrays.node
+    while not episode.done:
+        t = episode.order[episode.step_index]
+        if g.kind[t] == KIND[TABLE_ROW_WISE]:
+            placed = episode.state.device[(g.table == g.table[t]) & (episode.state.device >= 0)]
+            offered = episode.mask.reshape(-1, episode.buckets)[:task.num_devices].any(axis=1)
+            if placed.size:
+                assert not offered[placed].any()
+                assert (dev[offered] == dev[placed[0]]).all()
+        episode.step(int(np.flatnonzero(episode.mask)[0]))
+    # The sharder's plan, whichever candidate wins, is valid and keeps such tables on a node.
+    plan = get_sharder("ppo").shard(task, MODEL)
+    check_layout(plan, task)
+    for p in plan.placements:
+        if p.sharding == TABLE_ROW_WISE:
+            devices = [s.device for s in p.shards]
+            assert len(set(dev[devices].tolist())) == 1
+    assert evaluate(plan, task, MODEL).step_cost_ms >= lower_bound_ms(task, MODEL) * (1 - 1e-9)

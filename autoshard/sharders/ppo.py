@@ -215,16 +215,26 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
     of ``split_lookup_greedy`` and ``recshard`` (when some table dominates), and, with
     ``fine`` (the sharder polishes) on tasks with fewer than :data:`FINE_TABLES_PER_DEVICE`
     tables per device, ``ppo-fine``: the same choice with :data:`FINE_TARGET` times its target
-    (more, smaller pieces), when that splits more."""
+    (more, smaller pieces), when that splits more. On hardware of several nodes each also as
+    ``ppo-node-split`` / ``ppo-node-fine`` where the choice differs once table-row-wise splits
+    are offered too (the episode keeps such a table's shards on one node, one per device)."""
     from autoshard.bounds import relax
+    from autoshard.shards import same_split
     from autoshard.splitting import split_heavy_tables
 
     relaxed = relax(task, cost_model)
-    choice = split_heavy_tables(task, cost_model, relaxed=relaxed)
-    out = {"ppo-split": choice.geometry} if choice.split_tables.size else {}
-    if fine and task.num_tables < FINE_TABLES_PER_DEVICE * task.num_devices:
-        finer = split_heavy_tables(task, cost_model, FINE_TARGET * choice.target_ms,
-                                   relaxed=relaxed)
-        if finer.geometry.num_shards > choice.geometry.num_shards:
-            out["ppo-fine"] = finer.geometry
+    nodes = task.hardware.devices_per_node < task.num_devices
+    out: dict[str, ShardGeometry] = {}
+    for local in (False, True) if nodes else (False,):
+        tag = "ppo-node" if local else "ppo"
+        choice = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=local)
+        found = [("split", choice.geometry)] if choice.split_tables.size else []
+        if fine and task.num_tables < FINE_TABLES_PER_DEVICE * task.num_devices:
+            finer = split_heavy_tables(task, cost_model, FINE_TARGET * choice.target_ms,
+                                       relaxed=relaxed, node_local=local)
+            if finer.geometry.num_shards > choice.geometry.num_shards:
+                found.append(("fine", finer.geometry))
+        for name, g in found:
+            if not any(same_split(g, h) for h in out.values()):
+                out[f"{tag}-{name}"] = g
     return out

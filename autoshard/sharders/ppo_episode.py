@@ -20,7 +20,7 @@ from autoshard.bounds import lower_bound_ms
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError, gib
 from autoshard.placement import PlacementState
-from autoshard.plan import Plan
+from autoshard.plan import SHARDINGS, TABLE_ROW_WISE, Plan
 from autoshard.sharders.ppo_buckets import MULTIPLIERS, bucket_rows
 from autoshard.sharders.ppo_features import ObsLayout
 from autoshard.task import ShardingTask
@@ -186,6 +186,10 @@ class PlacementEpisode:
         self._rows_used = task.table_arrays.rows_used
         dev = task.device_arrays
         self._hbm_cap = np.maximum(dev.hbm_capacity, 1.0)
+        # Shards of a table split table_row_wise stay within one node, one per device.
+        g = self._geometry = getattr(task, "geometry", None)
+        self._node_bound = (None if g is None else
+                            g.kind == SHARDINGS.index(TABLE_ROW_WISE))
         self._init_device_features(n_t, n_d)
         self.obs = np.zeros(layout.size, dtype=np.float32)
         self.mask = np.zeros(layout.max_devices * self.buckets, dtype=bool)
@@ -347,7 +351,23 @@ class PlacementEpisode:
         hbm_rows[:-1] = self.priced.rows[t][:, None]
         hbm_rows[-1] = self._offer_fill(t)
         fits: np.ndarray = self.state.fits(t, hbm_rows).T
+        if self._node_bound is not None and self._node_bound[t]:
+            fits &= self._node_devices(t)[:, None]
         return fits
+
+    def _node_devices(self, t: int) -> np.ndarray:
+        """[D]: where table-row-wise shard ``t`` may go: any device while none of its table's
+        shards is placed, then the devices of their node that hold none of them."""
+        g = self._geometry
+        assert g is not None
+        device = self.state.device
+        placed = device[(g.table == g.table[t]) & (device >= 0)]
+        node = self.task.device_arrays.node
+        if not placed.size:
+            return np.ones(node.size, dtype=bool)
+        ok = node == node[placed[0]]
+        ok[placed] = False
+        return ok
 
     def _offer_fill(self, t: int) -> np.ndarray:
         """Prices the fill bucket of table ``t`` on every device (the most hottest rows its

@@ -70,7 +70,14 @@ from autoshard.sharders.milp_plans import (
     to_memory,
     to_rows,
 )
-from autoshard.shards import KIND, ShardGeometry, ShardLayout, pricing_task, whole_tables
+from autoshard.shards import (
+    KIND,
+    ShardGeometry,
+    ShardLayout,
+    pricing_task,
+    same_split,
+    whole_tables,
+)
 from autoshard.splitting import split_heavy_tables
 from autoshard.task import ShardingTask
 
@@ -218,7 +225,7 @@ class RecShard:
             # Last, while time is left: every table whole (splits pay their shards' reserved
             # HBM and one HBM share per table, and may lose to it).
             whole = whole_tables(task)
-            if not any(_same(whole, h) for h in choices):
+            if not any(same_split(whole, h) for h in choices):
                 choices.append(whole)
         except DeadlineReached:  # no time to choose splits: tables whole, no bound proven
             found = self._solve_tables(task, cost_model, deadline)
@@ -269,7 +276,7 @@ class RecShard:
                 raise DeadlineReached("split choice")
             g = split_heavy_tables(task, cost_model, share * bound, relaxed=relaxed,
                                    node_local=node_local).geometry
-            if not any(_same(g, h) for h in choices):
+            if not any(same_split(g, h) for h in choices):
                 choices.append(g)
         return choices
 
@@ -521,11 +528,6 @@ def _tied(task: ShardingTask) -> np.ndarray | None:
     if g is None or task.overhead == "none" or not (g.parts > 1).any():
         return None
     return np.where(g.parts > 1, g.table, -1)
-
-
-def _same(a: ShardGeometry, b: ShardGeometry) -> bool:
-    return a.num_shards == b.num_shards and all(
-        bool((getattr(a, f) == getattr(b, f)).all()) for f in ("table", "kind", "parts"))
 
 
 @dataclass(frozen=True)
