@@ -43,7 +43,7 @@ case "$where" in
 esac
 
 echo "wheel_smoke: autoshard plan -s ppo"
-venv/bin/autoshard plan -t default -s ppo --devices 8 --hbm-gb 2 -o plan.json
+venv/bin/autoshard plan -t default -s ppo --devices 8 --hbm-gb 6 -o plan.json
 venv/bin/python - <<'PY'
 import json
 plan = json.load(open("plan.json"))

@@ -317,8 +317,12 @@ class PlacementEpisode:
                 fits = self._fits(t)
         if not fits.any():
             self.mask[:] = False
+            reserved = float(self.task.table_arrays.hbm_reserved_bytes[t])
             raise PlannerError("capacity", f"table '{self.task.tables[t].name}' fits on no "
-                               f"device (largest free host memory {gib(state.free_host.max())})")
+                               f"device (it needs {gib(reserved)} of HBM reserved for TorchRec's "
+                               f"buffers and cache state; largest free HBM "
+                               f"{gib(state.free_hbm.max())}, largest free host memory "
+                               f"{gib(state.free_host.max())})")
         ov = self._opt_view
         ov[:, :-1] = self.priced.static[t]
         ov[:, -1] = 0.0
