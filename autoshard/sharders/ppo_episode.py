@@ -20,9 +20,10 @@ from autoshard.bounds import lower_bound_ms
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError, gib
 from autoshard.placement import PlacementState
-from autoshard.plan import SHARDINGS, TABLE_ROW_WISE, Plan
+from autoshard.plan import TABLE_ROW_WISE, Plan
 from autoshard.sharders.ppo_buckets import MULTIPLIERS, bucket_rows
 from autoshard.sharders.ppo_features import ObsLayout
+from autoshard.shards import KIND
 from autoshard.task import ShardingTask
 
 #: Costs and bytes in the observation are clipped to this magnitude (in units of the bound or
@@ -188,8 +189,7 @@ class PlacementEpisode:
         self._hbm_cap = np.maximum(dev.hbm_capacity, 1.0)
         # Shards of a table split table_row_wise stay within one node, one per device.
         g = self._geometry = getattr(task, "geometry", None)
-        self._node_bound = (None if g is None else
-                            g.kind == SHARDINGS.index(TABLE_ROW_WISE))
+        self._node_bound = None if g is None else g.kind == KIND[TABLE_ROW_WISE]
         self._init_device_features(n_t, n_d)
         self.obs = np.zeros(layout.size, dtype=np.float32)
         self.mask = np.zeros(layout.max_devices * self.buckets, dtype=bool)

@@ -36,7 +36,7 @@ from autoshard.cost import CostModel, device_compute
 from autoshard.evaluator import evaluate
 from autoshard.plan import Plan
 from autoshard.sharders.milp_curves import UNIT_BYTES, cost_curves
-from autoshard.sharders.milp_plans import feasible
+from autoshard.sharders.milp_plans import feasible, hbm_terms
 from autoshard.shards import KIND, TABLE_ROW_WISE, ShardLayout, plan_layout, pricing_task
 from autoshard.task import ShardingTask
 
@@ -98,9 +98,9 @@ class Curves:
             used[t, k, :hx.size], used[t, k, hx.size:] = hx * UNIT_BYTES, hx[-1] * UNIT_BYTES
             cost[t, k, :hy.size], cost[t, k, hy.size:] = hy, hy[-1]
         # The curves count a row's memory; the water-filling counts the HBM it takes as the
-        # runtime counts it (autoshard.memory), which may be more per row.
-        a = items.table_arrays
-        used *= (a.hbm_bytes_per_row / a.memory_bytes_per_row)[:, None, None]
+        # runtime counts it (autoshard.memory), which may be more per row: the MILP's scale.
+        scale, _ = hbm_terms(items, np.arange(items.num_tables))
+        used *= scale[:, None, None]
         used, cost = used.transpose(1, 0, 2).copy(), cost.transpose(1, 0, 2).copy()
         saving = cost[:, :, :-1] - cost[:, :, 1:]
         extra = used[:, :, 1:] - used[:, :, :-1]
