@@ -33,6 +33,9 @@ class PlacementState:
         self.device = np.full(task.num_tables, -1, dtype=np.int64)
         self.hbm_rows = np.zeros(task.num_tables, dtype=np.int64)
         self.price_ms = np.zeros(task.num_tables)
+        # Items still to be placed (a planner that offers alternatives, e.g. a table whole or
+        # as shards, clears the ones it did not choose; see ppo_choice).
+        self.active = np.ones(task.num_tables, dtype=bool)
         # HBM the tables not yet placed reserve, kept back from HBM rows on every device in
         # proportion to its capacity, so that rows placed early leave room for them.
         self._pending = float(task.table_arrays.hbm_reserved_bytes.sum())
@@ -46,7 +49,7 @@ class PlacementState:
         own = reserved[table] if self.device[table] < 0 else 0.0
         if self._pending - own <= 0:
             return np.zeros(self.task.num_devices)
-        others = self.device < 0
+        others = (self.device < 0) & self.active
         others[table] = False
         largest = float(reserved[others].max()) if others.any() else 0.0
         return np.maximum(max(self._pending - own, 0.0) * self._share, largest)

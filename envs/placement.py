@@ -12,6 +12,7 @@ from autoshard.cost import CostModel, load_cost_model, prices_device_sets
 from autoshard.evaluator import evaluate
 from autoshard.plan import Plan
 from autoshard.sharders.ppo_buckets import MULTIPLIERS
+from autoshard.sharders.ppo_choice import ChoiceEpisode, choice_layout, split_offer
 from autoshard.sharders.ppo_episode import LIMIT, PlacementEpisode, PricedTask
 from autoshard.sharders.ppo_features import ObsLayout
 from autoshard.task import ShardingTask
@@ -55,6 +56,9 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
             :mod:`autoshard.sharders.ppo_buckets`).
         report: Whether to run the evaluator at the end of each episode.
         sharder_name: Name recorded in the final plan.
+        split: Whether the actions also choose which dominant tables to split (two option
+            grids per device, see :mod:`autoshard.sharders.ppo_choice`; the plan may then hold
+            split tables).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
@@ -62,7 +66,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     def __init__(self, sampler: TaskSampler | None = None,
                  cost_model: CostModel | str | None = None, max_devices: int | None = None,
                  multipliers: tuple[float, ...] = MULTIPLIERS, report: bool = True,
-                 sharder_name: str = "env") -> None:
+                 sharder_name: str = "env", split: bool = False) -> None:
         self._sampler = sampler
         self.cost_model = (cost_model if cost_model is not None and not isinstance(cost_model, str)
                            else load_cost_model(cost_model))
@@ -73,8 +77,10 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.buckets = len(self.multipliers) + 1  # the value buckets, then "fill"
         self.report = report
         self.sharder_name = sharder_name
-        self.layout = ObsLayout(self.max_devices, self.buckets)
-        self.action_space = spaces.Discrete(self.max_devices * self.buckets)
+        self.split = split
+        self.layout = (choice_layout(self.max_devices, self.buckets) if split
+                       else ObsLayout(self.max_devices, self.buckets))
+        self.action_space = spaces.Discrete(self.max_devices * self.layout.buckets)
         self.observation_space = spaces.Box(-LIMIT, LIMIT, (self.layout.size,), np.float32)
         self.episode: PlacementEpisode | None = None
 
@@ -94,8 +100,13 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         if task.num_devices > self.max_devices:
             raise ValueError(f"task has {task.num_devices} devices; this environment has "
                              f"{self.max_devices} device slots (max_devices)")
-        priced = PricedTask.prepare(task, self.cost_model, self.layout, self.multipliers)
-        self.episode = PlacementEpisode(priced, self.layout)
+        if self.split:
+            base = ObsLayout(self.max_devices, self.buckets)
+            priced = PricedTask.prepare(task, self.cost_model, base, self.multipliers)
+            self.episode = ChoiceEpisode(priced, self.layout, split_offer(priced, base))
+        else:
+            priced = PricedTask.prepare(task, self.cost_model, self.layout, self.multipliers)
+            self.episode = PlacementEpisode(priced, self.layout)
         return self.episode.bounded_obs(), {"action_mask": self.episode.mask.copy()}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -118,7 +129,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     def action_masks(self) -> np.ndarray:
         """Allowed actions for the next table: devices of the task where the bucket fits."""
         if self.episode is None:
-            return np.zeros(self.max_devices * self.buckets, dtype=bool)
+            return np.zeros(self.max_devices * self.layout.buckets, dtype=bool)
         return self.episode.mask.copy()
 
     @property

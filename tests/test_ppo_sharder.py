@@ -143,10 +143,14 @@ def test_policy_alone_splits_a_dominant_table_and_beats_every_whole_table_plan()
     plan = alone.shard(task, MODEL)
     check_layout(plan, task)  # shards within their tables, every device within capacity
     assert [p.table for p in plan.placements if p.is_split] == ["huge"]
-    assert alone.last_choice is not None and alone.last_choice.winner == "ppo-split-greedy"
-    assert set(alone.last_choice.costs) == {"ppo-greedy", "ppo-split-greedy"}
+    choice = alone.last_choice
+    assert choice is not None
+    assert set(choice.costs) == {"ppo-greedy", "ppo-choice-greedy", "ppo-split-greedy"}
+    assert choice.winner in ("ppo-choice-greedy", "ppo-split-greedy")
+    # The policy chose to split 'huge' itself: its choice decode beats every whole-table plan.
+    assert choice.costs["ppo-choice-greedy"] < 0.5 * floor
     cost = evaluate(plan, task, MODEL).step_cost_ms
-    assert cost == pytest.approx(alone.last_choice.costs["ppo-split-greedy"], rel=1e-9)
+    assert cost == pytest.approx(choice.costs[choice.winner], rel=1e-9)
     assert cost < 0.5 * floor  # the whole-table plans: at least 16.1 ms; split: 4.5 ms
     assert cost >= lower_bound_ms(task, MODEL)
 
@@ -159,12 +163,13 @@ def test_split_decodes_are_valid_candidates_and_skipped_on_large_tasks(
     choice = best.last_choice
     assert choice is not None
     assert {"ppo-split-greedy", "ppo-split-sample-0", "ppo-split-sample-1",
+            "ppo-choice-greedy", "ppo-choice-sample-0", "ppo-choice-sample-1",
             "split_lookup_greedy"} <= set(choice.costs)
     assert evaluate(plan, task, MODEL).step_cost_ms == pytest.approx(
         min(choice.costs.values()), rel=1e-9)
-    for name in ("ppo-split-greedy", "ppo-split-sample-1"):  # each split decode is a valid plan
+    for name in ("ppo-split-greedy", "ppo-split-sample-1", "ppo-choice-sample-1"):  # valid plans
         assert choice.costs[name] >= lower_bound_ms(task, MODEL)
     monkeypatch.setattr(ppo_module, "SMALL_TASK", task.num_tables * task.num_devices - 1)
     best.shard(task, MODEL)
     assert best.last_choice is not None
-    assert not any(n.startswith("ppo-split") for n in best.last_choice.costs)
+    assert not any(n.startswith(("ppo-split", "ppo-choice")) for n in best.last_choice.costs)

@@ -13,7 +13,7 @@ from autoshard.cost import CostModel
 from autoshard.plan import Plan
 from autoshard.sharders import common_options
 from autoshard.sharders.ppo import GREEDY
-from autoshard.sharders.ppo_policy import PlacementNet, decode
+from autoshard.sharders.ppo_policy import PlacementNet, decode, decode_choice
 from autoshard.task import ShardingTask
 from envs.sampler import TaskSampler
 
@@ -61,8 +61,14 @@ def eval_tasks(tables: tuple[int, ...], devices: tuple[int, ...], hbm_fraction: 
 
 def plan_task(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,
               cost_model: CostModel, sharder_name: str = "ppo") -> Plan:
-    """The policy's greedy decode (most likely allowed action for every table)."""
-    return decode(net, multipliers, task, cost_model)[0].plan(sharder_name)
+    """The policy's greedy decode (most likely allowed action for every table); a policy with
+    the split choice (two option grids) also chooses which dominant tables to split."""
+    if net.grids == 1:
+        return decode(net, multipliers, task, cost_model)[0].plan(sharder_name)
+    from autoshard.splitting import split_heavy_tables
+
+    geometry = split_heavy_tables(task, cost_model).geometry
+    return decode_choice(net, multipliers, task, cost_model, geometry)[0].plan(sharder_name)
 
 
 def compare(items: list[EvalTask], model: CostModel, sharders: tuple[str, ...],

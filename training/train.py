@@ -27,7 +27,8 @@ from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
 from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS
-from autoshard.sharders.ppo_policy import load_policy, save_policy
+from autoshard.sharders.ppo_choice import GRIDS
+from autoshard.sharders.ppo_policy import load_policy, regrid, save_policy
 from envs import ENV_ID, TaskSampler
 from training.callbacks import CheckpointCallback, CurveCallback, HeldOutEvalCallback, RunState
 from training.checkpoint import load_checkpoint, read_state, save_checkpoint
@@ -54,12 +55,13 @@ class TrainResult:
     results: list[CompareRow] = field(default_factory=list)
 
 
-def make_env(sampler: TaskSampler, cost_model: str, max_devices: int) -> gym.Env:
+def make_env(sampler: TaskSampler, cost_model: str, max_devices: int, split: bool = False
+             ) -> gym.Env:
     """One training environment through the registered id (importable in subprocesses)."""
     import envs  # noqa: F401  (registers the id)
 
     return gym.make(ENV_ID, sampler=sampler, cost_model=cost_model, max_devices=max_devices,
-                    report=False)
+                    report=False, split=split)
 
 
 def make_vec(cfg: TrainConfig, sampler: TaskSampler, seed: int) -> Any:
@@ -76,7 +78,7 @@ def make_vec(cfg: TrainConfig, sampler: TaskSampler, seed: int) -> Any:
                                              cfg.max_devices, report=False))
         vec.seed(seed)
         return vec
-    return make_vec_env(partial(make_env, sampler, cfg.cost_model, cfg.max_devices),
+    return make_vec_env(partial(make_env, sampler, cfg.cost_model, cfg.max_devices, cfg.split),
                         n_envs=cfg.n_envs, seed=seed,
                         vec_env_cls=SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv)
 
@@ -106,11 +108,13 @@ def _build_model(cfg: TrainConfig, vec: Any, resume: bool, seed: int) -> Any:
 
     from training.sb3_policy import PlacementPolicy
 
+    grids = GRIDS if cfg.split else 1
     model = MaskablePPO(
         PlacementPolicy, vec, learning_rate=_schedule(cfg), n_steps=cfg.n_steps,
         batch_size=cfg.batch_size, n_epochs=cfg.n_epochs, gamma=cfg.gamma,
         gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range, ent_coef=cfg.ent_coef,
-        vf_coef=cfg.vf_coef, policy_kwargs={"buckets": N_BUCKETS, "hidden": cfg.hidden},
+        vf_coef=cfg.vf_coef,
+        policy_kwargs={"buckets": N_BUCKETS, "hidden": cfg.hidden, "grids": grids},
         seed=seed, device="cpu", verbose=0)
     if resume:
         load_checkpoint(model, cfg.out_dir / "checkpoints")
@@ -119,7 +123,7 @@ def _build_model(cfg: TrainConfig, vec: Any, resume: bool, seed: int) -> Any:
         policy = model.policy
         assert isinstance(policy, PlacementPolicy)
         try:
-            policy.net.load_state_dict(net.state_dict())
+            policy.net.load_state_dict(regrid(net, grids).state_dict())
         except RuntimeError as exc:
             raise InputError(f"does not match the network ({str(exc)[:200]})",
                              field="init_policy", value=cfg.init_policy) from exc

@@ -111,6 +111,7 @@ class PPOSharder:
         self.split, self.polish = split, polish
         self.last_choice: Choice | None = None
         self._net: Any = None
+        self._choice_net: Any = None
         self._multipliers: tuple[float, ...] = ()
         self._load()  # load (and import torch) now, so that shard() is planning only
 
@@ -123,9 +124,12 @@ class PPOSharder:
         reason = _missing(self.policy)
         if reason:
             raise InputError(reason, field="policy", value=str(self.policy))
-        from autoshard.sharders.ppo_policy import load_policy
+        from autoshard.sharders.ppo_choice import GRIDS
+        from autoshard.sharders.ppo_policy import load_policy, regrid
 
-        self._net, self._multipliers, _ = load_policy(self.policy)
+        net, self._multipliers, _ = load_policy(self.policy)
+        # The policy on one option grid (whole tables) and on two (with the split choice).
+        self._net, self._choice_net = regrid(net, 1), regrid(net, GRIDS)
 
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
         costs, plans = self._policy_plans(task, cost_model)
@@ -153,6 +157,9 @@ class PPOSharder:
                 costs[name] = step_cost_ms(task, cost_model, ep.state.device, ep.state.hbm_rows)
             geometries = (split_geometries(task, cost_model, fine=self.polish)
                           if self.split and small else {})
+            if "ppo-split" in geometries:
+                self._choose_splits(task, cost_model, geometries["ppo-split"], samples, costs,
+                                    plans)
             for prefix, geometry in geometries.items():
                 shards = pricing_task(task, geometry)
                 try:
@@ -168,6 +175,24 @@ class PPOSharder:
         finally:
             torch.set_num_threads(before)
         return costs, plans
+
+    def _choose_splits(self, task: ShardingTask, cost_model: CostModel, geometry: ShardGeometry,
+                       samples: int, costs: dict[str, float], plans: dict[str, Plan]) -> None:
+        """Adds the decodes in which the policy chooses which tables of ``geometry``'s split to
+        split (``ppo-choice-greedy``, ``ppo-choice-sample-i``)."""
+        from autoshard.sharders.ppo_policy import decode_choice
+
+        try:
+            episodes = decode_choice(self._choice_net, self._multipliers, task, cost_model,
+                                     geometry, samples, self.seed)
+        except PlannerError:  # some item fits nowhere once others are placed
+            return
+        names = ["ppo-choice-greedy"] + [f"ppo-choice-sample-{i}" for i in range(samples)]
+        for name, ep in zip(names, episodes, strict=True):
+            layout = ep.shard_layout().even_shares(task)
+            plans[name] = layout.to_plan(task, self.name)
+            costs[name] = step_cost_ms(pricing_task(task, layout.geometry), cost_model,
+                                       layout.device, layout.hbm_rows)
 
     def _decode(self, task: ShardingTask, cost_model: CostModel, samples: int, prefix: str
                 ) -> list[tuple[str, Any]]:

@@ -60,8 +60,14 @@ class PricedTask:
 
     @classmethod
     def prepare(cls, task: ShardingTask, cost_model: CostModel, layout: ObsLayout,
-                multipliers: tuple[float, ...] = MULTIPLIERS) -> PricedTask:
-        """Prices the task's value buckets in one call and precomputes its features."""
+                multipliers: tuple[float, ...] = MULTIPLIERS, lower_bound: float | None = None,
+                mean_lookups: float | None = None) -> PricedTask:
+        """Prices the task's value buckets in one call and precomputes its features.
+
+        ``lower_bound`` (ms) and ``mean_lookups`` are the units of its cost and lookup
+        features (default: this task's own), so that the shards of another task's tables can be
+        priced in that task's units (:mod:`autoshard.sharders.ppo_choice`).
+        """
         n_t, n_d, n_k = task.num_tables, task.num_devices, len(multipliers) + 1
         n_v = n_k - 1
         rows = bucket_rows(task, cost_model, multipliers)
@@ -71,13 +77,16 @@ class PricedTask:
         p = cost_model.price(task, t_idx, d_idx, k_rows)
         parts = np.stack([p.hbm_ms, p.uvm_ms, p.comm_ms], axis=-1).reshape(n_t, n_d, n_v, 3)
         total = parts.sum(axis=-1)
-        lb = max(lower_bound_ms(task, cost_model), 1e-12)
+        lb = max(lower_bound_ms(task, cost_model) if lower_bound is None else lower_bound, 1e-12)
         ref = multipliers.index(1.0) if 1.0 in multipliers else n_v // 2
         ref_cost = total[:, :, ref].mean(axis=1)
         order = np.argsort(-ref_cost, kind="stable")
         bytes_k = rows * task.table_arrays.memory_bytes_per_row[:, None]
         mean_cap = float(np.maximum(task.device_arrays.hbm_capacity, 1.0).mean())
-        feats = _table_features(task, layout, total, lb, ref, ref_cost, bytes_k, mean_cap)
+        lookups = (float(task.table_arrays.lookups.mean()) if mean_lookups is None
+                   else mean_lookups)
+        feats = _table_features(task, layout, total, lb, ref, ref_cost, bytes_k, mean_cap,
+                                lookups)
         work_left = np.append(np.cumsum(ref_cost[order][::-1])[::-1], 0.0)
         bytes_left = np.append(np.cumsum(bytes_k[order, ref][::-1])[::-1], 0.0)
         s = layout.summary
@@ -108,7 +117,7 @@ def _static_options(task: ShardingTask, layout: ObsLayout, rows: np.ndarray, tot
 
 def _table_features(task: ShardingTask, layout: ObsLayout, total: np.ndarray, lb: float,
                     ref: int, ref_cost: np.ndarray, bytes_k: np.ndarray,
-                    mean_cap: float) -> np.ndarray:
+                    mean_cap: float, mean_lookups: float) -> np.ndarray:
     """The TABLE features of every table (task order), each written under its name."""
     a = task.table_arrays
     idx = np.arange(task.num_tables)
@@ -116,7 +125,7 @@ def _table_features(task: ShardingTask, layout: ObsLayout, total: np.ndarray, lb
     values = {
         "log_rows": np.log10(a.rows) / 8.0,
         "dim": a.dim / 256.0,
-        "lookups": np.log1p(a.lookups / max(float(a.lookups.mean()), 1e-12)),
+        "lookups": np.log1p(a.lookups / max(mean_lookups, 1e-12)),
         "bytes": np.log1p(a.rows * a.memory_bytes_per_row / mean_cap),
         "ref_cost": ref_cost / lb,
         "ref_bytes": np.log1p(bytes_k[:, ref] / mean_cap),
@@ -291,9 +300,28 @@ class PlacementEpisode:
 
     def _observe(self) -> None:
         """Writes the observation and the action mask for the next table."""
+        self._write_summary(self.step_index)
+        if self.done:
+            self._clear()
+            return
+        t = self.order[self.step_index]
+        self.obs[:len(self.layout.table)] = self.priced.table_feats[self.step_index]
+        fits = self._fits(t)
+        if not fits.any():  # room for the table's reserved HBM, from HBM rows placed earlier
+            with contextlib.suppress(PlannerError):
+                self.state.make_room(t)
+                fits = self._fits(t)
+        if not fits.any():
+            self._no_room(t)
+        self._write_options(self._opt_view, self.priced.static[t], self._fill_total,
+                            self._fill_rows * self.task.table_arrays.memory_bytes_per_row[t],
+                            fits)
+        self.mask[:self.task.num_devices * self.buckets] = fits.ravel()  # beyond: False
+
+    def _write_summary(self, i: int) -> None:
+        """Writes the device slacks and the summary of the work left from step ``i`` on."""
         p, state, lb, lay = self.priced, self.state, self.lower_bound, self.layout
-        n_d, i = self.task.num_devices, self.step_index
-        dv, dn, s, o = self._dev_view, lay.device, lay.summary, lay.option
+        dv, dn, s = self._dev_view, lay.device, lay.summary
         load = dv[:, dn["load"]]
         top = self.top / lb
         np.subtract(top, load, out=dv[:, dn["slack"]])
@@ -302,44 +330,45 @@ class PlacementEpisode:
         summary[s["bytes_left"]] = min(p.bytes_left[i] / max(float(state.free_hbm.sum()), 1.0),
                                        CLIP)
         summary[s["max_load"]] = top
-        summary[s["mean_load"]] = float(state.load_ms.sum()) / (n_d * lb)
-        if self.done:
-            self.mask[:] = False
-            self.obs[:len(lay.table)] = 0.0
-            self._opt_view[:] = 0.0
-            return
-        t = self.order[i]
-        self.obs[:len(lay.table)] = p.table_feats[i]
-        fits = self._fits(t)
-        if not fits.any():  # room for the table's reserved HBM, from HBM rows placed earlier
-            with contextlib.suppress(PlannerError):
-                state.make_room(t)
-                fits = self._fits(t)
-        if not fits.any():
-            self.mask[:] = False
-            reserved = float(self.task.table_arrays.hbm_reserved_bytes[t])
-            raise PlannerError("capacity", f"table '{self.task.tables[t].name}' fits on no "
-                               f"device (it needs {gib(reserved)} of HBM reserved for TorchRec's "
-                               f"buffers and cache state; largest free HBM "
-                               f"{gib(state.free_hbm.max())}, largest free host memory "
-                               f"{gib(state.free_host.max())})")
-        ov = self._opt_view
-        ov[:, :-1] = self.priced.static[t]
+        summary[s["mean_load"]] = float(state.load_ms.sum()) / (self.task.num_devices * lb)
+
+    def _clear(self) -> None:
+        """The observation and mask once every table is placed."""
+        self.mask[:] = False
+        self.obs[:len(self.layout.table)] = 0.0
+        self._opt_view[:] = 0.0
+
+    def _no_room(self, t: int) -> None:
+        """Raises the error of item ``t`` fitting on no device."""
+        self.mask[:] = False
+        state = self.state
+        reserved = float(state.task.table_arrays.hbm_reserved_bytes[t])
+        raise PlannerError("capacity", f"table '{state.task.tables[t].name}' fits on no "
+                           f"device (it needs {gib(reserved)} of HBM reserved for TorchRec's "
+                           f"buffers and cache state; largest free HBM "
+                           f"{gib(state.free_hbm.max())}, largest free host memory "
+                           f"{gib(state.free_host.max())})")
+
+    def _write_options(self, ov: np.ndarray, static: np.ndarray, fill_total: np.ndarray,
+                       fill_bytes: np.ndarray, fits: np.ndarray) -> None:
+        """Writes the option features of one item ([devices, buckets, OPTION] view ``ov``):
+        its value buckets' ``static`` features, its fill bucket (price ``fill_total`` ms,
+        ``fill_bytes`` of HBM per device) and what each option does to the devices."""
+        lb, o = self.lower_bound, self.layout.option
+        dv, dn = self._dev_view, self.layout.device
+        ov[:, :-1] = static
         ov[:, -1] = 0.0
-        ov[:, -1, o["price"]] = np.minimum(self._fill_total / lb, CLIP)
-        ov[:, -1, o["hbm_bytes"]] = np.minimum(
-            self._fill_rows * self.task.table_arrays.memory_bytes_per_row[t] / self._hbm_cap,
-            CLIP)
+        ov[:, -1, o["price"]] = np.minimum(fill_total / lb, CLIP)
+        ov[:, -1, o["hbm_bytes"]] = np.minimum(fill_bytes / self._hbm_cap, CLIP)
         after, increase = ov[:, :, o["load_after"]], ov[:, :, o["increase"]]
-        np.add(load[:, None], ov[:, :, o["price"]], out=after)
+        np.add(dv[:, dn["load"]][:, None], ov[:, :, o["price"]], out=after)
         np.minimum(after, CLIP, out=after)
-        np.subtract(after, top, out=increase)
+        np.subtract(after, self.top / lb, out=increase)
         np.maximum(increase, 0.0, out=increase)
         free_after = ov[:, :, o["free_after"]]
         np.subtract(dv[:, dn["free_hbm"]][:, None], ov[:, :, o["hbm_bytes"]], out=free_after)
         np.maximum(free_after, -CLIP, out=free_after)
         ov[:, :, o["fits"]] = fits
-        self.mask[:n_d * self.buckets] = fits.ravel()  # beyond the task's devices: False
 
     def bounded_obs(self) -> np.ndarray:
         """A copy of the observation with every entry within [-LIMIT, LIMIT] (np.clip's result,
@@ -375,21 +404,27 @@ class PlacementEpisode:
 
     def _offer_fill(self, t: int) -> np.ndarray:
         """Prices the fill bucket of table ``t`` on every device (the most hottest rows its
-        free HBM holds, at most the rows ever used) and returns its HBM rows.
-
-        Where those rows are one of the table's value buckets (all rows where the whole table
-        fits, none where HBM is full, ...), that bucket's price is taken; only the other
-        devices are priced, in one call to the cost model.
-        """
+        free HBM holds, at most the rows ever used) and returns its HBM rows."""
         rows = np.minimum(self.state.max_hbm_rows(t), self._rows_used[t])
         self._fill_rows = rows
-        same = rows[:, None] == self.priced.rows[t]  # [devices, value buckets]
-        bucket = same.argmax(axis=1)  # the first equal one, or 0 where none is
-        parts = self._fill_parts
-        parts[:] = self.priced.parts[t, self._devices, bucket]
-        new = (~same[self._devices, bucket]).nonzero()[0]
-        if new.size:
-            p = self.priced.cost_model.price(self.task, np.full(new.size, t), new, rows[new])
-            parts[new] = np.array((p.hbm_ms, p.uvm_ms, p.comm_ms)).T
-        self._fill_total = parts.sum(axis=-1)
+        self._fill_parts = fill_parts(self.priced, t, rows, self._devices)
+        self._fill_total = self._fill_parts.sum(axis=-1)
         return rows
+
+
+def fill_parts(priced: PricedTask, t: int, rows: np.ndarray, devices: np.ndarray) -> np.ndarray:
+    """The cost parts [devices, 3] (HBM, host, communication ms) of item ``t`` of ``priced``
+    with ``rows[d]`` rows in HBM on each device.
+
+    Where those rows are one of the item's value buckets (all rows where the whole table fits,
+    none where HBM is full, ...), that bucket's price is taken; only the other devices are
+    priced, in one call to the cost model.
+    """
+    same = rows[:, None] == priced.rows[t]  # [devices, value buckets]
+    bucket = same.argmax(axis=1)  # the first equal one, or 0 where none is
+    parts = priced.parts[t, devices, bucket]
+    new = (~same[devices, bucket]).nonzero()[0]
+    if new.size:
+        p = priced.cost_model.price(priced.task, np.full(new.size, t), new, rows[new])
+        parts[new] = np.array((p.hbm_ms, p.uvm_ms, p.comm_ms)).T
+    return parts

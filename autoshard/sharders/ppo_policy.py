@@ -29,12 +29,16 @@ from torch import nn
 from autoshard.cost import CostModel
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text
+from autoshard.sharders.ppo_choice import GRIDS, ChoiceEpisode, SplitOffer, choice_layout
 from autoshard.sharders.ppo_episode import LIMIT, PlacementEpisode, PricedTask
 from autoshard.sharders.ppo_features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
+from autoshard.shards import ShardGeometry
 from autoshard.task import ShardingTask
 
 FORMAT = "autoshard-placement-policy"
-FORMAT_VERSION = 1
+#: 2: ``grids`` (option grids per device: 1, or 2 with the split choice). Version 1 policies
+#: (one grid) are read as they are, and :func:`regrid` maps them onto two grids.
+FORMAT_VERSION = 2
 WEIGHTS, CONFIG = "weights.pt", "config.json"
 #: Logit of an option on a padded device slot.
 PADDED = -1e8
@@ -50,20 +54,23 @@ class PlacementNet(nn.Module):
     :mod:`autoshard.sharders.ppo_features`.
 
     Args:
-        buckets: HBM-split buckets per device.
+        buckets: HBM-split buckets per device (per grid).
         hidden: Width of every hidden layer.
+        grids: Option grids per device: 1 (place the next table), or 2 (also: split it, see
+            :mod:`autoshard.sharders.ppo_choice`); each (grid, bucket) has its own embedding.
     """
 
-    def __init__(self, buckets: int, hidden: int = 64) -> None:
+    def __init__(self, buckets: int, hidden: int = 64, grids: int = 1) -> None:
         super().__init__()
-        self.buckets, self.hidden = buckets, hidden
+        self.buckets, self.hidden, self.grids = buckets, hidden, grids
+        self.options = buckets * grids
         self.device_enc = _mlp(len(DEVICE), hidden)
         self.context = _mlp(len(TABLE) + len(SUMMARY) + 2 * hidden, hidden)
         # The option scorer's first layer, split by input so each part is computed once.
         self.opt_in = nn.Linear(len(OPTION), hidden)
         self.opt_device = nn.Linear(hidden, hidden, bias=False)
         self.opt_context = nn.Linear(hidden, hidden, bias=False)
-        self.opt_bucket = nn.Parameter(torch.zeros(buckets, hidden))
+        self.opt_bucket = nn.Parameter(torch.zeros(self.options, hidden))
         narrow = max(hidden // 4, 8)  # the scorer runs once per option: keep it cheap
         self.opt_out = nn.Sequential(nn.ReLU(), nn.Linear(hidden, narrow), nn.ReLU(),
                                      nn.Linear(narrow, 1))
@@ -76,7 +83,7 @@ class PlacementNet(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [B, devices x buckets], value latent [B, hidden]) for observations [B, N]."""
         n_head = len(TABLE) + len(SUMMARY)
-        n_dev, n_opt, k = len(DEVICE), len(OPTION), self.buckets
+        n_dev, n_opt, k = len(DEVICE), len(OPTION), self.options
         block = 1 + n_dev + k * n_opt
         b = obs.shape[0]
         devices = obs[:, n_head:].reshape(b, -1, block)
@@ -104,7 +111,26 @@ class PlacementNet(nn.Module):
         return logits.masked_fill(valid == 0, PADDED).reshape(b, -1), self.value(ctx)
 
     def config(self) -> dict[str, Any]:
-        return {"buckets": self.buckets, "hidden": self.hidden}
+        return {"buckets": self.buckets, "hidden": self.hidden, "grids": self.grids}
+
+
+def regrid(net: PlacementNet, grids: int) -> PlacementNet:
+    """``net`` on ``grids`` option grids (``net`` itself when it has as many). A one-grid
+    policy is widened: every grid's bucket embeddings start as grid 0's, so an option of
+    another grid scores as the same option of grid 0 would with the same features, and grid
+    0's scores are unchanged. A wider policy is narrowed to its first ``grids`` grids."""
+    if net.grids == grids:
+        return net
+    if net.grids != 1 and grids != 1:
+        raise ValueError(f"cannot map a policy of {net.grids} grids onto {grids}")
+    out = PlacementNet(net.buckets, net.hidden, grids)
+    state = net.state_dict()
+    bucket = state["opt_bucket"]
+    state["opt_bucket"] = (bucket.repeat(grids, 1) if net.grids == 1
+                           else bucket[:grids * net.buckets].clone())
+    out.load_state_dict(state)
+    out.train(net.training)
+    return out
 
 
 def save_policy(net: PlacementNet, folder: str | Path, multipliers: tuple[float, ...],
@@ -140,11 +166,14 @@ def load_policy(folder: str | Path) -> tuple[PlacementNet, tuple[float, ...], di
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InputError(f"expected format '{FORMAT}'", source=str(config_path), field="format",
                          value=doc.get("format") if isinstance(doc, dict) else doc)
+    if doc.get("version") not in range(1, FORMAT_VERSION + 1):
+        raise InputError(f"expected version 1..{FORMAT_VERSION}", source=str(config_path),
+                         field="version", value=doc.get("version"))
     if doc.get("features") != ObsLayout(1, 1).features():
         raise InputError("the policy was trained on other observation features; retrain it",
                          source=str(config_path), field="features")
     try:
-        net = PlacementNet(int(doc["buckets"]), int(doc["hidden"]))
+        net = PlacementNet(int(doc["buckets"]), int(doc["hidden"]), int(doc.get("grids", 1)))
         multipliers = tuple(float(m) for m in doc["multipliers"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"bad policy config ({exc})", source=str(config_path)) from exc
@@ -167,7 +196,25 @@ def decode(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask
     :func:`rollouts`), over one pricing of the task."""
     layout = ObsLayout(task.num_devices, len(multipliers) + 1)
     priced = PricedTask.prepare(task, cost_model, layout, multipliers)
-    return rollouts(net, priced, samples, greedy=True, seed=seed)
+    return rollouts(regrid(net, 1), priced, samples, greedy=True, seed=seed)
+
+
+def decode_choice(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,
+                  cost_model: CostModel, geometry: ShardGeometry, samples: int = 0,
+                  seed: int = 0) -> list[ChoiceEpisode]:
+    """Like :func:`decode`, with the split choice: the policy may split each table that
+    ``geometry`` splits, as it splits it (:mod:`autoshard.sharders.ppo_choice`). A policy of
+    one grid is widened (:func:`regrid`)."""
+    buckets = len(multipliers) + 1
+    base = ObsLayout(task.num_devices, buckets)
+    layout = choice_layout(task.num_devices, buckets)
+    priced = PricedTask.prepare(task, cost_model, base, multipliers)
+    offer = SplitOffer.prepare(priced, geometry, base)
+    wide = regrid(net, GRIDS)
+    count = 1 + samples
+    episodes = [ChoiceEpisode(priced, layout, offer) for _ in range(count)]
+    _play(wide, episodes, layout, samples, True, seed)
+    return episodes
 
 
 def rollouts(net: PlacementNet, priced: PricedTask, samples: int = 0, greedy: bool = True,
@@ -180,27 +227,38 @@ def rollouts(net: PlacementNet, priced: PricedTask, samples: int = 0, greedy: bo
     Returns:
         The finished episodes, the greedy one first.
     """
-    task = priced.task
-    layout = ObsLayout(task.num_devices, len(priced.multipliers) + 1)
+    layout = ObsLayout(priced.task.num_devices, len(priced.multipliers) + 1)
     count = int(greedy) + samples
     if count < 1:
         raise ValueError("need the greedy episode or at least one sample")
     episodes = [PlacementEpisode(priced, layout) for _ in range(count)]
+    _play(net, episodes, layout, samples, greedy, seed)
+    return episodes
+
+
+def _play(net: PlacementNet, episodes: list[Any], layout: ObsLayout, samples: int,
+          greedy: bool, seed: int) -> None:
+    """Steps ``episodes`` in lockstep until all are done (the greedy one first when
+    ``greedy``, the others sampled), one network call per step for those still running."""
+    count = len(episodes)
     generator = torch.Generator().manual_seed(seed)
     obs = np.empty((count, layout.size), dtype=np.float32)
     masks = np.empty((count, layout.max_devices * layout.buckets), dtype=bool)
     with torch.inference_mode():
-        for _ in range(task.num_tables):
-            for i, ep in enumerate(episodes):
-                obs[i] = ep.obs
-                masks[i] = ep.mask
-            logits, _ = net(torch.from_numpy(np.clip(obs, -LIMIT, LIMIT)))
-            logits = logits.masked_fill(~torch.from_numpy(masks), -torch.inf)
+        while not all(ep.done for ep in episodes):
+            live = [i for i, ep in enumerate(episodes) if not ep.done]
+            for i in live:
+                obs[i] = episodes[i].obs
+                masks[i] = episodes[i].mask
+            logits, _ = net(torch.from_numpy(np.clip(obs[live], -LIMIT, LIMIT)))
+            logits = logits.masked_fill(~torch.from_numpy(masks[live]), -torch.inf)
             actions = logits.argmax(dim=1)
             if samples:  # Gumbel-max: argmax of logits + Gumbel noise samples the softmax
                 noise = torch.rand(samples, logits.shape[1], generator=generator)
                 noise.clamp_(min=1e-12).log_().neg_().log_()
-                actions[int(greedy):] = (logits[int(greedy):] - noise).argmax(dim=1)
-            for ep, a in zip(episodes, actions.tolist(), strict=True):
-                ep.step(a)
-    return episodes
+                rows = [r for r, i in enumerate(live) if i >= int(greedy)]
+                picked = [i - int(greedy) for i in live if i >= int(greedy)]
+                if rows:
+                    actions[rows] = (logits[rows] - noise[picked]).argmax(dim=1)
+            for i, a in zip(live, actions.tolist(), strict=True):
+                episodes[i].step(a)
