@@ -15,7 +15,8 @@ Families (none seen in training, which draws the ``train`` family of :mod:`envs.
 
 Every task's HBM holds 30% of its tables' bytes. Per family: mean step cost / lower bound of
 ``ppo`` (its default: greedy decode and the greedy sharders' plans, the decodes over whole
-tables and over the shards of the dominant tables, no sampled rollout, the cheapest then
+tables, over the shards of the dominant tables, and one in which the policy chooses which
+dominant tables to split (``ppo-choice-greedy``), no sampled rollout, the cheapest then
 polished by :mod:`autoshard.sharders.ppo_polish`), of ``ppo`` without that improvement stage
 (``polish=False``), of the policy alone (``samples=0, candidates=False, polish=False``: its
 greedy decodes, whole and split), of the best greedy
@@ -29,8 +30,9 @@ Speed (process CPU time, pinned to one core): ``ppo`` (default and policy alone)
 tables on 128 devices, and ``ppo`` against ``recshard`` on the ``constrained-200x8`` suite at
 the same ``--time-limit``.
 
-Usage: ``python benchmarks/bench_ppo.py [--time-limit 10] [--samples K] [--out results/ppo]``
-(``--samples K``: ``ppo`` and ``ppo`` without polish with K sampled rollouts).
+Usage: ``python benchmarks/bench_ppo.py [--time-limit 10] [--samples K] [--out results/ppo]
+[--policy FOLDER]`` (``--samples K``: ``ppo`` and ``ppo`` without polish with K sampled
+rollouts; ``--policy``: another policy than the committed one).
 """
 
 from __future__ import annotations
@@ -71,9 +73,20 @@ PLAIN = "ppo (without polish)"
 FRACTION = 0.3
 
 
+#: The policy folder the ``ppo`` sharders read (None: the committed one); ``--policy``.
+POLICY: dict[str, str] = {}
+
+
+def ppo(**options: object) -> PPOSharder:
+    """The ``ppo`` sharder with ``options``, on the benchmark's policy."""
+    sharder = get_sharder("ppo", **POLICY, **options)
+    assert isinstance(sharder, PPOSharder)
+    return sharder
+
+
 def policy_alone() -> PPOSharder:
     """The policy alone: its greedy decodes, nothing else."""
-    sharder = get_sharder("ppo", samples=0, candidates=False, polish=False)
+    sharder = ppo(samples=0, candidates=False, polish=False)
     assert isinstance(sharder, PPOSharder)
     return sharder
 
@@ -124,12 +137,11 @@ def run(items: list[Item], time_limit: float, samples: int | None = None
         ) -> tuple[list[CompareRow], list[dict]]:
     """Every item with ppo (``samples`` sampled rollouts; None: its default), ppo without
     polish, the policy alone, the greedy sharders and recshard."""
-    ppo = get_sharder("ppo", samples=samples)
-    plain, alone = get_sharder("ppo", samples=samples, polish=False), policy_alone()
+    main, plain, alone = ppo(samples=samples), ppo(samples=samples, polish=False), policy_alone()
     rows, choices = [], []
     for item in items:
         fixed = FixedTask(item.name, item.task)
-        for label, sharder in (("ppo", ppo), (PLAIN, plain), ("ppo (policy alone)", alone)):
+        for label, sharder in (("ppo", main), (PLAIN, plain), ("ppo (policy alone)", alone)):
             assert isinstance(sharder, PPOSharder)
             start = time.perf_counter()
             plan = sharder.shard(item.task, MODEL)
@@ -143,7 +155,7 @@ def run(items: list[Item], time_limit: float, samples: int | None = None
                                    load_balance=report.load_balance,
                                    uvm_lookup_share=report.uvm_lookup_share,
                                    plan_seconds=seconds, cost_model=MODEL.name))
-            if label != "ppo (policy alone)" and sharder.last_choice:
+            if sharder.last_choice:
                 choices.append({"family": item.family, "task": item.name,
                                 "sharder": label, "winner": sharder.last_choice.winner})
         common = {"time_limit": time_limit, "seed": 0}
@@ -167,9 +179,9 @@ def summary(rows: list[CompareRow], choices: list[dict]) -> list[str]:
     lines = ["| family | tasks | ppo | ppo without polish | policy alone | best greedy | "
              "recshard | recshard table-wise | ppo / best greedy (worst) | policy alone <= best "
              "greedy | ppo / recshard (worst) | ppo without polish / recshard (worst) | policy "
-             "alone / recshard | ppo / recshard table-wise | ppo won by | ppo s | ppo without "
-             "polish s | recshard s |",
-             "| --- |" + " ---: |" * 13 + " --- | ---: | ---: | ---: |"]
+             "alone / recshard | ppo / recshard table-wise | ppo won by | policy alone won by | "
+             "ppo s | ppo without polish s | recshard s |",
+             "| --- |" + " ---: |" * 13 + " --- | --- | ---: | ---: | ---: |"]
     for family in dict.fromkeys(r.suite for r in rows):
         tasks = [v for (f, _), v in by.items() if f == family]
         best = np.array([min(v[g] for g in CANDIDATES) for v in tasks])
@@ -180,6 +192,8 @@ def summary(rows: list[CompareRow], choices: list[dict]) -> list[str]:
         flat = np.array([v[TABLEWISE] for v in tasks])
         won = Counter(c["winner"] for c in choices
                       if c["family"] == family and c["sharder"] == "ppo")
+        alone_won = Counter(c["winner"] for c in choices
+                            if c["family"] == family and c["sharder"] == "ppo (policy alone)")
         lines.append(
             f"| {family} | {len(tasks)} | {ppo.mean():.3f} | {plain.mean():.3f} | "
             f"{own.mean():.3f} | {best.mean():.3f} | {rec.mean():.3f} | {flat.mean():.3f} | "
@@ -188,6 +202,7 @@ def summary(rows: list[CompareRow], choices: list[dict]) -> list[str]:
             f"{np.mean(plain / rec):.3f} ({np.max(plain / rec):.3f}) | "
             f"{np.mean(own / rec):.3f} | {np.mean(ppo / flat):.3f} | "
             + ", ".join(f"{k} {v}" for k, v in won.most_common()) + " | "
+            + ", ".join(f"{k} {v}" for k, v in alone_won.most_common()) + " | "
             f"{np.mean(seconds[family, 'ppo']):.3f} | {np.mean(seconds[family, PLAIN]):.3f} | "
             f"{np.mean(seconds[family, 'recshard']):.2f} |")
     return lines
@@ -206,16 +221,15 @@ def cpu_seconds(fn: object, repeats: int = 3) -> float:
 def speed(time_limit: float, samples: int | None = None) -> dict[str, float]:
     """CPU seconds: ppo at 856 x 128, and ppo vs recshard on the 200-table suite."""
     big = constrained_task(dlrm_tables(POOL_SIZE, seed=0), 128, hbm_fraction=0.5)
-    ppo = get_sharder("ppo", samples=samples)
-    plain, alone = get_sharder("ppo", samples=samples, polish=False), policy_alone()
+    main, plain, alone = ppo(samples=samples), ppo(samples=samples, polish=False), policy_alone()
     recshard = get_sharder("recshard", time_limit=time_limit)
-    ppo.shard(big, MODEL)  # warm-up
-    out = {f"ppo, {POOL_SIZE} x 128": cpu_seconds(lambda: ppo.shard(big, MODEL)),
+    main.shard(big, MODEL)  # warm-up
+    out = {f"ppo, {POOL_SIZE} x 128": cpu_seconds(lambda: main.shard(big, MODEL)),
            f"ppo without polish, {POOL_SIZE} x 128": cpu_seconds(lambda: plain.shard(big, MODEL)),
            f"policy alone, {POOL_SIZE} x 128": cpu_seconds(lambda: alone.shard(big, MODEL))}
     suite = [spec.build() for spec in get_suite("constrained-200x8")]
     out["ppo, constrained-200x8 (mean)"] = float(np.mean(
-        [cpu_seconds(lambda t=t: ppo.shard(t, MODEL), 1) for t in suite]))
+        [cpu_seconds(lambda t=t: main.shard(t, MODEL), 1) for t in suite]))
     out["ppo without polish, constrained-200x8 (mean)"] = float(np.mean(
         [cpu_seconds(lambda t=t: plain.shard(t, MODEL), 1) for t in suite]))
     out["recshard, constrained-200x8 (mean)"] = float(np.mean(
@@ -231,7 +245,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=None,
                         help="ppo's sampled rollouts (default: the sharder's own default)")
     parser.add_argument("--out", type=Path, default=Path("results/ppo"))
+    parser.add_argument("--policy", type=Path, default=None,
+                        help="policy folder (default: the committed autoshard/data/ppo_policy)")
     args = parser.parse_args()
+    if args.policy is not None:
+        POLICY["policy"] = str(args.policy)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     torch.set_num_threads(1)
@@ -241,7 +259,9 @@ def main() -> None:
              / seconds["ppo, constrained-200x8 (mean)"])
     command = (f"python benchmarks/bench_ppo.py --time-limit {args.time_limit:g}"
                + (" --quick" if args.quick else "")
-               + (f" --samples {args.samples}" if args.samples is not None else ""))
+               + (f" --samples {args.samples}" if args.samples is not None else "")
+               + (f" --policy {args.policy}" if args.policy is not None else "")
+               + (f" --out {args.out}" if args.out != Path("results/ppo") else ""))
     lines = ["# ppo on held-out families", "",
              f"Machine: {describe_machine()}, one core. Command: `{command}`.", "",
              "Step cost / lower bound (1.000 = provably optimal), mean per family; the "
@@ -249,7 +269,8 @@ def main() -> None:
              "bandwidths, batch 65,536, train mode). `ppo` is the sharder as registered (best "
              "of its greedy decode and the greedy sharders' plans, no sampled rollout, each decode "
              "over whole tables and, where tables dominate, over the shards of the project's "
-             "split choice; the cheapest then goes through the improvement stage, "
+             "split choice, and one where the policy itself chooses which dominant tables to "
+             "split (`ppo-choice-greedy`); the cheapest then goes through the improvement stage, "
              "`autoshard/sharders/ppo_polish.py`, and wins as `<candidate>+polish` where that "
              "lowers its cost); `ppo without polish` is the same without that stage; `policy "
              "alone` is the learned policy's own greedy decodes (whole tables and shards, the "

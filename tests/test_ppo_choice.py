@@ -3,6 +3,8 @@ policy on two option grids and its warm start from a one-grid policy."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -223,3 +225,65 @@ def test_the_batched_environment_refuses_to_train_the_split_choice() -> None:
     with pytest.raises(InputError, match="batched"):
         TrainConfig(split=True, vec_env="batched")
     TrainConfig(split=True, vec_env="dummy")
+
+
+def test_a_one_grid_policy_of_format_1_loads_and_plans_with_the_split_choice(
+        tmp_path: Path) -> None:
+    import json
+
+    from autoshard.sharders.ppo import PPOSharder
+    from autoshard.sharders.ppo_policy import load_policy, save_policy
+
+    torch.manual_seed(0)
+    save_policy(PlacementNet(K, 16), tmp_path, MULTIPLIERS)
+    doc = json.loads((tmp_path / "config.json").read_text())
+    assert doc["version"] == 2 and doc["grids"] == 1
+    doc["version"] = 1  # as policies were written before the split choice
+    del doc["grids"]
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    net, _, _ = load_policy(tmp_path)
+    assert net.grids == 1
+    sharder = PPOSharder(policy=tmp_path, samples=0, candidates=False, polish=False)
+    task = dominated()
+    plan = sharder.shard(task, MODEL)
+    check_layout(plan, task)
+    assert sharder.last_choice is not None and "ppo-choice-greedy" in sharder.last_choice.costs
+
+
+def test_a_policy_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
+    import json
+
+    from autoshard.errors import InputError
+    from autoshard.sharders.ppo_policy import load_policy, save_policy
+
+    save_policy(PlacementNet(K, 16, GRIDS), tmp_path, MULTIPLIERS)
+    assert load_policy(tmp_path)[0].grids == GRIDS
+    doc = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**doc, "version": 9}))
+    with pytest.raises(InputError, match="version"):
+        load_policy(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**doc, "grids": 3}))
+    with pytest.raises(InputError, match="weights do not match"):
+        load_policy(tmp_path)
+
+
+def test_training_with_the_split_choice_starts_from_a_one_grid_policy(tmp_path: Path) -> None:
+    import json
+
+    from autoshard.sharders.ppo_policy import load_policy, save_policy
+    from training.config import TrainConfig
+    from training.train import train
+
+    torch.manual_seed(0)
+    start = PlacementNet(K, 16)
+    save_policy(start, tmp_path / "start", MULTIPLIERS)
+    cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", split=True,
+                      vec_env="dummy", init_policy=str(tmp_path / "start"), timesteps=256,
+                      n_envs=2, n_steps=64, batch_size=64, n_epochs=2, train_tables=(4, 12),
+                      eval_tables=(12,), eval_devices=(2, 3), eval_every=128,
+                      checkpoint_every=128, hidden=16)
+    result = train(cfg)
+    net, _, _ = load_policy(result.policy_dir)
+    assert net.grids == GRIDS
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert [h["step"] for h in history if "eval_ratio" in h] == [0, 128, 256]
