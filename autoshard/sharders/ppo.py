@@ -5,7 +5,9 @@ Splits: on tasks of up to :data:`SMALL_TASK` (table, device) pairs, the tables t
 split as ``split_lookup_greedy`` and ``recshard`` split them
 (:func:`autoshard.splitting.split_heavy_tables`), and the policy also places the resulting shards
 as items (each shard priced like a table through the cost model); its split decodes compete with
-its whole-table ones.
+its whole-table ones. In one more decode the policy chooses the splits itself
+(:mod:`autoshard.sharders.ppo_choice`): at each dominant table it either places the table whole
+or splits it as the heuristic would and places its shards (``ppo-choice-greedy``).
 
 The policy is read safely: a JSON config and a plain state dict of tensors
 (``torch.load(weights_only=True)``), never a pickle. By default it is the policy committed
@@ -75,7 +77,9 @@ class PPOSharder:
     deterministic), all run in lockstep with one batched network call per table, and, if
     ``candidates``, the plans of the greedy family (:data:`CANDIDATES`). With ``split``, on
     tasks of up to :data:`SMALL_TASK` (table, device) pairs where some table dominates, the same
-    decodes also run over the task's shards (``ppo-split-greedy``, ``ppo-split-sample-i``).
+    decodes also run over the task's shards (``ppo-split-greedy``, ``ppo-split-sample-i``) and
+    with the split choice in the policy's actions (``ppo-choice-greedy``,
+    ``ppo-choice-sample-i``: the policy decides, table by table, which dominant tables to split).
     Each is priced by the cost model; with ``polish``, the cheapest then goes through the
     improvement stage of :mod:`autoshard.sharders.ppo_polish` (HBM rows re-chosen per device,
     tables and shards moved off the most loaded device), competing as ``<name>+polish`` if
@@ -85,7 +89,8 @@ class PPOSharder:
     (``ppo-fine-greedy``, ...), whose best is polished too. The cheapest step cost wins
     (ties: the earlier candidate).
     :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
-    policy alone: its greedy decodes (whole tables, and shards where tables were split).
+    policy alone: its greedy decodes (whole tables, shards where tables were split, and the
+    decode in which it chooses the splits).
 
     Args:
         policy: Folder with ``config.json`` and ``weights.pt`` (default: the committed one).
@@ -93,7 +98,8 @@ class PPOSharder:
         samples: Sampled rollouts (K of best-of-K); None: :data:`SAMPLES`.
         candidates: Whether the greedy sharders' plans compete.
         seed: Seed of the sampled rollouts.
-        split: Whether the policy also places the shards of the dominant tables.
+        split: Whether the policy also places the shards of the dominant tables (and chooses
+            which to split).
         polish: Whether the cheapest candidates go through the improvement stage.
     """
 
