@@ -27,6 +27,7 @@ import numpy as np
 
 from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.memory import PIPELINES, pipeline_of
 from autoshard.plan import COLUMN_WISE, ROW_WISE, Plan
 from autoshard.task import ShardingTask
 
@@ -260,7 +261,7 @@ def export_doc(plan: Plan, task: ShardingTask) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION, "kind": "torchrec_sharding_plan",
         "sharder": plan.sharder, "world_size": task.num_devices,
         "local_world_size": min(task.hardware.devices_per_node, task.num_devices),
-        "device_type": "cuda", "module_path": "",
+        "device_type": "cuda", "module_path": "", "pipeline": pipeline_of(task.overhead),
         "tables": [{"table": s.table, "rows": s.rows, "dim": s.dim, "data_type": s.data_type,
                     "sharding_type": s.sharding_type, "compute_kernel": s.compute_kernel,
                     "cache_load_factor": s.cache_load_factor,
@@ -291,6 +292,9 @@ def read_export(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any],
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise InputError("must be an integer >= 1", source=where, field="world_size", value=world)
     local = doc.get("local_world_size") or world
+    if doc.get("pipeline", "none") not in PIPELINES:
+        raise InputError(f"must be one of {', '.join(PIPELINES)}", source=where,
+                         field="pipeline", value=doc.get("pipeline"))
     out = []
     for i, t in enumerate(doc.get("tables") or []):
         s = _read_table(t, f"tables[{i}]", where)
@@ -425,7 +429,8 @@ def load_sharding_plan(source: str | Path | dict[str, Any]) -> Any:
                           shard_sizes=[x.rows, x.cols],
                           placement=placement(device_type, x.rank, local))
             for x in s.shards])
-        cache = (CacheParams(load_factor=s.cache_load_factor)
+        cache = (CacheParams(load_factor=s.cache_load_factor,
+                             prefetch_pipeline=doc.get("pipeline") == "prefetch")
                  if s.compute_kernel == FUSED_UVM_CACHING else None)
         module_plan[s.table] = ParameterSharding(
             sharding_type=s.sharding_type, compute_kernel=s.compute_kernel, ranks=s.ranks,

@@ -46,13 +46,17 @@ from autoshard.export_torchrec import (
     table_shardings,
     torchrec_unavailable,
 )
+from autoshard.memory import PIPELINES, pipeline_of
 from autoshard.plan import Plan
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 
 _BYTES_PER_MS_PER_GBPS = 1e6  # 1 GB/s = 1e9 bytes/s = 1e6 bytes/ms (TorchRec's unit)
-#: TorchRec training pipelines an estimate or plan can assume (module docstring).
-PIPELINES = ("none", "prefetch")
+
+
+def task_pipeline(task: ShardingTask, pipeline: str | None = None) -> str:
+    """``pipeline`` checked, or (None) the one the task's ``overhead`` reserves HBM for."""
+    return pipeline_of(task.overhead) if pipeline is None else check_pipeline(pipeline)
 
 
 def check_pipeline(pipeline: str, field: str = "pipeline") -> str:
@@ -131,16 +135,18 @@ class TorchRecEstimate:
 
 
 def estimate_plan(plan: Plan, task: ShardingTask, use_stats: bool = True,
-                  pipeline: str = "none") -> TorchRecEstimate:
+                  pipeline: str | None = None) -> TorchRecEstimate:
     """``plan`` priced and sized by TorchRec's estimators on the task's topology, for a run in
-    TorchRec's training ``pipeline`` (:data:`PIPELINES`)."""
+    TorchRec's training ``pipeline`` (:data:`PIPELINES`; None: the one the task's ``overhead``
+    is for, :func:`autoshard.memory.pipeline_of`)."""
     return estimate_shardings(table_shardings(plan, task), task, use_stats, pipeline)
 
 
 def estimate_shardings(shardings: Sequence[TableSharding], task: ShardingTask,
-                       use_stats: bool = True, pipeline: str = "none") -> TorchRecEstimate:
-    """TorchRec's per-rank perf and storage of ``shardings`` (one per task table)."""
-    check_pipeline(pipeline)
+                       use_stats: bool = True, pipeline: str | None = None) -> TorchRecEstimate:
+    """TorchRec's per-rank perf and storage of ``shardings`` (one per task table), for
+    ``pipeline`` (as :func:`estimate_plan`)."""
+    pipeline = task_pipeline(task, pipeline)
     reason = torchrec_unavailable(load=True)
     if reason:
         raise PlannerError("unavailable", reason)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,25 @@ def test_torchrec_accepts_the_exported_plan(tmp_path: Path) -> None:
                              ("c", 2000, 8, "FP32")])
     with pytest.raises(PlannerError, match="table 'a'"):
         check_sharding_plan(plan, other, world_size=2)
+
+
+@needs_torchrec
+def test_export_for_the_prefetch_pipeline_prefetches_its_caches(tmp_path: Path) -> None:
+    path, tables = tmp_path / "tr.json", tmp_path / "t.json"
+    save_tables(tables, TABLES)
+    _plan().save(tmp_path / "p.json")
+    main(["export", str(tmp_path / "p.json"), "-t", str(tables), "--devices", "2", "-o",
+          str(path), "--overhead", "torchrec-prefetch", "--check"])
+    doc = json.loads(path.read_text())
+    assert doc["pipeline"] == "prefetch"
+    module_plan = load_sharding_plan(path).get_plan_for_module("")
+    assert module_plan["c"].cache_params.prefetch_pipeline is True
+    main(["export", str(tmp_path / "p.json"), "-t", str(tables), "--devices", "2", "-o",
+          str(path)])
+    assert json.loads(path.read_text())["pipeline"] == "none"
+    assert not load_sharding_plan(path).get_plan_for_module("")["c"].cache_params.prefetch_pipeline
+    with pytest.raises(InputError, match="pipeline"):
+        read_export(dict(doc, pipeline="eager"))
 
 
 def _split_task() -> ShardingTask:

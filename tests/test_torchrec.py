@@ -151,13 +151,17 @@ def test_evaluate_prices_a_split_plan_with_torchrecs_estimators_too(
 
 
 @needs_torchrec
-@pytest.mark.parametrize("mode", ["train", "infer"])
-def test_our_mirror_of_torchrecs_hbm_count_is_exact(mode: str) -> None:
+@pytest.mark.parametrize(("mode", "overhead"), [("train", "none"), ("infer", "none"),
+                                                ("train", "torchrec-prefetch")])
+def test_our_mirror_of_torchrecs_hbm_count_is_exact(mode: str, overhead: str) -> None:
     from autoshard.export_torchrec import table_shardings
     from autoshard.torchrec_estimate import estimate_shardings
     from autoshard.torchrec_memory import fit_shardings, rank_hbm
 
-    task = constrained_task(dlrm_tables(10, seed=6), 2, hbm_fraction=0.3, mode=mode)
+    # The storage estimate is for the pipeline the task's overhead names (prefetch: three
+    # input and seven prefetch buffers per cached shard).
+    task = constrained_task(dlrm_tables(10, seed=6), 2, hbm_fraction=0.3, mode=mode,
+                            overhead=overhead)
     for plan in (TorchRecSharder().shard(task, MODEL),  # splits and caches
                  get_sharder("lookup_greedy").shard(task, MODEL)):
         shardings = table_shardings(plan, task)

@@ -137,7 +137,8 @@ class TorchRecSharder:
             options.
         pipeline: The TorchRec training pipeline the plan is for (``"none"``, TorchRec's
             default, or ``"prefetch"``: caches prefetched, priced and sized as TorchRec's
-            prefetch pipeline, :mod:`autoshard.torchrec_estimate`).
+            prefetch pipeline, :mod:`autoshard.torchrec_estimate`); None: the one the task's
+            ``overhead`` reserves HBM for.
 
     After :meth:`shard`, ``last_sharding_plan`` holds TorchRec's own ShardingPlan,
     ``last_cache_load_factor`` the starting load factor it came from and ``last_rating_ms``
@@ -151,10 +152,11 @@ class TorchRecSharder:
     def __init__(self, cache_load_factor: float | None = None, use_stats: bool = True,
                  sharding_types: tuple[str, ...] = SHARDING_TYPES,
                  time_limit: float | None = None,
-                 full_strength_cells: int = FULL_STRENGTH_CELLS, pipeline: str = "none") -> None:
+                 full_strength_cells: int = FULL_STRENGTH_CELLS,
+                 pipeline: str | None = None) -> None:
         from autoshard.torchrec_estimate import check_pipeline
 
-        self.pipeline = check_pipeline(pipeline)
+        self.pipeline = None if pipeline is None else check_pipeline(pipeline)
         self.full_strength_cells = full_strength_cells
         self.cache_load_factor = cache_load_factor
         self.time_limit = time_limit
@@ -179,12 +181,12 @@ class TorchRecSharder:
         )
         from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
 
-        from autoshard.torchrec_estimate import per_rank_batch, quiet_torchrec
+        from autoshard.torchrec_estimate import per_rank_batch, quiet_torchrec, task_pipeline
 
         began = time.monotonic()
         self.last_notes = []
-        space = _SearchSpace(task, self._offered(task, cost_model), self.use_stats,
-                             self.pipeline)
+        pipeline = task_pipeline(task, self.pipeline)
+        space = _SearchSpace(task, self._offered(task, cost_model), self.use_stats, pipeline)
         with quiet_torchrec():
             starts = ([self.cache_load_factor] if self.cache_load_factor is not None
                       else self._starts(space, task))
@@ -211,7 +213,7 @@ class TorchRecSharder:
                                            f"{task.num_tables} tables on {task.num_devices} "
                                            f"devices: {str(exc).splitlines()[0]}") from exc
                     continue
-                rating = _rating(plan, task, self.pipeline)
+                rating = _rating(plan, task, pipeline)
                 if best is None or rating < best[0]:
                     best = (rating, clf, plan)
         assert best is not None
@@ -221,9 +223,10 @@ class TorchRecSharder:
     def search_space(self, task: ShardingTask, cost_model: CostModel,
                      cache_load_factor: float = DEFAULT_CACHE_LOAD_FACTOR) -> list[Any]:
         """TorchRec's enumerated sharding options for ``task``, as :meth:`shard` offers them."""
+        from autoshard.torchrec_estimate import quiet_torchrec, task_pipeline
+
         space = _SearchSpace(task, self._offered(task, cost_model), self.use_stats,
-                             self.pipeline)
-        from autoshard.torchrec_estimate import quiet_torchrec
+                             task_pipeline(task, self.pipeline))
 
         with quiet_torchrec():
             return list(space.enumerator(cache_load_factor)[0].enumerate(space.module,
