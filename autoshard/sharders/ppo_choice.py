@@ -28,11 +28,15 @@ import numpy as np
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.placement import PlacementState
-from autoshard.plan import TABLE_ROW_WISE, Plan
-from autoshard.sharders.ppo_episode import PlacementEpisode, PricedTask, fill_parts
+from autoshard.plan import Plan
+from autoshard.sharders.ppo_episode import (
+    PlacementEpisode,
+    PricedTask,
+    bound_shards,
+    fill_parts,
+)
 from autoshard.sharders.ppo_features import ObsLayout
 from autoshard.shards import (
-    KIND,
     ShardGeometry,
     ShardLayout,
     ShardTask,
@@ -164,8 +168,7 @@ class ChoiceEpisode(PlacementEpisode):
         self._devices = np.arange(n_d)
         self._rows_used = union.table_arrays.rows_used
         self._hbm_cap = np.maximum(task.device_arrays.hbm_capacity, 1.0)
-        g = self._geometry = getattr(union, "geometry", None)
-        self._node_bound = None if g is None else g.kind == KIND[TABLE_ROW_WISE]
+        self._geometry, self._node_bound = bound_shards(union)
         self._init_device_features(n_t, n_d)
         self.obs = np.zeros(layout.size, dtype=np.float32)
         self.mask = np.zeros(layout.max_devices * layout.buckets, dtype=bool)

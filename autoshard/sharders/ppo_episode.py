@@ -23,7 +23,7 @@ from autoshard.placement import PlacementState
 from autoshard.plan import ROW_WISE, TABLE_ROW_WISE, Plan
 from autoshard.sharders.ppo_buckets import MULTIPLIERS, bucket_rows
 from autoshard.sharders.ppo_features import ObsLayout
-from autoshard.shards import KIND, torchrec_rows
+from autoshard.shards import KIND, ShardGeometry, torchrec_rows
 from autoshard.task import ShardingTask
 
 #: Costs and bytes in the observation are clipped to this magnitude (in units of the bound or
@@ -198,9 +198,7 @@ class PlacementEpisode:
         self._hbm_cap = np.maximum(dev.hbm_capacity, 1.0)
         # Shards of a table split table_row_wise stay within one node, one per device; on a
         # task planned for TorchRec, row_wise ones too go one per device.
-        g = self._geometry = getattr(task, "geometry", None)
-        self._node_bound = None if g is None else (
-            (g.kind == KIND[TABLE_ROW_WISE]) | (torchrec_rows(task) & (g.kind == KIND[ROW_WISE])))
+        self._geometry, self._node_bound = bound_shards(task)
         self._init_device_features(n_t, n_d)
         self.obs = np.zeros(layout.size, dtype=np.float32)
         self.mask = np.zeros(layout.max_devices * self.buckets, dtype=bool)
@@ -414,6 +412,17 @@ class PlacementEpisode:
         self._fill_parts = fill_parts(self.priced, t, rows, self._devices)
         self._fill_total = self._fill_parts.sum(axis=-1)
         return rows
+
+
+def bound_shards(task: ShardingTask) -> tuple[ShardGeometry | None, np.ndarray | None]:
+    """The shards of ``task`` (a :class:`autoshard.shards.ShardTask`; None for whole tables)
+    and which of them go one per device (table-row-wise ones within one node; on a task
+    planned for TorchRec, row-wise ones too)."""
+    g = getattr(task, "geometry", None)
+    if g is None:
+        return None, None
+    return g, (g.kind == KIND[TABLE_ROW_WISE]) | (torchrec_rows(task)
+                                                  & (g.kind == KIND[ROW_WISE]))
 
 
 def fill_parts(priced: PricedTask, t: int, rows: np.ndarray, devices: np.ndarray) -> np.ndarray:
