@@ -169,16 +169,7 @@ class ChoiceEpisode(PlacementEpisode):
         self._rows_used = union.table_arrays.rows_used
         self._hbm_cap = np.maximum(task.device_arrays.hbm_capacity, 1.0)
         self._geometry, self._node_bound = bound_shards(union)
-        self._init_device_features(n_t, n_d)
-        self.obs = np.zeros(layout.size, dtype=np.float32)
-        self.mask = np.zeros(layout.max_devices * layout.buckets, dtype=bool)
-        blocks = self.obs[layout.head:].reshape(layout.max_devices, layout.device_block)
-        blocks[:n_d, 0] = 1.0
-        n_dev = len(layout.device)
-        self._dev_view = blocks[:n_d, 1:1 + n_dev]
-        self._opt_view = blocks[:n_d, 1 + n_dev:].reshape(n_d, layout.buckets,
-                                                          len(layout.option))
-        self._dev_view[:, self._scaled] = self._dev_raw * self._dev_scale
+        self._init_observation(n_t, n_d)
         self._observe()
 
     # -- public --------------------------------------------------------------------------------
@@ -240,11 +231,9 @@ class ChoiceEpisode(PlacementEpisode):
 
     def illegal_reason(self, a: int) -> str:
         """Why action ``a`` is not allowed."""
-        n = self.mask.size
-        allowed = np.flatnonzero(self.mask)
-        expected = f"expected one of {allowed[:12].tolist()}{'...' if allowed.size > 12 else ''}"
-        if not 0 <= a < n:
-            return f"action {a} is outside [0, {n}); {expected}"
+        outside, expected = self._outside(a)
+        if outside:
+            return outside
         d, j = divmod(a, GRIDS * self.buckets)
         grid, k = divmod(j, self.buckets)
         what = "split" if grid else "place"

@@ -199,15 +199,7 @@ class PlacementEpisode:
         # Shards of a table split table_row_wise stay within one node, one per device; on a
         # task planned for TorchRec, row_wise ones too go one per device.
         self._geometry, self._node_bound = bound_shards(task)
-        self._init_device_features(n_t, n_d)
-        self.obs = np.zeros(layout.size, dtype=np.float32)
-        self.mask = np.zeros(layout.max_devices * self.buckets, dtype=bool)
-        blocks = self.obs[layout.head:].reshape(layout.max_devices, layout.device_block)
-        blocks[:n_d, 0] = 1.0
-        n_dev = len(layout.device)
-        self._dev_view = blocks[:n_d, 1:1 + n_dev]
-        self._opt_view = blocks[:n_d, 1 + n_dev:].reshape(n_d, self.buckets, len(layout.option))
-        self._dev_view[:, self._scaled] = self._dev_raw * self._dev_scale
+        self._init_observation(n_t, n_d)
         self._observe()
 
     # -- public --------------------------------------------------------------------------------
@@ -251,13 +243,18 @@ class PlacementEpisode:
     def step_cost_ms(self) -> float:
         return float(self.state.load_ms.max())
 
-    def illegal_reason(self, a: int) -> str:
-        """Why action ``a`` is not allowed, with the expected and actual values."""
-        n = self.mask.size
+    def _outside(self, a: int) -> tuple[str | None, str]:
+        """(why ``a`` is outside the action space, or None; the allowed actions, as text)."""
         allowed = np.flatnonzero(self.mask)
         expected = f"expected one of {allowed[:12].tolist()}{'...' if allowed.size > 12 else ''}"
-        if not 0 <= a < n:
-            return f"action {a} is outside [0, {n}); {expected}"
+        n = self.mask.size
+        return (None if 0 <= a < n else f"action {a} is outside [0, {n}); {expected}"), expected
+
+    def illegal_reason(self, a: int) -> str:
+        """Why action ``a`` is not allowed, with the expected and actual values."""
+        outside, expected = self._outside(a)
+        if outside:
+            return outside
         d, k = divmod(a, self.buckets)
         t = self.table
         name = self.task.tables[t].name
@@ -272,6 +269,21 @@ class PlacementEpisode:
                 f"memory ({gib(self.state.free_host[d])} free); {expected}")
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _init_observation(self, n_t: int, n_d: int) -> None:
+        """The observation, the mask and their per-device views, before the first table (the
+        layout's ``buckets`` options per device)."""
+        layout = self.layout
+        self._init_device_features(n_t, n_d)
+        self.obs = np.zeros(layout.size, dtype=np.float32)
+        self.mask = np.zeros(layout.max_devices * layout.buckets, dtype=bool)
+        blocks = self.obs[layout.head:].reshape(layout.max_devices, layout.device_block)
+        blocks[:n_d, 0] = 1.0
+        n_dev = len(layout.device)
+        self._dev_view = blocks[:n_d, 1:1 + n_dev]
+        self._opt_view = blocks[:n_d, 1 + n_dev:].reshape(n_d, layout.buckets,
+                                                          len(layout.option))
+        self._dev_view[:, self._scaled] = self._dev_raw * self._dev_scale
 
     def _init_device_features(self, n_t: int, n_d: int) -> None:
         """Unnormalised device features (the _SCALED ones) and their per-device scales."""
