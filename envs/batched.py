@@ -14,6 +14,10 @@ in one cost-model call for the batch when the model can price rows of several ta
 
 MaskablePPO reads the masks through ``env_method("action_masks")``, which is answered from the
 batch's mask array without touching the slots.
+
+With ``split=True`` the slots play choice episodes (the split choice in the actions,
+:mod:`autoshard.sharders.ppo_choice`), stepped by :class:`envs.batched_choice.ChoiceArrays`,
+exactly as that many ``PlacementEnv(split=True)``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from autoshard.plan import Plan
 from autoshard.sharders.ppo_buckets import MULTIPLIERS
 from autoshard.sharders.ppo_episode import LIMIT, PlacementEpisode, nearest_legal
 from envs.batched_arrays import EpisodeArrays
+from envs.batched_choice import ChoiceArrays
 from envs.placement import ILLEGAL_PENALTY, PlacementEnv, final_info
 from envs.sampler import TaskSampler
 
@@ -44,7 +49,7 @@ class BatchedPlacementEnv(VecEnv):
 
     Args:
         num_envs: Episodes stepped at once (the batch).
-        sampler, cost_model, max_devices, multipliers, report, sharder_name: As for
+        sampler, cost_model, max_devices, multipliers, report, sharder_name, split: As for
             :class:`envs.placement.PlacementEnv` (one sampler and one cost model serve every
             slot).
     """
@@ -52,18 +57,20 @@ class BatchedPlacementEnv(VecEnv):
     def __init__(self, num_envs: int, sampler: TaskSampler | None = None,
                  cost_model: CostModel | str | None = None, max_devices: int | None = None,
                  multipliers: tuple[float, ...] = MULTIPLIERS, report: bool = True,
-                 sharder_name: str = "env") -> None:
+                 sharder_name: str = "env", split: bool = False) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         model = (cost_model if cost_model is not None and not isinstance(cost_model, str)
                  else load_cost_model(cost_model))
         sampler = sampler if sampler is not None else TaskSampler()
-        self.envs = [PlacementEnv(sampler, model, max_devices, multipliers, report, sharder_name)
-                     for _ in range(num_envs)]
+        self.envs = [PlacementEnv(sampler, model, max_devices, multipliers, report, sharder_name,
+                                  split) for _ in range(num_envs)]
         first = self.envs[0]
         self.cost_model, self.layout, self.buckets = model, first.layout, first.buckets
         super().__init__(num_envs, first.observation_space, first.action_space)
-        self.arrays = EpisodeArrays(num_envs, self.layout, self.buckets, model)
+        self.split = split
+        self.arrays = (ChoiceArrays if split else EpisodeArrays)(num_envs, self.layout,
+                                                                 self.buckets, model)
         self._actions = np.zeros(num_envs, dtype=np.int64)
 
     # -- VecEnv --------------------------------------------------------------------------------
@@ -80,7 +87,7 @@ class BatchedPlacementEnv(VecEnv):
         self._actions = np.asarray(actions).reshape(self.num_envs).astype(np.int64)
 
     def step_wait(self) -> VecEnvStepReturn:
-        arr, size = self.arrays, self.layout.max_devices * self.buckets
+        arr, size = self.arrays, self.layout.max_devices * self.layout.buckets
         wanted = self._actions
         outside = np.flatnonzero((wanted < 0) | (wanted >= size))
         if outside.size:
@@ -154,8 +161,11 @@ class BatchedPlacementEnv(VecEnv):
         episode = env.episode
         assert episode is not None
         task, t, d = episode.task, arr.tables[n], arr.devices[n]
-        plan = Plan.from_arrays(task, arr.placed_device[n, :t].copy(),
-                                arr.placed_rows[n, :t].copy(), env.sharder_name)
+        if isinstance(arr, ChoiceArrays):
+            plan = arr.layout_of(n).to_plan(task, env.sharder_name)
+        else:
+            plan = Plan.from_arrays(task, arr.placed_device[n, :t].copy(),
+                                    arr.placed_rows[n, :t].copy(), env.sharder_name)
         summed = float(arr.load_ms[n, :d].max())
         lb = float(arr.lower_bound[n])
         info.update(final_info(task, plan, summed, lb, self.cost_model, env.report))
@@ -170,7 +180,11 @@ class BatchedPlacementEnv(VecEnv):
         arr.gather_current(live)
         arr.offer_fill(live)
         fits = arr.fits()
-        stuck = np.flatnonzero(live & ~fits.any(axis=(1, 2)))
+        allowed = fits.any(axis=(1, 2))
+        if isinstance(arr, ChoiceArrays):
+            arr.offer_split(live)
+            allowed |= arr.split_fits.any(axis=(1, 2))
+        stuck = np.flatnonzero(live & ~allowed)
         if stuck.size:
             n = int(stuck[0])
             task, t = self.envs[n].task, int(arr.current_table[n])

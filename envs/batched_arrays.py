@@ -55,9 +55,11 @@ class EpisodeArrays:
         self.summary_obs = self.obs[:, n_table:layout.head]
         blocks = self.obs[:, layout.head:].reshape(n, m, layout.device_block)
         self.dev_obs = blocks[:, :, 1:1 + n_dev]
-        self.options = blocks[:, :, 1 + n_dev:].reshape(n, m, k, len(layout.option))
+        # Options per device: the layout's (one grid of buckets; ChoiceArrays: two).
+        self.options = blocks[:, :, 1 + n_dev:].reshape(n, m, layout.buckets,
+                                                        len(layout.option))
         assert np.shares_memory(self.options, self.obs), "the option view must not copy"
-        self.mask = np.zeros((n, m * k), dtype=bool)
+        self.mask = np.zeros((n, m * layout.buckets), dtype=bool)
         self._scaled = np.array([layout.device[name] for name in _SCALED])
         self._col = {name: i for i, name in enumerate(_SCALED)}
         f = len(_SCALED)
@@ -121,10 +123,12 @@ class EpisodeArrays:
             self._grow(t)
         self.priced[n], self.tasks[n] = p, task
         self.obs[n], self.mask[n] = ep.obs, ep.mask
+        fill = (() if ep._fill_rows.ndim > 1  # a choice episode's: loaded by ChoiceArrays
+                else (("fill_rows", ep._fill_rows), ("fill_parts", ep._fill_parts),
+                      ("fill_total", ep._fill_total)))
         for name, value in (("free_hbm", ep.state.free_hbm), ("free_host", ep.state.free_host),
                             ("load_ms", ep.state.load_ms), ("raw", ep._dev_raw),
-                            ("scale", ep._dev_scale), ("fill_rows", ep._fill_rows),
-                            ("fill_parts", ep._fill_parts), ("fill_total", ep._fill_total),
+                            ("scale", ep._dev_scale), *fill,
                             ("cur_parts", p.parts[p.order[0]])):
             array = getattr(self, name)
             array[n] = 0
@@ -310,12 +314,19 @@ class EpisodeArrays:
 
     def observe_options(self, fits: np.ndarray) -> None:
         """The option features of every device and bucket, and the mask."""
-        ov, o, dn = self.options, self.layout.option, self.layout.device
+        ov, o = self.options, self.layout.option
         per_row = self.seq_f[self._ar, self._i, PER_ROW]
         ov[:, :, -1] = 0.0
         ov[:, :, -1, o["price"]] = np.minimum(self.fill_total / self.lower_bound[:, None], CLIP)
         ov[:, :, -1, o["hbm_bytes"]] = np.minimum(
             self.fill_rows * per_row[:, None] / self.hbm_cap, CLIP)
+        self._dynamic_options(fits)
+        self.mask[:] = fits.reshape(self.n, -1)
+
+    def _dynamic_options(self, fits: np.ndarray) -> None:
+        """The option features that depend on the devices' state: load after, the step cost's
+        increase, free HBM after, and whether the option fits."""
+        ov, o, dn = self.options, self.layout.option, self.layout.device
         after, increase = ov[..., o["load_after"]], ov[..., o["increase"]]
         np.add(self.dev_obs[:, :, dn["load"]][:, :, None], ov[..., o["price"]], out=after)
         np.minimum(after, CLIP, out=after)
@@ -326,7 +337,6 @@ class EpisodeArrays:
                     out=free_after)
         np.maximum(free_after, -CLIP, out=free_after)
         ov[..., o["fits"]] = fits
-        self.mask[:] = fits.reshape(self.n, -1)
 
     def clear(self, done: np.ndarray) -> None:
         """The observation of finished episodes: no next table, no option, nothing allowed."""

@@ -62,7 +62,8 @@ def play(single: DummyVecEnv, batched: BatchedPlacementEnv, steps: int, seed: in
     for a, b in zip(single.reset_infos, batched.reset_infos, strict=True):
         same_info(a, b)
     rng = np.random.default_rng(seed)
-    seen = {"episodes": 0, "illegal": 0}
+    seen = {"episodes": 0, "illegal": 0, "splits": 0}
+    grid = single.get_attr("layout")[0].buckets // single.get_attr("buckets")[0]
     for _ in range(steps):
         masks = get_action_masks(single)
         assert np.array_equal(masks, get_action_masks(batched))
@@ -78,6 +79,9 @@ def play(single: DummyVecEnv, batched: BatchedPlacementEnv, steps: int, seed: in
             same_info(a, b)
         seen["episodes"] += int(dones.sum())
         seen["illegal"] += sum(info["illegal_action"] for info in infos)
+        if grid > 1:  # a split: an action of the second option grid was played
+            k = single.get_attr("buckets")[0]
+            seen["splits"] += sum((info["action"] % (grid * k)) >= k for info in infos)
     return seen
 
 
@@ -121,3 +125,17 @@ def test_actions_outside_the_space_raise() -> None:
     env.reset()
     with pytest.raises(ValueError, match="outside"):
         env.step(np.array([0, env.action_space.n]))
+
+
+DOMINANT = TaskSampler(tables=(6, 30), devices=(2, 4, 8), styles=("dominant",))
+
+
+@pytest.mark.parametrize(("sampler", "cost_model"), [
+    (DOMINANT, None), (VARIED, None), (DOMINANT, PerTaskModel())])
+def test_same_episodes_as_single_envs_with_the_split_choice(sampler: TaskSampler,
+                                                            cost_model: Any) -> None:
+    single, batched = pair(4, sampler, seed=5, max_devices=8, report=False, split=True,
+                           cost_model=cost_model)
+    seen = play(single, batched, steps=150, seed=2, unmasked=0.1)
+    assert seen["episodes"] >= 4
+    assert seen["splits"] > 0  # some episodes chose to split a table

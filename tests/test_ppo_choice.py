@@ -218,15 +218,6 @@ def test_the_environment_splits_on_request_and_maps_unmasked_actions() -> None:
                                    rel=1e-6)
 
 
-def test_the_batched_environment_refuses_to_train_the_split_choice() -> None:
-    from autoshard.errors import InputError
-    from training.config import TrainConfig
-
-    with pytest.raises(InputError, match="batched"):
-        TrainConfig(split=True, vec_env="batched")
-    TrainConfig(split=True, vec_env="dummy")
-
-
 def test_a_one_grid_policy_of_format_1_loads_and_plans_with_the_split_choice(
         tmp_path: Path) -> None:
     import json

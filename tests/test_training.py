@@ -124,13 +124,16 @@ def test_tiny_run_logs_to_offline_wandb(tmp_path: Path) -> None:
                                            "size_lookup_greedy"}
 
 
-def test_batched_and_single_environments_train_the_same_policy(tmp_path: Path) -> None:
+@pytest.mark.parametrize("split", [False, True])
+def test_batched_and_single_environments_train_the_same_policy(tmp_path: Path,
+                                                               split: bool) -> None:
     """The batched environment plays the single environments' episodes, so a few hundred
-    steps of MaskablePPO through either give the same weights, bit for bit."""
+    steps of MaskablePPO through either give the same weights, bit for bit (with the split
+    choice in the actions too)."""
     weights = {}
     for vec, steps in (("batched", 384), ("dummy", 384), ("batched", 128)):
         out = tmp_path / f"{vec}-{steps}"
-        cfg = TrainConfig(out=str(out), wandb_mode="disabled", vec_env=vec,
+        cfg = TrainConfig(out=str(out), wandb_mode="disabled", vec_env=vec, split=split,
                           **{**TINY, "n_envs": 4, "timesteps": steps, "n_steps": 32,
                              "eval_every": 10_000})  # type: ignore[arg-type]
         result = train(cfg)

@@ -35,7 +35,7 @@ class TrainConfig:
     eval_repeats: int = 2  # evaluation tasks per (tables, devices) pair
     eval_styles: tuple[str, ...] = ("mixed", "profiled")  # table styles of evaluation tasks
     cost_model: str = "analytical"  # 'analytical' or a learned cost model folder
-    split: bool = False  # actions also choose which dominant tables to split (not 'batched')
+    split: bool = False  # actions also choose which dominant tables to split
     # -- PPO -----------------------------------------------------------------------------------
     n_envs: int = 16  # episodes played at once (the batch of 'batched', else one env each)
     vec_env: str = "batched"  # 'batched' (numpy over all episodes), 'dummy' or 'subproc'
@@ -69,10 +69,6 @@ class TrainConfig:
                      "checkpoint_every", "max_devices", "hidden"):
             if getattr(self, name) < 1:
                 raise InputError("must be >= 1", field=name, value=getattr(self, name))
-        if self.split and self.vec_env == "batched":
-            raise InputError("the batched environment places whole tables only; train the "
-                             "split choice with vec_env 'dummy' or 'subproc'", field="vec_env",
-                             value=self.vec_env)
         if max(self.train_devices) > self.max_devices:
             raise InputError(f"a training task has more devices than max_devices "
                              f"{self.max_devices}", field="train_devices",

@@ -75,7 +75,7 @@ def make_vec(cfg: TrainConfig, sampler: TaskSampler, seed: int) -> Any:
         from envs.batched import BatchedPlacementEnv
 
         vec = VecMonitor(BatchedPlacementEnv(cfg.n_envs, sampler, cfg.cost_model,
-                                             cfg.max_devices, report=False))
+                                             cfg.max_devices, report=False, split=cfg.split))
         vec.seed(seed)
         return vec
     return make_vec_env(partial(make_env, sampler, cfg.cost_model, cfg.max_devices, cfg.split),
