@@ -27,6 +27,7 @@ import numpy as np
 
 from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.memory import PIPELINES, pipeline_of
 from autoshard.plan import COLUMN_WISE, ROW_WISE, Plan
 from autoshard.task import ShardingTask
 
@@ -135,10 +136,10 @@ def table_shardings(plan: Plan, task: ShardingTask) -> list[TableSharding]:
     """The plan's tables as TorchRec shardings, in task order (validated against the task).
 
     Whole tables are ``table_wise``; column blocks ``column_wise``; row shards ``row_wise`` or
-    ``table_row_wise`` with one shard per rank of the world (or of the node), in rank order as
-    TorchRec's row-wise bucketing needs, each of the plan's row counts on its device and zero
-    rows on the others. A table keeps one compute kernel and cache load factor in TorchRec: its
-    share of rows (of bytes, for column blocks) in HBM.
+    ``table_row_wise`` as TorchRec's runtime routes them: one even block per rank of the world
+    (or of the node), in rank order (:func:`_rank_ordered_rows`, which rejects other layouts).
+    A table keeps one compute kernel and cache load factor in TorchRec: its share of rows (of
+    bytes, for column blocks) in HBM.
     """
     from autoshard.shards import check_layout
 
@@ -231,21 +232,49 @@ def _node_ranks(rank: int, local: int, world: int) -> range:
     return range(first, min(first + local, world))
 
 
+def even_blocks(rows: int, parts: int) -> list[int]:
+    """TorchRec's row-wise shard sizes: ``parts`` blocks of ceil(rows / parts) rows in rank
+    order, the last ones shorter or empty (its runtime sends id i to block i // that size)."""
+    block = -(-rows // parts)
+    return [min(block, max(rows - i * block, 0)) for i in range(parts)]
+
+
 def _rank_ordered_rows(table: str, devices: np.ndarray, rows: np.ndarray, ranks: range,
                        dim: int) -> tuple[ShardSpec, ...]:
-    """Row shards laid out as TorchRec's row-wise sharding has them: one per rank in rank order,
-    contiguous, each device's row count (zero on ranks without a shard; a device holding several
-    row shards of the table holds their rows as one shard)."""
+    """Row shards laid out as TorchRec's row-wise sharding routes them: one block per rank of
+    ``ranks`` in rank order, of TorchRec's even sizes (:func:`even_blocks`).
+
+    The plan must have one row shard on every rank (ids are hashed, so which rows a shard
+    holds is immaterial, and its near-equal share becomes TorchRec's block, a few rows apart at
+    most), or exactly TorchRec's sizes per rank (a plan converted from TorchRec's, whose empty
+    blocks it drops).
+
+    Raises:
+        PlannerError: Any other layout (shards on some ranks only, two on one rank, uneven
+            shares), which TorchRec's training runtime would route wrongly.
+    """
     count = dict.fromkeys(ranks, 0)
+    shards_on = dict.fromkeys(ranks, 0)
     for d, n in zip(devices.tolist(), rows.tolist(), strict=True):
         if d not in count:
             raise PlannerError("invalid_plan", f"table '{table}': row shards on devices "
                                f"{devices.tolist()} are not all on ranks {list(ranks)}")
-        count[d] += n  # ids are hashed: a device's row shards are one shard of their rows
+        count[d] += n
+        shards_on[d] += 1
+    total = sum(count.values())
+    even = even_blocks(total, len(ranks))
+    spread = all(n == 1 for n in shards_on.values()) and max(count.values()) - min(
+        count.values()) <= 1
+    if not spread and list(count.values()) != even:
+        raise PlannerError(
+            "invalid_plan", f"table '{table}': row shards of {list(count.values())} rows on "
+            f"ranks {list(ranks)}; TorchRec routes a row-wise table's ids in even blocks of "
+            f"{even[0]} rows, one per rank of the world (table-row-wise: of one node), so it "
+            f"needs one near-equal shard on each (plan for TorchRec: --overhead torchrec)")
     shards, offset = [], 0
-    for r in ranks:
-        shards.append(ShardSpec(r, offset, count[r], 0, dim))
-        offset += count[r]
+    for r, n in zip(ranks, even, strict=True):
+        shards.append(ShardSpec(r, offset, n, 0, dim))
+        offset += n
     return tuple(shards)
 
 
@@ -260,7 +289,7 @@ def export_doc(plan: Plan, task: ShardingTask) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION, "kind": "torchrec_sharding_plan",
         "sharder": plan.sharder, "world_size": task.num_devices,
         "local_world_size": min(task.hardware.devices_per_node, task.num_devices),
-        "device_type": "cuda", "module_path": "",
+        "device_type": "cuda", "module_path": "", "pipeline": pipeline_of(task.overhead),
         "tables": [{"table": s.table, "rows": s.rows, "dim": s.dim, "data_type": s.data_type,
                     "sharding_type": s.sharding_type, "compute_kernel": s.compute_kernel,
                     "cache_load_factor": s.cache_load_factor,
@@ -291,6 +320,9 @@ def read_export(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any],
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise InputError("must be an integer >= 1", source=where, field="world_size", value=world)
     local = doc.get("local_world_size") or world
+    if doc.get("pipeline", "none") not in PIPELINES:
+        raise InputError(f"must be one of {', '.join(PIPELINES)}", source=where,
+                         field="pipeline", value=doc.get("pipeline"))
     out = []
     for i, t in enumerate(doc.get("tables") or []):
         s = _read_table(t, f"tables[{i}]", where)
@@ -356,6 +388,15 @@ def check_shards(s: TableSharding, world: int, local: int, where: str, field: st
     if s.sharding_type == "table_row_wise" and len({x.rank // local for x in s.shards}) > 1:
         raise InputError(f"table_row_wise shards must lie in one node of {local} ranks",
                          source=where, field=f"{field}.shards", value=s.ranks)
+    if rows_split:  # TorchRec routes ids in even blocks, block r on the r-th rank in order
+        ranks = (list(range(world)) if s.sharding_type == "row_wise" else
+                 list(_node_ranks(s.shards[0].rank, local, world)))
+        got = [(x.rank, x.rows) for x in sorted(s.shards, key=lambda x: x.row_offset)]
+        want = list(zip(ranks, even_blocks(s.rows, len(ranks)), strict=True))
+        if got != want:
+            raise InputError(f"{s.sharding_type} shards must be TorchRec's even blocks, one per "
+                             f"rank in rank order: (rank, rows) {want}", source=where,
+                             field=f"{field}.shards", value=got)
 
 
 def _check_tiling(s: TableSharding, rows_split: bool, where: str, field: str) -> None:
@@ -425,7 +466,8 @@ def load_sharding_plan(source: str | Path | dict[str, Any]) -> Any:
                           shard_sizes=[x.rows, x.cols],
                           placement=placement(device_type, x.rank, local))
             for x in s.shards])
-        cache = (CacheParams(load_factor=s.cache_load_factor)
+        cache = (CacheParams(load_factor=s.cache_load_factor,
+                             prefetch_pipeline=doc.get("pipeline") == "prefetch")
                  if s.compute_kernel == FUSED_UVM_CACHING else None)
         module_plan[s.table] = ParameterSharding(
             sharding_type=s.sharding_type, compute_kernel=s.compute_kernel, ranks=s.ranks,

@@ -3,25 +3,29 @@
 Every sharder, the MILP and the incremental placement check HBM through :func:`hbm_terms`
 (via :class:`autoshard.task.TableArrays`' ``hbm_bytes_per_row`` and ``hbm_reserved_bytes``), so
 that a plan that fits our count also fits TorchRec's storage estimate (``EmbeddingStorageEstimator``
-of torchrec 1.8.0, CUDA, no pipeline; :mod:`autoshard.torchrec_memory` mirrors it exactly, and
-tests check both against the estimator). In training TorchRec charges a shard, beyond its
-weights:
+of torchrec 1.8.0, CUDA, for the training pipeline the task names;
+:mod:`autoshard.torchrec_memory` mirrors it exactly, and tests check both against the
+estimator). In training TorchRec charges a shard, beyond its weights:
 
 - optimizer state per weight byte by the optimizer its state size implies (row-wise Adagrad:
   one element per row; up to a row: one row; more: two rows);
 - input and output buffers: 8 bytes per input id it receives (every sample's ids for table-wise
   and column-wise shards, a world's share of them for row-wise ones, a node's for table-row-wise
-  ones) and 4 bytes per element of the pooled output it writes (its columns, every sample);
+  ones) and 4 bytes per element of the pooled output it writes (its columns, every sample), in
+  TorchRec's default pipeline; in its prefetch pipeline, three input buffers, and seven more for
+  a shard with an HBM cache (its prefetched ids), and no output buffer;
 - with an HBM cache (``fused_uvm_caching``): 16 bytes of cache state per cached row and 4 bytes
   of index per row of the shard.
 
 In inference it charges the weights alone. What we reserve (``overhead="torchrec"``, the
-default), an upper bound of that count for any kernel the export picks:
+default, for TorchRec's default pipeline, or ``"torchrec-prefetch"`` for its prefetch pipeline),
+an upper bound of that count for any kernel the export picks:
 
 - per row kept in HBM: weights, the larger of our and TorchRec's optimizer state, and 16 bytes
   of cache state (train);
-- per table or shard, wherever it lives: its input and output buffers and 4 bytes of cache
-  index per row (train), and one row of HBM bytes plus 64 bytes for TorchRec's rounding.
+- per table or shard, wherever it lives: its input and output buffers (with prefetch: ten input
+  buffers, as if cached) and 4 bytes of cache index per row (train), and one row of HBM bytes
+  plus 64 bytes for TorchRec's rounding.
 
 ``overhead="none"`` reserves nothing: HBM holds the weights (and optimizer state in training)
 of the rows kept there, our memory model before TorchRec's count was reserved.
@@ -31,8 +35,12 @@ from __future__ import annotations
 
 import numpy as np
 
-#: What a task reserves per shard in HBM: TorchRec's runtime overhead, or nothing.
-OVERHEADS = ("torchrec", "none")
+#: What a task reserves per shard in HBM: TorchRec's runtime overhead in its default or its
+#: prefetch training pipeline, or nothing.
+OVERHEADS = ("torchrec", "torchrec-prefetch", "none")
+#: Input buffers per shard in TorchRec's prefetch pipeline, and the prefetch buffers of a cached
+#: shard (``calculate_pipeline_io_cost``: 3 x input + (1 + 6 / passes) x prefetch, one pass).
+PREFETCH_INPUTS, PREFETCH_CACHED = 3, 7
 INDEX_BYTES = 8  # TorchRec sizes input ids as int64
 OUTPUT_BYTES = 4  # FP32 pooled output
 CACHE_SLOT_BYTES = 16  # lxu_cache_state + lru_state per cached row
@@ -49,16 +57,31 @@ def optimizer_multiplier(optimizer_bytes: np.ndarray, element_bytes: np.ndarray,
                       optimizer_bytes <= row_bytes], [0.0, 1.0 / dim, 1.0], 2.0)
 
 
+#: TorchRec training pipelines: its default (no prefetch) and its prefetch pipeline.
+PIPELINES = ("none", "prefetch")
+
+
+def pipeline_of(overhead: str) -> str:
+    """The TorchRec training pipeline a task's ``overhead`` is for: ``"prefetch"`` or
+    ``"none"`` (TorchRec's default)."""
+    return "prefetch" if overhead == "torchrec-prefetch" else "none"
+
+
 def io_buffer_bytes(lookups_per_sample: np.ndarray, cols: np.ndarray,
-                    input_share: np.ndarray | float, batch_size: int, world: int) -> np.ndarray:
+                    input_share: np.ndarray | float, batch_size: int, world: int,
+                    pipeline: str = "none", cached: bool = True) -> np.ndarray:
     """TorchRec's input and output buffer bytes of shards in training: ``input_share`` of the
     global batch's ids (1, 1/world for row-wise, 1/local for table-row-wise) at 8 bytes, and
-    ``cols`` pooled elements per sample at 4 bytes."""
+    ``cols`` pooled elements per sample at 4 bytes; in the ``"prefetch"`` pipeline
+    :data:`PREFETCH_INPUTS` input buffers, :data:`PREFETCH_CACHED` more if ``cached``, and no
+    output buffer."""
     batch = max(batch_size // world, 1)  # per rank, as TorchRec sizes it
     lookups = lookups_per_sample * batch * input_share
+    inputs = np.ceil(lookups * world * INDEX_BYTES)
+    if pipeline == "prefetch":
+        return (PREFETCH_INPUTS + (PREFETCH_CACHED if cached else 0)) * inputs
     outputs = np.minimum(1.0, lookups_per_sample) * batch
-    return (np.ceil(lookups * world * INDEX_BYTES)
-            + np.ceil(outputs * world * cols * OUTPUT_BYTES))
+    return inputs + np.ceil(outputs * world * cols * OUTPUT_BYTES)
 
 
 def hbm_terms(rows: np.ndarray, cols: np.ndarray, table_dim: np.ndarray,
@@ -91,6 +114,7 @@ def hbm_terms(rows: np.ndarray, cols: np.ndarray, table_dim: np.ndarray,
     theirs = row_bytes * (1.0 + optimizer_multiplier(optimizer_bytes, element_bytes,
                                                      table_dim))
     per_row = np.ceil(np.maximum(ours, theirs)) + CACHE_SLOT_BYTES
-    reserved = (io_buffer_bytes(lookups_per_sample, cols, input_share, batch_size, world)
+    reserved = (io_buffer_bytes(lookups_per_sample, cols, input_share, batch_size, world,
+                                pipeline_of(overhead))
                 + CACHE_INDEX_BYTES * rows + per_row + ROUNDING_BYTES)
     return per_row, reserved.astype(np.float64)

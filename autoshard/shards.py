@@ -94,6 +94,48 @@ def same_split(a: ShardGeometry, b: ShardGeometry) -> bool:
         bool((getattr(a, f) == getattr(b, f)).all()) for f in ("table", "kind", "parts"))
 
 
+def torchrec_rows(task: ShardingTask) -> bool:
+    """Whether the task's row splits must be those TorchRec's training runtime can route: on a
+    task planned for TorchRec (``overhead`` other than ``none``). TorchRec buckets a
+    ``row_wise`` table's ids into even blocks over every rank of the world, and a
+    ``table_row_wise`` one's over every rank of one node (block r on rank r), so such a table
+    is split into one near-equal shard per device of the world (node), each on its own
+    device. Elsewhere (our own runner) a table may be split row-wise over any number of
+    devices."""
+    return task.overhead != "none"
+
+
+def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
+    """A device per shard for the shards whose device the split itself fixes (-1 for the
+    others; None when there are none).
+
+    - ``table_row_wise``: a table's shards on consecutive devices of the node with the fewest
+      shards pinned so far, from where the last one there ended (so that they spread over the
+      nodes' devices); with one shard per device of the node (:func:`torchrec_rows`) they fill
+      it.
+    - ``row_wise`` on a task of :func:`torchrec_rows`: shard j on device j (its shards are
+      alike, one per device of the world).
+    """
+    twrw = np.flatnonzero(g.kind == KIND[TABLE_ROW_WISE])
+    rw = (np.flatnonzero(g.kind == KIND[ROW_WISE]) if torchrec_rows(task)
+          else np.zeros(0, dtype=np.int64))
+    if not (twrw.size or rw.size):
+        return None
+    pins = np.full(g.num_shards, -1, dtype=np.int64)
+    for t in np.unique(g.table[rw]):
+        idx = np.flatnonzero(g.table == t)
+        pins[idx] = np.arange(idx.size) % task.num_devices
+    local = min(task.hardware.devices_per_node, task.num_devices)
+    nodes = max(task.num_devices // local, 1)
+    taken = np.zeros(nodes, dtype=np.int64)  # shards pinned to each node so far
+    for t in np.unique(g.table[twrw]):
+        idx = np.flatnonzero(g.table == t)
+        node = int(np.argmin(taken))
+        pins[idx] = node * local + (taken[node] + np.arange(idx.size)) % local
+        taken[node] += idx.size
+    return pins
+
+
 def whole_tables(task: ShardingTask, tables: np.ndarray | None = None) -> ShardGeometry:
     """Each table (all, or those at ``tables``) as one shard holding every row and column."""
     a = task.table_arrays

@@ -19,7 +19,13 @@ import numpy as np
 from autoshard.bounds import Relaxation, relax
 from autoshard.cost import CostModel
 from autoshard.plan import COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE
-from autoshard.shards import ShardGeometry, even_split, shard_task, whole_tables
+from autoshard.shards import (
+    ShardGeometry,
+    even_split,
+    shard_task,
+    torchrec_rows,
+    whole_tables,
+)
 from autoshard.task import ShardingTask
 
 
@@ -63,7 +69,10 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int, node_local:
                      ) -> list[ShardGeometry]:
     """Column-wise into 2, 4, 8... equal blocks and row-wise over 2..``max_parts`` devices; with
     ``node_local`` on hardware of several nodes, also table-row-wise over 2..(devices per node)
-    devices of one node (for sharders that keep such shards on one node)."""
+    devices of one node (for sharders that keep such shards on one node). On a task planned
+    for TorchRec (:func:`autoshard.shards.torchrec_rows`) the row splits are those its runtime
+    routes: row-wise over every device (when ``max_parts`` allows), table-row-wise over every
+    device of a node."""
     a = task.table_arrays
     dim, rows = int(a.dim[table]), int(a.rows[table])
     out = []
@@ -72,11 +81,15 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int, node_local:
         if dim % k == 0:
             out.append(even_split(task, table, COLUMN_WISE, k))
         k *= 2
-    out += [even_split(task, table, ROW_WISE, k) for k in range(2, min(rows, max_parts) + 1)]
     local = min(task.hardware.devices_per_node, task.num_devices)
+    row_wise = list(range(2, min(rows, max_parts) + 1))
+    node_wise = list(range(2, min(rows, max_parts, local) + 1))
+    if torchrec_rows(task):
+        row_wise = [k for k in row_wise if k == task.num_devices]
+        node_wise = [k for k in node_wise if k == local]
+    out += [even_split(task, table, ROW_WISE, k) for k in row_wise]
     if node_local and local < task.num_devices:
-        out += [even_split(task, table, TABLE_ROW_WISE, k)
-                for k in range(2, min(rows, max_parts, local) + 1)]
+        out += [even_split(task, table, TABLE_ROW_WISE, k) for k in node_wise]
     return out
 
 

@@ -12,6 +12,19 @@ What TorchRec is told is what its planner is told when it plans the same task (t
 ``torchrec`` sharder): the profile's bandwidths and capacities as its Topology, lookups per
 sample as pooling factors, the access curves as cache statistics, the optimizer state as the
 tables' optimizer class. Needs the ``torchrec`` extra.
+
+TorchRec prices an HBM cache (``fused_uvm_caching``) by the training pipeline it runs in
+(``pipeline``):
+
+- ``"none"`` (TorchRec's default): each lookup at a bandwidth blended by the cache's load
+  factor, (f x HBM + (1 - f) x host link) / 10, whatever the lookups' skew; storage counts
+  one input and one output buffer per shard.
+- ``"prefetch"`` (TorchRec's prefetch pipeline, ``CacheParams.prefetch_pipeline`` and
+  ``PipelineType.TRAIN_PREFETCH_SPARSE_DIST``): lookups at HBM bandwidth, plus the prefetch of
+  the expected misses (miss rate at the load factor, from the cache statistics, x unique
+  lookups) over the host link; storage counts three input buffers and seven prefetch buffers
+  per cached shard. This is the pricing that reads the skew of the access curves, as our
+  model does.
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.errors import PlannerError
+from autoshard.errors import InputError, PlannerError
 from autoshard.export_torchrec import (
     FUSED_UVM_CACHING,
     TableSharding,
@@ -33,11 +46,28 @@ from autoshard.export_torchrec import (
     table_shardings,
     torchrec_unavailable,
 )
+from autoshard.memory import PIPELINES, pipeline_of
 from autoshard.plan import Plan
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 
 _BYTES_PER_MS_PER_GBPS = 1e6  # 1 GB/s = 1e9 bytes/s = 1e6 bytes/ms (TorchRec's unit)
+
+
+def task_pipeline(task: ShardingTask, pipeline: str | None = None) -> str:
+    """``pipeline`` checked, or (None) the one the task's ``overhead`` reserves HBM for."""
+    return pipeline_of(task.overhead) if pipeline is None else check_pipeline(pipeline)
+
+
+def check_pipeline(pipeline: str, field: str = "pipeline") -> str:
+    """``pipeline`` if it is one of :data:`PIPELINES`.
+
+    Raises:
+        InputError: Another value, naming ``field``.
+    """
+    if pipeline not in PIPELINES:
+        raise InputError(f"must be one of {', '.join(PIPELINES)}", field=field, value=pipeline)
+    return pipeline
 
 
 @dataclass(frozen=True)
@@ -104,22 +134,27 @@ class TorchRecEstimate:
                 "per_table": [t.to_dict() for t in self.per_table]}
 
 
-def estimate_plan(plan: Plan, task: ShardingTask, use_stats: bool = True) -> TorchRecEstimate:
-    """``plan`` priced and sized by TorchRec's estimators on the task's topology."""
-    return estimate_shardings(table_shardings(plan, task), task, use_stats)
+def estimate_plan(plan: Plan, task: ShardingTask, use_stats: bool = True,
+                  pipeline: str | None = None) -> TorchRecEstimate:
+    """``plan`` priced and sized by TorchRec's estimators on the task's topology, for a run in
+    TorchRec's training ``pipeline`` (:data:`PIPELINES`; None: the one the task's ``overhead``
+    is for, :func:`autoshard.memory.pipeline_of`)."""
+    return estimate_shardings(table_shardings(plan, task), task, use_stats, pipeline)
 
 
 def estimate_shardings(shardings: Sequence[TableSharding], task: ShardingTask,
-                       use_stats: bool = True) -> TorchRecEstimate:
-    """TorchRec's per-rank perf and storage of ``shardings`` (one per task table)."""
+                       use_stats: bool = True, pipeline: str | None = None) -> TorchRecEstimate:
+    """TorchRec's per-rank perf and storage of ``shardings`` (one per task table), for
+    ``pipeline`` (as :func:`estimate_plan`)."""
+    pipeline = task_pipeline(task, pipeline)
     reason = torchrec_unavailable(load=True)
     if reason:
         raise PlannerError("unavailable", reason)
     with quiet_torchrec():
         topology = torchrec_topology(task)
-        constraints = torchrec_constraints(task, use_stats)
+        constraints = torchrec_constraints(task, use_stats, pipeline=pipeline)
         options, data_map = _sharding_options(shardings, task, constraints)
-        for estimator in torchrec_estimators(task, topology, constraints):
+        for estimator in torchrec_estimators(task, topology, constraints, pipeline):
             estimator.estimate(options, data_map)
     d = task.num_devices
     perf = np.zeros(d)
@@ -159,8 +194,9 @@ def _sharding_options(shardings: Sequence[TableSharding], task: ShardingTask,
     options = []
     for t in task.tables:
         s = by_name[t.name]
-        stats = constraints[t.name].cache_params.stats
-        cache = CacheParams(load_factor=s.cache_load_factor, stats=stats) if (
+        given = constraints[t.name].cache_params
+        cache = CacheParams(load_factor=s.cache_load_factor, stats=given.stats,
+                            prefetch_pipeline=given.prefetch_pipeline) if (
             s.compute_kernel == FUSED_UVM_CACHING) else None
         options.append(ShardingOption(
             name=t.name, tensor=params[t.name], module=("", ebc),
@@ -173,20 +209,25 @@ def _sharding_options(shardings: Sequence[TableSharding], task: ShardingTask,
     return options, build_sharder_data_map({sharder_name(type(ebc)): sharder})
 
 
-def torchrec_estimators(task: ShardingTask, topology: Any,
-                        constraints: dict[str, Any]) -> list[Any]:
+def torchrec_estimators(task: ShardingTask, topology: Any, constraints: dict[str, Any],
+                        pipeline: str = "none") -> list[Any]:
     """TorchRec's perf and storage estimators, as its planner builds them (in inference mode
-    for an inference workload: no optimizer state, backward pass or training I/O buffers)."""
+    for an inference workload: no optimizer state, backward pass or training I/O buffers), the
+    storage one for the training ``pipeline`` (the perf one reads it from each option's cache
+    parameters, :func:`torchrec_constraints`)."""
     from torchrec.distributed.planner.shard_estimators import (
         EmbeddingPerfEstimator,
         EmbeddingStorageEstimator,
     )
+    from torchrec.distributed.types import PipelineType
 
     infer = not task.workload.train
+    kind = (PipelineType.TRAIN_PREFETCH_SPARSE_DIST if check_pipeline(pipeline) == "prefetch"
+            else PipelineType.NONE)
     return [EmbeddingPerfEstimator(topology=topology, constraints=constraints,
                                    is_inference=infer),
             EmbeddingStorageEstimator(topology=topology, constraints=constraints,
-                                      is_inference=infer)]
+                                      is_inference=infer, pipeline_type=kind)]
 
 
 def per_rank_batch(task: ShardingTask) -> int:
@@ -212,11 +253,12 @@ def torchrec_topology(task: ShardingTask) -> Any:
         inter_host_bw=hw.inter_node_gbps * _BYTES_PER_MS_PER_GBPS)
 
 
-def torchrec_constraints(task: ShardingTask, use_stats: bool = True,
+def torchrec_constraints(task: ShardingTask, use_stats: bool = True, pipeline: str = "none",
                          **options: Any) -> dict[str, Any]:
     """Per-table ParameterConstraints carrying our statistics: lookups per sample as the
-    pooling factor and (``use_stats``) the access curve as cache statistics; ``options`` are
-    further ParameterConstraints fields (sharding_types, compute_kernels, ...), and a
+    pooling factor and (``use_stats``) the access curve as cache statistics, caches prefetched
+    when the training ``pipeline`` is ``"prefetch"``; ``options`` are further
+    ParameterConstraints fields (sharding_types, compute_kernels, ...), and a
     ``cache_load_factor`` key sets the starting cache size."""
     from torchrec.distributed.planner import ParameterConstraints
     from torchrec.distributed.types import CacheParams
@@ -226,7 +268,8 @@ def torchrec_constraints(task: ShardingTask, use_stats: bool = True,
     return {t.name: ParameterConstraints(
         pooling_factors=[t.lookups_per_sample],
         cache_params=CacheParams(load_factor=clf,
-                                 stats=curve_stats(t, batch) if use_stats else None),
+                                 stats=curve_stats(t, batch) if use_stats else None,
+                                 prefetch_pipeline=check_pipeline(pipeline) == "prefetch"),
         **options) for t in task.tables}
 
 

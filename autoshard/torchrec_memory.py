@@ -1,14 +1,16 @@
 """HBM as TorchRec counts it, and plans fitted to that count before they are handed over.
 
-TorchRec's storage estimate (``EmbeddingStorageEstimator`` of torchrec 1.8.0, CUDA, no
-pipeline) charges each shard more HBM than our memory model's weights and optimizer state:
+TorchRec's storage estimate (``EmbeddingStorageEstimator`` of torchrec 1.8.0, CUDA, for the
+training pipeline the task's ``overhead`` names, :func:`autoshard.memory.pipeline_of`) charges
+each shard more HBM than our memory model's weights and optimizer state:
 
 - ``fused_uvm_caching``: 16 bytes of cache state per cached row and 4 bytes of index per row
   of the shard (its cache bookkeeping);
 - in training, the shard's input and output buffers: 8 bytes per input id it receives and
   4 bytes per element of the pooled output it writes, for the whole global batch (table-wise
   and column-wise shards receive every sample's ids; row-wise ones a world's, table-row-wise
-  ones a node's share of them; every shard writes its columns for every sample);
+  ones a node's share of them; every shard writes its columns for every sample); in the
+  prefetch pipeline, three input buffers and, for a cached shard, seven prefetch buffers;
 - in inference, only the weights.
 
 Sharders keep room for it on tasks that reserve it (``overhead="torchrec"``,
@@ -41,7 +43,10 @@ from autoshard.memory import (
     CACHE_SLOT_BYTES,
     INDEX_BYTES,
     OUTPUT_BYTES,
+    PREFETCH_CACHED,
+    PREFETCH_INPUTS,
     optimizer_multiplier,
+    pipeline_of,
 )
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
@@ -92,9 +97,12 @@ def _buffers(s: TableSharding, x: ShardSpec, table: Table, task: ShardingTask) -
         lookups /= world
     elif s.sharding_type == "table_row_wise":
         lookups /= min(task.hardware.devices_per_node, world)
+    inputs = math.ceil(lookups * world * INDEX_BYTES)
+    if pipeline_of(task.overhead) == "prefetch":
+        cached = s.compute_kernel == FUSED_UVM_CACHING
+        return (PREFETCH_INPUTS + (PREFETCH_CACHED if cached else 0)) * inputs
     outputs = min(1.0, table.lookups_per_sample) * batch
-    return (math.ceil(lookups * world * INDEX_BYTES)
-            + math.ceil(outputs * world * x.cols * OUTPUT_BYTES))
+    return inputs + math.ceil(outputs * world * x.cols * OUTPUT_BYTES)
 
 
 def rank_hbm(shardings: Sequence[TableSharding], task: ShardingTask) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,25 @@ def test_torchrec_accepts_the_exported_plan(tmp_path: Path) -> None:
         check_sharding_plan(plan, other, world_size=2)
 
 
+@needs_torchrec
+def test_export_for_the_prefetch_pipeline_prefetches_its_caches(tmp_path: Path) -> None:
+    path, tables = tmp_path / "tr.json", tmp_path / "t.json"
+    save_tables(tables, TABLES)
+    _plan().save(tmp_path / "p.json")
+    main(["export", str(tmp_path / "p.json"), "-t", str(tables), "--devices", "2", "-o",
+          str(path), "--overhead", "torchrec-prefetch", "--check"])
+    doc = json.loads(path.read_text())
+    assert doc["pipeline"] == "prefetch"
+    module_plan = load_sharding_plan(path).get_plan_for_module("")
+    assert module_plan["c"].cache_params.prefetch_pipeline is True
+    main(["export", str(tmp_path / "p.json"), "-t", str(tables), "--devices", "2", "-o",
+          str(path)])
+    assert json.loads(path.read_text())["pipeline"] == "none"
+    assert not load_sharding_plan(path).get_plan_for_module("")["c"].cache_params.prefetch_pipeline
+    with pytest.raises(InputError, match="pipeline"):
+        read_export(dict(doc, pipeline="eager"))
+
+
 def _split_task() -> ShardingTask:
     tables = (Table("a", rows=1000, dim=16), Table("b", rows=400, dim=32, pooling_factor=3.0),
               Table("c", rows=2000, dim=8))
@@ -123,22 +143,24 @@ def _split_task() -> ShardingTask:
 
 def _split_plan() -> Plan:
     return Plan((
-        Placement.split("a", "row_wise", (Shard(3, 0, 600, 0, 16, 600),
-                                          Shard(1, 600, 1000, 0, 16, 100))),
+        Placement.split("a", "row_wise", (Shard(3, 0, 250, 0, 16, 175),
+                                          Shard(1, 250, 500, 0, 16, 175),
+                                          Shard(0, 500, 750, 0, 16, 175),
+                                          Shard(2, 750, 1000, 0, 16, 175))),
         Placement.split("b", "column_wise", (Shard(0, 0, 400, 0, 8, 400),
                                              Shard(2, 0, 400, 8, 32, 400))),
-        Placement.split("c", "table_row_wise", (Shard(1, 0, 1000, 0, 8, 0),
-                                                Shard(2, 1000, 2000, 0, 8, 0))),
+        Placement.split("c", "table_row_wise", tuple(Shard(d, 500 * i, 500 * (i + 1), 0, 8, 0)
+                                                     for i, d in enumerate((1, 2, 0, 3)))),
     ), sharder="hand")
 
 
 def test_split_tables_export_with_ranks_offsets_and_sizes() -> None:
     by_name = {s.table: s for s in table_shardings(_split_plan(), _split_task())}
     a, b, c = by_name["a"], by_name["b"], by_name["c"]
-    # Row-wise: one shard per rank of the world in rank order, the plan's row counts.
+    # Row-wise: TorchRec's even blocks, one per rank of the world in rank order.
     assert a.sharding_type == "row_wise" and a.ranks == [0, 1, 2, 3]
-    assert [(x.row_offset, x.rows) for x in a.shards] == [(0, 0), (0, 400), (400, 0),
-                                                           (400, 600)]
+    assert [(x.row_offset, x.rows) for x in a.shards] == [(0, 250), (250, 250), (500, 250),
+                                                           (750, 250)]
     assert a.compute_kernel == "fused_uvm_caching"
     assert a.cache_load_factor == pytest.approx(0.7)
     assert b.sharding_type == "column_wise" and b.compute_kernel == "fused"
@@ -148,8 +170,8 @@ def test_split_tables_export_with_ranks_offsets_and_sizes() -> None:
     assert c.compute_kernel == "fused_uvm" and sum(x.rows for x in c.shards) == 2000
     # Back to our plan: same geometry; the row-wise table keeps its share of rows in HBM.
     back = {p.table: p for p in to_plan(list(by_name.values()), _split_task()).placements}
-    assert [(s.device, s.rows, s.hbm_rows) for s in back["a"].shards] == [(1, 400, 280),
-                                                                          (3, 600, 420)]
+    assert [(s.device, s.rows, s.hbm_rows) for s in back["a"].shards] == [(d, 250, 175)
+                                                                          for d in range(4)]
     assert back["b"] == _split_plan().placements[1]
 
 
@@ -160,6 +182,7 @@ def test_bad_shards_are_rejected_with_the_field_named() -> None:
         (("tables", 1, "shards", 1, "col_offset"), 4, r"tables\[1\]\.shards\[1\]"),  # overlap
         (("tables", 0, "shards", 3, "rows"), 500, r"tables\[0\]\.shards"),  # short of rows
         (("tables", 0, "shards", 2, "rank"), 9, r"tables\[0\]\.shards\[2\]\.rank"),
+        (("tables", 0, "shards", 0, "rank"), 1, r"tables\[0\]\.shards"),  # not rank order
     ]
     for path, value, field in cases:
         bad = copy.deepcopy(doc)
@@ -192,8 +215,7 @@ def test_torchrec_accepts_split_tables_and_its_storage_estimate_fits(tmp_path: P
     module_plan = load_sharding_plan(out).get_plan_for_module("")
     a = module_plan["a"]
     assert a.sharding_type == "row_wise" and a.ranks == [0, 1, 2, 3]
-    assert [list(m.shard_sizes) for m in a.sharding_spec.shards] == [[0, 16], [400, 16],
-                                                                      [0, 16], [600, 16]]
+    assert [list(m.shard_sizes) for m in a.sharding_spec.shards] == [[250, 16]] * 4
     assert [str(m.placement) for m in module_plan["b"].sharding_spec.shards] == [
         "rank:0/cuda:0", "rank:2/cuda:2"]
 
@@ -223,15 +245,27 @@ def test_export_fits_a_full_plan_to_torchrecs_hbm_count(tmp_path: Path) -> None:
     assert (fitted_rows <= rows).all() and fitted_rows.sum() < rows.sum()
 
 
-def test_row_shards_sharing_a_device_export_as_one_shard() -> None:
-    # Ids are hashed, so device 1's two row shards of "a" are one shard of their 700 rows.
-    plan = Plan((
+def test_row_shards_must_be_torchrecs_even_blocks_one_per_rank() -> None:
+    # TorchRec's training runtime sends id i of a row-wise table to rank i // ceil(rows /
+    # ranks): two shards on one device, or shards on some devices only, would be misrouted.
+    two_on_one = Plan((
         Placement.split("a", "row_wise", (Shard(1, 0, 300, 0, 16, 300),
                                           Shard(2, 300, 600, 0, 16, 0),
                                           Shard(1, 600, 1000, 0, 16, 100))),
         Placement("b", 0, 400), Placement("c", 3, 0)), sharder="hand")
-    a = {s.table: s for s in table_shardings(plan, _split_task())}["a"]
-    assert a.sharding_type == "row_wise"
-    assert [(x.rank, x.row_offset, x.rows) for x in a.shards] == [
-        (0, 0, 0), (1, 0, 700), (2, 700, 300), (3, 1000, 0)]
-    assert a.cache_load_factor == pytest.approx(0.4)
+    with pytest.raises(PlannerError, match="even blocks of 250 rows"):
+        table_shardings(two_on_one, _split_task())
+    # TorchRec's own layout of 10 rows over 4 ranks (3, 3, 3, 1) exports as it is, and one
+    # that leaves a rank out does not.
+    task = ShardingTask((Table("z", rows=10, dim=4),), load_hardware("8xH100-80GB", devices=4))
+    edges = [0, 3, 6, 9, 10]
+    theirs = Plan((Placement.split("z", "row_wise", tuple(
+        Shard(d, edges[d], edges[d + 1], 0, 4, 0) for d in range(4))),), sharder="hand")
+    z = table_shardings(theirs, task)[0]
+    assert [(x.rank, x.row_offset, x.rows) for x in z.shards] == [
+        (0, 0, 3), (1, 3, 3), (2, 6, 3), (3, 9, 1)]
+    three = Plan((Placement.split("z", "row_wise", (Shard(0, 0, 4, 0, 4, 0),
+                                                    Shard(1, 4, 7, 0, 4, 0),
+                                                    Shard(2, 7, 10, 0, 4, 0))),), sharder="hand")
+    with pytest.raises(PlannerError, match="one near-equal shard on each"):
+        table_shardings(three, task)

@@ -54,6 +54,23 @@ def test_reservation_is_torchrecs_buffers_and_cache_state_in_train_only() -> Non
     assert (infer.table_arrays.hbm_reserved_bytes == infer.table_arrays.row_bytes + 64).all()
 
 
+def test_the_prefetch_pipeline_reserves_ten_input_buffers_and_no_output() -> None:
+    base = constrained_task(dlrm_tables(4, seed=1), 2, overhead="torchrec")
+    ahead = constrained_task(dlrm_tables(4, seed=1), 2, overhead="torchrec-prefetch")
+    t = base.tables[0]
+    batch = base.workload.batch_size
+    ids = np.ceil(t.lookups_per_sample * batch * 8)
+    out = np.ceil(min(1.0, t.lookups_per_sample) * batch * t.dim * 4)
+    # Three input buffers, seven prefetch buffers (as if cached), no output buffer; the rest
+    # (cache index, a row, rounding) as in TorchRec's default pipeline.
+    assert ahead.table_arrays.hbm_reserved_bytes[0] == (
+        base.table_arrays.hbm_reserved_bytes[0] - ids - out + 10 * ids)
+    assert (ahead.table_arrays.hbm_bytes_per_row == base.table_arrays.hbm_bytes_per_row).all()
+    infer = constrained_task(dlrm_tables(4, seed=1), 2, mode="infer",
+                             overhead="torchrec-prefetch")
+    assert (infer.table_arrays.hbm_reserved_bytes == infer.table_arrays.row_bytes + 64).all()
+
+
 def test_a_row_shard_reserves_a_worlds_share_of_the_ids_and_the_full_output() -> None:
     task = constrained_task(dlrm_tables(3, seed=2), 4, overhead="torchrec")
     t = task.tables[0]
@@ -129,12 +146,14 @@ def test_split_tables_keep_one_hbm_share_without_overfilling() -> None:
 
 
 @needs_torchrec
-@pytest.mark.parametrize("mode", ["train", "infer"])
-def test_our_count_is_at_least_torchrecs_on_every_rank(mode: str) -> None:
+@pytest.mark.parametrize(("mode", "overhead"), [("train", "torchrec"), ("infer", "torchrec"),
+                                                ("train", "torchrec-prefetch")])
+def test_our_count_is_at_least_torchrecs_on_every_rank(mode: str, overhead: str) -> None:
     from autoshard.torchrec_estimate import estimate_plan
 
+    # TorchRec's estimate is for the pipeline the overhead names (estimate_plan reads it).
     task = constrained_task(dlrm_tables(10, seed=6), 2, hbm_fraction=0.3, mode=mode,
-                            overhead="torchrec")
+                            overhead=overhead)
     for name in ("random", "lookup_greedy", "split_lookup_greedy"):
         plan = get_sharder(name).shard(task, MODEL)
         theirs = np.array([r.hbm_bytes for r in estimate_plan(plan, task).per_rank])

@@ -20,8 +20,8 @@ from autoshard.sharders.ppo import split_geometries
 from autoshard.sharders.ppo_buckets import MULTIPLIERS
 from autoshard.sharders.ppo_episode import PlacementEpisode, PricedTask
 from autoshard.sharders.ppo_features import ObsLayout
-from autoshard.sharders.recshard import RecShard, node_pins
-from autoshard.shards import KIND, check_layout, even_split, shard_task
+from autoshard.sharders.recshard import RecShard
+from autoshard.shards import KIND, check_layout, even_split, shard_task, split_pins
 from autoshard.splitting import candidate_splits, split_heavy_tables
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
@@ -69,23 +69,34 @@ def test_candidates_include_table_row_wise_only_on_several_nodes_for_node_aware_
     huge = task.num_tables - 1
     kinds = [(int(g.kind[0]), int(g.parts[0])) for g in candidate_splits(task, huge, 16, True)]
     twrw = sorted(k for kind, k in kinds if kind == KIND[TABLE_ROW_WISE])
-    assert twrw == list(range(2, 9))  # 2..devices per node
+    # Planned for TorchRec: the row splits its runtime routes, over every device of the world
+    # (row-wise) or of a node (table-row-wise); for our own runner, 2..devices.
+    assert twrw == [8]
+    assert sorted(k for kind, k in kinds if kind == KIND[ROW_WISE]) == [16]
+    ours = replace(task, overhead="none")
+    kinds = [(int(g.kind[0]), int(g.parts[0])) for g in candidate_splits(ours, huge, 16, True)]
+    assert sorted(k for kind, k in kinds if kind == KIND[TABLE_ROW_WISE]) == list(range(2, 9))
+    assert sorted(k for kind, k in kinds if kind == KIND[ROW_WISE]) == list(range(2, 17))
     assert KIND[TABLE_ROW_WISE] not in {int(g.kind[0]) for g in candidate_splits(task, huge, 16)}
     one_node = constrained_task(task.tables, 8, hbm_fraction=0.5, overhead="torchrec")
     assert KIND[TABLE_ROW_WISE] not in {int(g.kind[0])
                                         for g in candidate_splits(one_node, huge, 8, True)}
 
 
-def test_pins_put_each_table_row_wise_table_on_distinct_devices_of_one_node() -> None:
+def test_pins_put_each_row_split_table_on_every_device_of_its_node_or_world() -> None:
     task = _two_nodes()
     g = split_heavy_tables(task, MODEL, node_local=True).geometry
-    pins = node_pins(task, g)
+    pins = split_pins(task, g)
     assert pins is not None
     twrw = g.kind == KIND[TABLE_ROW_WISE]
+    rw = g.kind == KIND[ROW_WISE]
+    assert twrw.any()
     for t in np.unique(g.table[twrw]):
         on = pins[g.table == t]
-        assert len(set(on.tolist())) == on.size and len(set((on // 8).tolist())) == 1
-    assert (pins[~twrw] == -1).all()
+        assert sorted(on.tolist()) == list(range(on[0] // 8 * 8, on[0] // 8 * 8 + 8))
+    for t in np.unique(g.table[rw]):
+        assert sorted(pins[g.table == t].tolist()) == list(range(16))
+    assert (pins[~(twrw | rw)] == -1).all()
 
 
 def test_recshard_splits_the_dominant_table_within_a_node_where_that_is_cheaper(
@@ -144,3 +155,26 @@ def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
             devices = [s.device for s in p.shards]
             assert len(set(dev[devices].tolist())) == 1
     assert evaluate(plan, task, MODEL).step_cost_ms >= lower_bound_ms(task, MODEL) * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("name", ["recshard", "split_lookup_greedy", "ppo"])
+def test_row_splits_planned_for_torchrec_are_one_shard_per_device_and_export(name: str) -> None:
+    # TorchRec routes a row-wise table's ids in even blocks over every rank (table-row-wise:
+    # every rank of one node), so each such table must hold one shard on each of them.
+    from autoshard.export_torchrec import table_shardings
+
+    task = _two_nodes()
+    options = {"time_limit": 10} if name == "recshard" else {}
+    plan = get_sharder(name, **options).shard(task, MODEL)
+    split = [p for p in plan.placements if p.sharding in (ROW_WISE, TABLE_ROW_WISE)]
+    assert split, f"{name} splits no table by rows"
+    for p in split:
+        devices = sorted(s.device for s in p.shards)
+        if p.sharding == ROW_WISE:
+            assert devices == list(range(task.num_devices))
+        else:
+            first = devices[0] // 8 * 8
+            assert devices == list(range(first, first + 8))
+    exported = {s.table: s for s in table_shardings(plan, task)}
+    assert all(sorted(exported[p.table].ranks) == sorted(s.device for s in p.shards)
+               for p in split)

@@ -151,13 +151,17 @@ def test_evaluate_prices_a_split_plan_with_torchrecs_estimators_too(
 
 
 @needs_torchrec
-@pytest.mark.parametrize("mode", ["train", "infer"])
-def test_our_mirror_of_torchrecs_hbm_count_is_exact(mode: str) -> None:
+@pytest.mark.parametrize(("mode", "overhead"), [("train", "none"), ("infer", "none"),
+                                                ("train", "torchrec-prefetch")])
+def test_our_mirror_of_torchrecs_hbm_count_is_exact(mode: str, overhead: str) -> None:
     from autoshard.export_torchrec import table_shardings
     from autoshard.torchrec_estimate import estimate_shardings
     from autoshard.torchrec_memory import fit_shardings, rank_hbm
 
-    task = constrained_task(dlrm_tables(10, seed=6), 2, hbm_fraction=0.3, mode=mode)
+    # The storage estimate is for the pipeline the task's overhead names (prefetch: three
+    # input and seven prefetch buffers per cached shard).
+    task = constrained_task(dlrm_tables(10, seed=6), 2, hbm_fraction=0.3, mode=mode,
+                            overhead=overhead)
     for plan in (TorchRecSharder().shard(task, MODEL),  # splits and caches
                  get_sharder("lookup_greedy").shard(task, MODEL)):
         shardings = table_shardings(plan, task)
@@ -215,3 +219,53 @@ def test_a_rank_whose_fixed_buffers_alone_exceed_its_hbm_is_not_exportable() -> 
     with pytest.raises(PlannerError, match=r"not exportable to TorchRec: rank 0 holds 12 shards "
                                            r"whose fixed I/O buffers alone take"):
         fit_shardings(table_shardings(plan, task), task)
+
+
+@needs_torchrec
+def test_the_prefetch_pipeline_prices_caches_by_their_skew_and_sizes_its_buffers() -> None:
+    from autoshard.export_torchrec import table_shardings
+    from autoshard.plan import Placement, Plan
+    from autoshard.tables import Table
+    from autoshard.torchrec_estimate import estimate_shardings
+
+    # Two tables alike but for their skew, each with a cache of 5% of its rows.
+    tables = (Table("steep", 2_000_000, 64, pooling_factor=20, zipf_alpha=1.2),
+              Table("flat", 2_000_000, 64, pooling_factor=20))
+    task = constrained_task(tables, 2, hbm_fraction=0.2)
+    plan = Plan(placements=(Placement("steep", 0, hbm_rows=100_000),
+                            Placement("flat", 1, hbm_rows=100_000)), sharder="hand")
+    shardings = table_shardings(plan, task)
+    base = {t.table: t for t in estimate_shardings(shardings, task).per_table}
+    pre = estimate_shardings(shardings, task, pipeline="prefetch")
+    ahead = {t.table: t for t in pre.per_table}
+    assert all(t.compute_kernel == "fused_uvm_caching" for t in ahead.values())
+    # Without prefetch a cached lookup runs at a bandwidth blended by the load factor, the
+    # same for both; prefetched, lookups run at HBM speed and the misses are fetched, so the
+    # skewed table is far cheaper and both are cheaper than without.
+    assert base["flat"].perf_ms / base["steep"].perf_ms < 1.2
+    assert ahead["flat"].perf_ms / ahead["steep"].perf_ms > 5
+    assert all(ahead[n].perf_ms < base[n].perf_ms / 5 for n in base)
+    # Storage: the prefetch pipeline's three input and seven prefetch buffers per cached shard.
+    plain = estimate_shardings(shardings, task)
+    assert all(a.hbm_bytes > b.hbm_bytes for a, b in zip(pre.per_rank, plain.per_rank,
+                                                          strict=True))
+
+
+@needs_torchrec
+def test_an_unknown_pipeline_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    from autoshard.errors import InputError
+
+    with pytest.raises(InputError, match="pipeline"):
+        TorchRecSharder(pipeline="fast")
+    task = constrained_task(dlrm_tables(4, seed=1), 2, hbm_fraction=0.5)
+    plan = TorchRecSharder(pipeline="prefetch").shard(task, MODEL)
+    assert estimate_plan(plan, task, pipeline="prefetch").fits
+    tables, path = tmp_path / "t.json", tmp_path / "p.json"
+    save_tables(tables, task.tables)
+    plan.save(path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["evaluate", str(path), "-t", str(tables), "--devices", "2",
+              "--estimator", "torchrec", "--torchrec-pipeline", "fast"])
+    assert exit_.value.code == 2
+    assert "--torchrec-pipeline" in capsys.readouterr().err

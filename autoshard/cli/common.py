@@ -39,7 +39,9 @@ HbmOpt = Annotated[float | None, typer.Option(
 BatchOpt = Annotated[int | None, typer.Option(help="Global batch size (default 65536).")]
 OverheadOpt = Annotated[str, typer.Option(
     help="HBM the sharder keeps free per table or shard: torchrec (what TorchRec's runtime "
-         "adds: I/O buffers, cache state) or none (the weights alone).")]
+         "adds in its default pipeline: I/O buffers, cache state), torchrec-prefetch (the same "
+         "in TorchRec's prefetch pipeline, whose caches are prefetched: ten input buffers per "
+         "shard) or none (the weights alone).")]
 ModeOpt = Annotated[str | None, typer.Option(help="train or infer (default train).")]
 CostModelOpt = Annotated[str, typer.Option(
     "--cost-model", help="'analytical' or a directory with a learned cost model.")]

@@ -133,6 +133,11 @@ def evaluate_cmd(
         "--estimator", help="'ours' (the cost model), or 'torchrec' to also price and size "
         "the plan with TorchRec's EmbeddingPerfEstimator and EmbeddingStorageEstimator on the "
         "same topology (needs the torchrec extra).")] = "ours",
+    torchrec_pipeline: Annotated[str, typer.Option(
+        "--torchrec-pipeline", help="TorchRec training pipeline the estimate assumes: 'none' "
+        "(TorchRec's default: a cached lookup at a bandwidth blended by the load factor) or "
+        "'prefetch' (caches prefetched: lookups at HBM bandwidth plus the expected misses' "
+        "fetch, from the access curves).")] = "none",
     json_out: JsonOpt = False,
 ) -> None:
     """Price a plan: per-device cost, step cost, lower bound, balance and UVM share."""
@@ -148,6 +153,9 @@ def evaluate_cmd(
         raise InputError("must be 'simple' or 'lp'", field="--bound", value=bound)
     if estimator not in ("ours", "torchrec"):
         raise InputError("must be 'ours' or 'torchrec'", field="--estimator", value=estimator)
+    if torchrec_pipeline not in ("none", "prefetch"):
+        raise InputError("must be 'none' or 'prefetch'", field="--torchrec-pipeline",
+                         value=torchrec_pipeline)
     bound_ms = None
     if bound == "lp" and not loaded.is_split:
         from autoshard.sharders.recshard import recshard_bound
@@ -160,7 +168,7 @@ def evaluate_cmd(
     if estimator == "torchrec":
         from autoshard.torchrec_estimate import estimate_plan
 
-        second = estimate_plan(loaded, task)
+        second = estimate_plan(loaded, task, pipeline=torchrec_pipeline)
         ours = per_table_ms(loaded, task, model)
     if json_out:
         doc = report.to_dict()

@@ -16,6 +16,7 @@ from autoshard.cli.common import (
     HbmOpt,
     ModeOpt,
     NodesOpt,
+    OverheadOpt,
     TablesOpt,
     build_task,
     check_output_path,
@@ -40,6 +41,7 @@ def export(
     hbm_gb: HbmOpt = None,
     batch_size: BatchOpt = None,
     mode: ModeOpt = None,
+    overhead: OverheadOpt = "torchrec",
     check: Annotated[bool, typer.Option(
         "--check", help="Load the result as a TorchRec ShardingPlan, check it against "
         "TorchRec's sharder and size it with TorchRec's storage estimator per rank (needs the "
@@ -56,9 +58,10 @@ def export(
     fused_uvm or fused_uvm_caching with its share of rows in HBM as cache load factor.
 
     TorchRec counts more HBM per shard than the plan's memory model (I/O buffers and cache
-    state); by default the caches of ranks it would overfill are lowered until they fit, and
-    the tables changed are listed. Load the file in Python with
-    ``autoshard.export_torchrec.load_sharding_plan(path)``.
+    state, for the training pipeline ``--overhead`` names: with ``torchrec-prefetch`` the
+    caches are exported prefetched, for TorchRec's prefetch pipeline); by default the caches of
+    ranks it would overfill are lowered until they fit, and the tables changed are listed.
+    Load the file in Python with ``autoshard.export_torchrec.load_sharding_plan(path)``.
     """
     from autoshard.export_torchrec import export_doc, table_shardings, to_plan
     from autoshard.fileio import write_structured
@@ -71,7 +74,7 @@ def export(
         check_output_path(fitted_plan)
     loaded = Plan.load(plan_file)
     task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
-                      default=loaded.workload)
+                      default=loaded.workload, overhead=overhead)
     try:
         shardings = table_shardings(loaded, task)
         changed: list[str] = []

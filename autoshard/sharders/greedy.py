@@ -7,9 +7,10 @@ from typing import ClassVar
 import numpy as np
 
 from autoshard.cost import CostModel
+from autoshard.errors import PlannerError
 from autoshard.placement import PlacementState
 from autoshard.plan import Plan
-from autoshard.shards import ShardLayout, pricing_task
+from autoshard.shards import ShardLayout, pricing_task, split_pins
 from autoshard.splitting import split_heavy_tables
 from autoshard.task import ShardingTask
 
@@ -42,14 +43,17 @@ class GreedySharder:
         # A shard keeps at most its table's share of HBM rows in the bound's relaxation, so
         # that the first-placed shards do not take every device's HBM.
         cap = np.where(g.parts > 1, np.floor(choice.hbm_share[g.table] * g.rows), -1)
-        state = self._place(pricing_task(task, g), cost_model, cap.astype(np.int64))
+        state = self._place(pricing_task(task, g), cost_model, cap.astype(np.int64),
+                            split_pins(task, g))
         layout = ShardLayout(g, state.device, state.hbm_rows).even_shares(task)
         return layout.to_plan(task, self.name)
 
     def _place(self, task: ShardingTask, cost_model: CostModel,
-               hbm_cap: np.ndarray | None = None) -> PlacementState:
+               hbm_cap: np.ndarray | None = None, pins: np.ndarray | None = None
+               ) -> PlacementState:
         """Places every table; a table with ``hbm_cap[t] >= 0`` keeps at most that many rows
-        in HBM, on the least loaded device where they fit."""
+        in HBM, on the least loaded device where they fit; one with ``pins[t] >= 0`` goes to
+        that device (:func:`autoshard.shards.split_pins`) with the most HBM rows that fit."""
         keys = self.keys(task)
         state = PlacementState(task, cost_model)
         accumulated = np.zeros(task.num_devices)
@@ -57,7 +61,11 @@ class GreedySharder:
             t = int(t)
             fits = np.flatnonzero(state.full_fit(t))
             capped = hbm_cap is not None and hbm_cap[t] >= 0
-            if capped:
+            if pins is not None and pins[t] >= 0:
+                device = int(pins[t])
+                limit = int(hbm_cap[t]) if hbm_cap is not None else -1
+                rows = _pinned_rows(state, t, device, limit)
+            elif capped:
                 assert hbm_cap is not None
                 want = np.minimum(state.max_hbm_rows(t), hbm_cap[t])
                 ok = np.flatnonzero(state.fits(t, want))
@@ -73,6 +81,22 @@ class GreedySharder:
             state.place(t, device, rows)
             accumulated[device] += keys[t]
         return state
+
+
+def _pinned_rows(state: PlacementState, table: int, device: int, cap: int) -> int:
+    """The most HBM rows of ``table`` (at most ``cap`` when >= 0) that fit on ``device``.
+
+    Raises:
+        PlannerError: The table fits there in neither tier.
+    """
+    want = int(state.max_hbm_rows(table)[device])
+    want = min(want, cap) if cap >= 0 else want
+    for rows in (want, 0):
+        if state.fits(table, np.full(state.task.num_devices, rows))[device]:
+            return rows
+    name = state.task.tables[table].name
+    raise PlannerError("capacity", f"shard '{name}' must go to device {device} (one row shard "
+                       f"per device) and fits there in neither HBM nor host memory")
 
 
 class SizeGreedy(GreedySharder):

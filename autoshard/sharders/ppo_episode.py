@@ -20,10 +20,10 @@ from autoshard.bounds import lower_bound_ms
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError, gib
 from autoshard.placement import PlacementState
-from autoshard.plan import TABLE_ROW_WISE, Plan
+from autoshard.plan import ROW_WISE, TABLE_ROW_WISE, Plan
 from autoshard.sharders.ppo_buckets import MULTIPLIERS, bucket_rows
 from autoshard.sharders.ppo_features import ObsLayout
-from autoshard.shards import KIND
+from autoshard.shards import KIND, torchrec_rows
 from autoshard.task import ShardingTask
 
 #: Costs and bytes in the observation are clipped to this magnitude (in units of the bound or
@@ -187,9 +187,11 @@ class PlacementEpisode:
         self._rows_used = task.table_arrays.rows_used
         dev = task.device_arrays
         self._hbm_cap = np.maximum(dev.hbm_capacity, 1.0)
-        # Shards of a table split table_row_wise stay within one node, one per device.
+        # Shards of a table split table_row_wise stay within one node, one per device; on a
+        # task planned for TorchRec, row_wise ones too go one per device.
         g = self._geometry = getattr(task, "geometry", None)
-        self._node_bound = None if g is None else g.kind == KIND[TABLE_ROW_WISE]
+        self._node_bound = None if g is None else (
+            (g.kind == KIND[TABLE_ROW_WISE]) | (torchrec_rows(task) & (g.kind == KIND[ROW_WISE])))
         self._init_device_features(n_t, n_d)
         self.obs = np.zeros(layout.size, dtype=np.float32)
         self.mask = np.zeros(layout.max_devices * self.buckets, dtype=bool)
@@ -361,7 +363,8 @@ class PlacementEpisode:
 
     def _node_devices(self, t: int) -> np.ndarray:
         """[D]: where table-row-wise shard ``t`` may go: any device while none of its table's
-        shards is placed, then the devices of their node that hold none of them."""
+        shards is placed, then the devices of their node that hold none of them (a row-wise
+        shard: any device that holds none of them)."""
         g = self._geometry
         assert g is not None
         device = self.state.device
@@ -369,7 +372,8 @@ class PlacementEpisode:
         node = self.task.device_arrays.node
         if not placed.size:
             return np.ones(node.size, dtype=bool)
-        ok = node == node[placed[0]]
+        ok = (node == node[placed[0]] if g.kind[t] == KIND[TABLE_ROW_WISE]
+              else np.ones(node.size, dtype=bool))
         ok[placed] = False
         return ok
 

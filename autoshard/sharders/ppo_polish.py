@@ -37,7 +37,15 @@ from autoshard.evaluator import evaluate
 from autoshard.plan import Plan
 from autoshard.sharders.milp_curves import UNIT_BYTES, cost_curves
 from autoshard.sharders.milp_plans import feasible, hbm_terms
-from autoshard.shards import KIND, TABLE_ROW_WISE, ShardLayout, plan_layout, pricing_task
+from autoshard.shards import (
+    KIND,
+    ROW_WISE,
+    TABLE_ROW_WISE,
+    ShardLayout,
+    plan_layout,
+    pricing_task,
+    torchrec_rows,
+)
 from autoshard.task import ShardingTask
 
 #: Rounds of the move search: :data:`ROUNDS_PER_DEVICE` per device, at least
@@ -127,15 +135,19 @@ class Polisher:
         device: Each item's device ([N]).
         rows: Each item's HBM rows ([N]).
         node_bound: Items that must stay on their device's node (table_row_wise shards).
+        fixed: Items that must stay on their device (the row shards of a task planned for
+            TorchRec, one per device, :func:`autoshard.shards.torchrec_rows`).
     """
 
     def __init__(self, items: ShardingTask, cost_model: CostModel, curves: Curves,
                  device: np.ndarray, rows: np.ndarray,
-                 node_bound: np.ndarray | None = None) -> None:
+                 node_bound: np.ndarray | None = None, fixed: np.ndarray | None = None
+                 ) -> None:
         self.items, self.cost_model = items, cost_model
         self.device, self.rows = device.astype(np.int64), rows.astype(np.int64)
         n = items.num_tables
         self.node_bound = np.zeros(n, dtype=bool) if node_bound is None else node_bound
+        self.fixed = np.zeros(n, dtype=bool) if fixed is None else fixed
         a, dev = items.table_arrays, items.device_arrays
         # HBM per row and per item wherever it lives, as the runtime counts them; host memory
         # per row not in HBM.
@@ -351,12 +363,17 @@ class Polisher:
         return lists.base[devices][None, :] + cost[..., 0] - total.max(axis=2)
 
     def _allowed(self, sel: np.ndarray, home: int | np.ndarray) -> np.ndarray:
-        """[n, D]: where each item of ``sel`` may go (node-bound items: their node only)."""
+        """[n, D]: where each item of ``sel`` may go (node-bound items: their node only; fixed
+        items: nowhere else)."""
         ok = np.ones((sel.size, self.load.size), dtype=bool)
         bound = self.node_bound[sel]
         if bound.any():
             here = self.node[np.broadcast_to(home, sel.shape)]
             ok[bound] = self.node[None, :] == here[bound, None]
+        fixed = self.fixed[sel]
+        if fixed.any():
+            at = np.broadcast_to(home, sel.shape)
+            ok[fixed] = np.arange(self.load.size)[None, :] == at[fixed, None]
         return ok
 
     def _try(self, lists: _Lists, s: int, mine: np.ndarray, others: np.ndarray, score: np.ndarray,
@@ -445,8 +462,9 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
     cache = {} if curves is None else curves
     if key not in cache:
         cache[key] = Curves.price(items, cost_model)
+    row_split = (g.kind == KIND[TABLE_ROW_WISE]) | (g.kind == KIND[ROW_WISE])
     polisher = Polisher(items, cost_model, cache[key], layout.device, layout.hbm_rows,
-                        g.kind == KIND[TABLE_ROW_WISE])
+                        g.kind == KIND[TABLE_ROW_WISE], torchrec_rows(task) & row_split)
     polisher.refill()
     polisher.search(*(budget(items.num_tables, task.num_devices) if limit is None else limit))
     # One HBM share per split table, as the export gives TorchRec one cache load factor each.

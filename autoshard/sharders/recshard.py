@@ -49,7 +49,7 @@ import numpy as np
 from autoshard.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.plan import TABLE_ROW_WISE, Plan
+from autoshard.plan import Plan
 from autoshard.sharders import milp_model
 from autoshard.sharders.milp_curves import (
     CostLines,
@@ -72,12 +72,12 @@ from autoshard.sharders.milp_plans import (
     to_rows,
 )
 from autoshard.shards import (
-    KIND,
     ShardGeometry,
     ShardLayout,
     is_whole,
     pricing_task,
     same_split,
+    split_pins,
     whole_tables,
 )
 from autoshard.splitting import split_heavy_tables
@@ -250,7 +250,7 @@ class RecShard:
             stop = began + min(_left(deadline) * (0.6 if more else 1.0), first)
             sub = pricing_task(task, g)
             try:
-                found = self._solve_tables(sub, cost_model, stop, node_pins(task, g))
+                found = self._solve_tables(sub, cost_model, stop, split_pins(task, g))
             except PlannerError:  # e.g. a whole table's reserved HBM fits no device
                 if best is None and not more:
                     raise
@@ -504,26 +504,6 @@ def _cheap_start(task: ShardingTask, cost_model: CostModel, pins: np.ndarray | N
     except PlannerError:
         return None
     return None if placed is None else (name, *placed)
-
-
-def node_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
-    """A device per shard for the tables split ``table_row_wise`` (-1 for the others; None when
-    there are none): such a table's shards on consecutive devices of the node with the fewest
-    shards pinned so far, from where the last one there ended (so that they spread over the
-    nodes' devices)."""
-    twrw = np.flatnonzero(g.kind == KIND[TABLE_ROW_WISE])
-    if not twrw.size:
-        return None
-    local = min(task.hardware.devices_per_node, task.num_devices)
-    nodes = max(task.num_devices // local, 1)
-    pins = np.full(g.num_shards, -1, dtype=np.int64)
-    taken = np.zeros(nodes, dtype=np.int64)  # shards pinned to each node so far
-    for t in np.unique(g.table[twrw]):
-        idx = np.flatnonzero(g.table == t)
-        node = int(np.argmin(taken))
-        pins[idx] = node * local + (taken[node] + np.arange(idx.size)) % local
-        taken[node] += idx.size
-    return pins
 
 
 def _beats_whole(task: ShardingTask, cost_model: CostModel, g: ShardGeometry, cost: float,

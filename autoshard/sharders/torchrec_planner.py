@@ -81,12 +81,13 @@ class _SearchSpace:
     """The meta-device module, topology and per-table constraints TorchRec plans over."""
 
     def __init__(self, task: ShardingTask, offered: dict[str, list[str]],
-                 use_stats: bool) -> None:
+                 use_stats: bool, pipeline: str) -> None:
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
         from autoshard.torchrec_estimate import declare_optimizers, torchrec_topology
 
         self.task, self.offered, self.use_stats = task, offered, use_stats
+        self.pipeline = pipeline
         self.module = meta_collection([(t.name, t.rows, t.dim, _data_type(t))
                                        for t in task.tables])
         if task.workload.train:
@@ -104,13 +105,15 @@ class _SearchSpace:
             torchrec_estimators,
         )
 
-        constraints = torchrec_constraints(self.task, self.use_stats, cache_load_factor=clf,
+        constraints = torchrec_constraints(self.task, self.use_stats, pipeline=self.pipeline,
+                                           cache_load_factor=clf,
                                            compute_kernels=[FUSED, FUSED_UVM_CACHING, FUSED_UVM])
         for name, c in constraints.items():
             c.sharding_types = list(self.offered[name])
         return EmbeddingEnumerator(
             self.topology, per_rank_batch(self.task), constraints,
-            estimator=torchrec_estimators(self.task, self.topology, constraints)), constraints
+            estimator=torchrec_estimators(self.task, self.topology, constraints,
+                                          self.pipeline)), constraints
 
 
 class TorchRecSharder:
@@ -132,6 +135,10 @@ class TorchRecSharder:
         full_strength_cells: Tasks of more tables x devices than this offer the split sharding
             types to dominant tables only (:func:`offered_sharding_types`), bounding the
             options.
+        pipeline: The TorchRec training pipeline the plan is for (``"none"``, TorchRec's
+            default, or ``"prefetch"``: caches prefetched, priced and sized as TorchRec's
+            prefetch pipeline, :mod:`autoshard.torchrec_estimate`); None: the one the task's
+            ``overhead`` reserves HBM for.
 
     After :meth:`shard`, ``last_sharding_plan`` holds TorchRec's own ShardingPlan,
     ``last_cache_load_factor`` the starting load factor it came from and ``last_rating_ms``
@@ -145,7 +152,11 @@ class TorchRecSharder:
     def __init__(self, cache_load_factor: float | None = None, use_stats: bool = True,
                  sharding_types: tuple[str, ...] = SHARDING_TYPES,
                  time_limit: float | None = None,
-                 full_strength_cells: int = FULL_STRENGTH_CELLS) -> None:
+                 full_strength_cells: int = FULL_STRENGTH_CELLS,
+                 pipeline: str | None = None) -> None:
+        from autoshard.torchrec_estimate import check_pipeline
+
+        self.pipeline = None if pipeline is None else check_pipeline(pipeline)
         self.full_strength_cells = full_strength_cells
         self.cache_load_factor = cache_load_factor
         self.time_limit = time_limit
@@ -170,12 +181,12 @@ class TorchRecSharder:
         )
         from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
 
-        from autoshard.torchrec_estimate import per_rank_batch, quiet_torchrec
+        from autoshard.torchrec_estimate import per_rank_batch, quiet_torchrec, task_pipeline
 
         began = time.monotonic()
         self.last_notes = []
-        space = _SearchSpace(task, self._offered(task, cost_model),
-                             self.use_stats)
+        pipeline = task_pipeline(task, self.pipeline)
+        space = _SearchSpace(task, self._offered(task, cost_model), self.use_stats, pipeline)
         with quiet_torchrec():
             starts = ([self.cache_load_factor] if self.cache_load_factor is not None
                       else self._starts(space, task))
@@ -202,7 +213,7 @@ class TorchRecSharder:
                                            f"{task.num_tables} tables on {task.num_devices} "
                                            f"devices: {str(exc).splitlines()[0]}") from exc
                     continue
-                rating = _rating(plan, task)
+                rating = _rating(plan, task, pipeline)
                 if best is None or rating < best[0]:
                     best = (rating, clf, plan)
         assert best is not None
@@ -212,9 +223,10 @@ class TorchRecSharder:
     def search_space(self, task: ShardingTask, cost_model: CostModel,
                      cache_load_factor: float = DEFAULT_CACHE_LOAD_FACTOR) -> list[Any]:
         """TorchRec's enumerated sharding options for ``task``, as :meth:`shard` offers them."""
-        space = _SearchSpace(task, self._offered(task, cost_model),
-                             self.use_stats)
-        from autoshard.torchrec_estimate import quiet_torchrec
+        from autoshard.torchrec_estimate import quiet_torchrec, task_pipeline
+
+        space = _SearchSpace(task, self._offered(task, cost_model), self.use_stats,
+                             task_pipeline(task, self.pipeline))
 
         with quiet_torchrec():
             return list(space.enumerator(cache_load_factor)[0].enumerate(space.module,
@@ -254,14 +266,14 @@ class TorchRecSharder:
         return proposers
 
 
-def _rating(sharding_plan: Any, task: ShardingTask) -> float:
+def _rating(sharding_plan: Any, task: ShardingTask, pipeline: str) -> float:
     """TorchRec's rating of its plan: its perf estimate of the slowest rank, ms."""
     from autoshard.torchrec_estimate import estimate_shardings
 
     module_plan = sharding_plan.get_plan_for_module("")
     return estimate_shardings([from_parameter_sharding(t.name, module_plan[t.name], t.rows,
                                                        t.dim, _data_type(t))
-                               for t in task.tables], task).step_ms
+                               for t in task.tables], task, pipeline=pipeline).step_ms
 
 
 def fitting_cache_load_factor(enumerator: Any, module: Any, sharders: list[Any],

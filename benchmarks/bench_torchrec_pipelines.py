@@ -1,0 +1,126 @@
+"""The public models' plans under TorchRec's estimators for both of its training pipelines.
+
+TorchRec prices an HBM cache by the pipeline that runs it (:mod:`autoshard.torchrec_estimate`):
+without prefetch (its default) a cached lookup runs at a bandwidth blended by the load factor,
+whatever the skew; with its prefetch pipeline lookups run at HBM speed and the expected misses
+(from the access curves) are fetched ahead. This prices every sharder's committed plan of the
+public-model suites (``results/torchrec/<suite>.plans``, written by
+``benchmarks/bench_torchrec_storage.py``) under both, with TorchRec's storage estimate for each
+pipeline, beside our cost model's figure. ``recshard`` and TorchRec's planner also plan each
+task for the prefetch pipeline (``recshard-prefetch``, ``torchrec-prefetch``: the task reserving
+that pipeline's HBM, ``overhead="torchrec-prefetch"``, which the ``torchrec`` sharder reads as
+its pipeline), so that each pipeline has a plan of each made for it.
+
+    .venv/bin/python benchmarks/bench_torchrec_pipelines.py [--suites a,b] [--time-limit 20]
+        [--recshard-time-limit 60]
+
+Writes ``results/torchrec/pipelines.md`` and ``pipelines.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from autoshard.analytical import AnalyticalCostModel
+from autoshard.evaluator import evaluate
+from autoshard.fileio import atomic_write_text
+from autoshard.machine import describe_machine
+from autoshard.plan import Plan
+from autoshard.sharders.recshard import RecShard
+from autoshard.sharders.torchrec_planner import TorchRecSharder
+from autoshard.suites import get_suite
+from autoshard.torchrec_estimate import PIPELINES, estimate_plan
+
+SUITES = ("dcnv2-8", "dcnv2-16", "criteo1tb-8")
+SHARDERS = ("split_lookup_greedy", "recshard", "ppo", "torchrec")
+OUT = Path(__file__).resolve().parents[1] / "results" / "torchrec"
+FIELDS = ("suite", "task", "sharder", "ours_ms", "none_ms", "none_fits", "none_hbm_fill",
+          "prefetch_ms", "prefetch_fits", "prefetch_hbm_fill")
+
+
+def rows_for(suite: str, time_limit: float, recshard_limit: float) -> list[dict[str, object]]:
+    """Every sharder's plan of ``suite`` priced under both pipelines."""
+    model = AnalyticalCostModel()
+    rows = []
+    for spec in get_suite(suite):
+        task = spec.build()
+        plans = {name: Plan.load(OUT / f"{suite}.plans" / spec.name / f"{name}.json")
+                 for name in SHARDERS}
+        ahead = replace(task, overhead="torchrec-prefetch")
+        plans["recshard-prefetch"] = RecShard(time_limit=recshard_limit).shard(ahead, model)
+        plans["torchrec-prefetch"] = TorchRecSharder(time_limit=time_limit).shard(ahead, model)
+        for name, plan in plans.items():
+            row: dict[str, object] = {
+                "suite": suite, "task": spec.name, "sharder": name,
+                "ours_ms": evaluate(plan, task, model).step_cost_ms}
+            for pipeline in PIPELINES:
+                e = estimate_plan(plan, task, pipeline=pipeline)
+                row.update({f"{pipeline}_ms": e.step_ms, f"{pipeline}_fits": e.fits,
+                            f"{pipeline}_hbm_fill": e.hbm_fill})
+            rows.append(row)
+            print(f"{suite} {spec.name} {name}: ours {row['ours_ms']:.3f} ms, TorchRec "
+                  f"{row['none_ms']:.3f} / {row['prefetch_ms']:.3f} ms", flush=True)
+    return rows
+
+
+def markdown(rows: list[dict[str, object]], command: str) -> str:
+    lines = ["# TorchRec's estimate of the public models' plans, per training pipeline", "",
+             f"Command: `{command}`  ", f"Machine: {describe_machine()}; torchrec 1.8.0 "
+             "estimators on a simulated topology of the same hardware", "",
+             "`none`: TorchRec's default pipeline (a cached lookup at "
+             "(f x HBM + (1 - f) x host link) / 10 for load factor f). `prefetch`: its "
+             "prefetch pipeline (lookups at HBM bandwidth plus the expected misses' fetch, "
+             "read from the access curves; three input and seven prefetch buffers per cached "
+             "shard). The committed plans were made for `none` (HBM kept for its buffers); "
+             "`recshard-prefetch` and `torchrec-prefetch` for `prefetch`. Fill: the fullest "
+             "rank's HBM under that pipeline's storage estimate.", "",
+             "| suite | task | sharder | ours ms | TorchRec ms, none | fits | fill | "
+             "TorchRec ms, prefetch | fits | fill |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['suite']} | {r['task']} | {r['sharder']} | {r['ours_ms']:.3f} | "
+            f"{r['none_ms']:.3f} | {'yes' if r['none_fits'] else 'no'} | "
+            f"{r['none_hbm_fill']:.3f} | {r['prefetch_ms']:.3f} | "
+            f"{'yes' if r['prefetch_fits'] else 'no'} | {r['prefetch_hbm_fill']:.3f} |")
+    lines += ["", "`recshard` against `torchrec` under TorchRec's estimator, each planned for the "
+              "pipeline it is priced in (ms; both must fit that pipeline's storage estimate):",
+              ""]
+    for task in dict.fromkeys(str(r["task"]) for r in rows):
+        mine = {str(r["sharder"]): r for r in rows if r["task"] == task}
+        for pipeline, suffix in (("none", ""), ("prefetch", "-prefetch")):
+            ours, theirs = mine[f"recshard{suffix}"], mine[f"torchrec{suffix}"]
+            a, b = float(str(ours[f"{pipeline}_ms"])), float(str(theirs[f"{pipeline}_ms"]))
+            fit = bool(ours[f"{pipeline}_fits"]) and bool(theirs[f"{pipeline}_fits"])
+            verdict = "at or below" if a <= b and fit else "ABOVE" if fit else "does not fit"
+            lines.append(f"- {task}, {pipeline}: recshard {a:.3f} vs torchrec {b:.3f} "
+                         f"({verdict})")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", default=",".join(SUITES))
+    parser.add_argument("--time-limit", type=float, default=20.0,
+                        help="TorchRec's planner, s (as bench_torchrec_storage.py)")
+    parser.add_argument("--recshard-time-limit", type=float, default=60.0,
+                        help="recshard, s (as the comparison suites)")
+    args = parser.parse_args(argv)
+    rows = [r for suite in args.suites.split(",")
+            for r in rows_for(suite, args.time_limit, args.recshard_time_limit)]
+    command = "python benchmarks/bench_torchrec_pipelines.py " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(OUT / "pipelines.csv", buffer.getvalue())
+    atomic_write_text(OUT / "pipelines.md", markdown(rows, command.strip()))
+
+
+if __name__ == "__main__":
+    main()
