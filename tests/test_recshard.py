@@ -19,8 +19,9 @@ from autoshard.evaluator import evaluate
 from autoshard.hardware import GB, load_hardware
 from autoshard.plan import check_plan
 from autoshard.sharders import get_sharder
-from autoshard.sharders.recshard import DEADLINE_STATUS, RecShard, recshard_bound
-from autoshard.shards import check_layout
+from autoshard.sharders.recshard import DEADLINE_STATUS, RecShard, _beats_whole, recshard_bound
+from autoshard.shards import check_layout, whole_tables
+from autoshard.splitting import split_heavy_tables
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask, Workload
 from autoshard.workloads import constrained_task, dlrm_tables
@@ -192,6 +193,27 @@ def test_splits_the_dominant_table() -> None:
     assert split.gap == pytest.approx((split.step_cost_ms - split.bound_ms) / split.step_cost_ms)
     assert evaluate(split.plan, task, MODEL).step_cost_ms == pytest.approx(split.step_cost_ms)
 
+
+
+def test_whole_tables_are_not_planned_once_a_split_plan_beats_their_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    task = _dominated_task(4)
+    whole_bound = lower_bound_ms(task, MODEL, whole_tables=True)
+    g = whole_tables(task)
+    assert _beats_whole(task, MODEL, g, 0.99 * whole_bound, np.inf)
+    assert not _beats_whole(task, MODEL, g, whole_bound, np.inf)
+    split = split_heavy_tables(task, MODEL).geometry
+    assert not _beats_whole(task, MODEL, split, 0.0, np.inf)  # only the whole-table choice
+    planned: list[bool] = []
+    solve_tables = RecShard._solve_tables
+
+    def recording(self: RecShard, sub: ShardingTask, *args: object) -> object:
+        planned.append(sub is task)  # the whole-table choice is priced on the task itself
+        return solve_tables(self, sub, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RecShard, "_solve_tables", recording)
+    result = RecShard(time_limit=3).solve(task, MODEL)
+    assert result.step_cost_ms < whole_bound and planned and not any(planned)
 
 def test_convex_shortcut_gives_the_monotone_chain_hulls() -> None:
     from autoshard.sharders.milp_curves import _convex_hulls, _lower_hulls

@@ -32,8 +32,9 @@ With ``split`` (the default) tables may be split: the tables whose cost alone ex
 the per-device mean of the least work are split column-wise or row-wise
 (:func:`autoshard.splitting.split_heavy_tables`), their shards placed by the solve above as if
 they were tables (with their own HBM rows), for each share in :data:`SPLIT_TARGETS` while time
-is left and the gap is open; the cheapest plan is kept. Its bound is then the spread-work bound,
-valid for every plan, split or not (the table-wise bounds above are not).
+is left and the gap is open, then every table whole unless a split plan already costs less than
+the table-wise bound; the cheapest plan is kept. Its bound is then the spread-work bound, valid for
+every plan, split or not (the table-wise bounds above are not).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from autoshard.sharders.milp_plans import (
 from autoshard.shards import (
     ShardGeometry,
     ShardLayout,
+    is_whole,
     pricing_task,
     same_split,
     split_pins,
@@ -223,7 +225,8 @@ class RecShard:
                                           start + SPLIT_SETUP_SHARE * self.time_limit,
                                           self.node_splits)
             # Last, while time is left: every table whole (splits pay their shards' reserved
-            # HBM and one HBM share per table, and may lose to it).
+            # HBM and one HBM share per table, and may lose to it), unless a split plan already
+            # costs less than any such plan can (:func:`_beats_whole`).
             whole = whole_tables(task)
             if not any(same_split(whole, h) for h in choices):
                 choices.append(whole)
@@ -232,11 +235,13 @@ class RecShard:
             found = replace(found, status=f"{found.status}; {NO_SPLIT_STATUS}")
             return self._result(Plan.from_arrays(task, found.device, found.rows, self.name),
                                 found, 0.0, start)
-        best: tuple[Plan, _Found] | None = None
+        best: tuple[ShardLayout, _Found] | None = None
         first = self.time_limit
         for i, g in enumerate(choices):
             if best is not None and (_left(deadline) < 0.1 * self.time_limit
-                                     or best[1].cost - bound <= self.mip_rel_gap * best[1].cost):
+                                     or best[1].cost - bound <= self.mip_rel_gap * best[1].cost
+                                     or _beats_whole(task, cost_model, g, best[1].cost,
+                                                     deadline)):
                 break
             more = i < len(choices) - 1
             began = time.perf_counter()
@@ -258,9 +263,9 @@ class RecShard:
                 found = replace(found, rows=layout.hbm_rows, cost=step_cost(
                     sub, cost_model, layout.device, layout.hbm_rows))
             if best is None or found.cost < best[1].cost:
-                best = (layout.to_plan(task, self.name), found)
+                best = (layout, found)
         assert best is not None
-        return self._result(best[0], best[1], bound, start)
+        return self._result(best[0].to_plan(task, self.name), best[1], bound, start)
 
     @staticmethod
     def _split_choices(task: ShardingTask, cost_model: CostModel, relaxed: Relaxation,
@@ -499,6 +504,20 @@ def _cheap_start(task: ShardingTask, cost_model: CostModel, pins: np.ndarray | N
     except PlannerError:
         return None
     return None if placed is None else (name, *placed)
+
+
+def _beats_whole(task: ShardingTask, cost_model: CostModel, g: ShardGeometry, cost: float,
+                 deadline: float) -> bool:
+    """Whether ``g`` is every table whole and ``cost`` is below what any such plan costs (the
+    table-wise bound: exact for cost models linear in the HBM share between grid points, as
+    :func:`lower_bound_ms` says), so that planning it cannot win; False when the bound is not
+    priced by ``deadline``."""
+    if not is_whole(task, g):
+        return False
+    try:
+        return cost < lower_bound_ms(task, cost_model, whole_tables=True, deadline=deadline)
+    except DeadlineReached:
+        return False
 
 
 def _tied(task: ShardingTask) -> np.ndarray | None:
