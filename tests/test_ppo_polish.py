@@ -161,3 +161,32 @@ def test_devices_of_several_kinds() -> None:
     check_layout(out, mixed)
     assert cost == pytest.approx(evaluate(out, mixed, MODEL).step_cost_ms, rel=1e-9)
     assert cost < 0.9 * before
+
+
+def test_split_tables_keep_one_share_and_the_hbm_it_frees_goes_to_the_others() -> None:
+    # On a task planned for TorchRec a split table's shards keep one HBM share (its one cache
+    # load factor); the stage fills the rest of each device's HBM around them.
+    task = constrained_task(dlrm_tables(30, seed=38), 8, 0.3, overhead="torchrec")
+    plan = get_sharder("split_lookup_greedy").shard(task, MODEL)
+    assert plan.is_split
+    out, cost = polish_plan(plan, task, MODEL)
+    check_layout(out, task)
+    assert cost <= evaluate(plan, task, MODEL).step_cost_ms
+    for p in out.placements:
+        if p.is_split:
+            shares = {s.hbm_rows / (s.row_end - s.row_start) for s in p.shards}
+            assert max(shares) - min(shares) < 1e-3, p.table
+    # Locked items keep their rows; the others are water-filled into what is left.
+    from autoshard.shards import plan_layout, pricing_task
+
+    layout = plan_layout(out, task)
+    items = pricing_task(task, layout.geometry)
+    locked = layout.geometry.parts > 1
+    polisher = Polisher(items, MODEL, Curves.price(items, MODEL), layout.device,
+                        np.where(locked, layout.hbm_rows, 0), locked=locked)
+    polisher.refill()
+    assert (polisher.rows[locked] == layout.hbm_rows[locked]).all()
+    used = np.bincount(polisher.device, weights=polisher.rows * items.table_arrays.
+                       hbm_bytes_per_row + items.table_arrays.hbm_reserved_bytes,
+                       minlength=task.num_devices)
+    assert (used <= task.device_arrays.hbm_capacity + 1).all()

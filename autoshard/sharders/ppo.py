@@ -41,6 +41,9 @@ SMALL_TASK = 20_000
 #: Tasks with fewer tables per device than this also get decodes over a finer split: tables
 #: dearer than :data:`FINE_TARGET` times the split choice's target are split too.
 FINE_TABLES_PER_DEVICE, FINE_TARGET = 4, 0.5
+#: Decodes whose cheapest is polished besides the cheapest candidate: over split tables (the
+#: split choice, its node-local variant, the policy's own choice) and over the finer split.
+POLISHED_GROUPS = (("ppo-split", "ppo-node-split", "ppo-choice"), ("ppo-fine", "ppo-node-fine"))
 #: The table-wise greedy sharders (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 #: The greedy family whose plans are candidates: the table-wise four, and, for tasks of up to
@@ -213,10 +216,15 @@ class PPOSharder:
     def _polish(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
                 plans: dict[str, Plan]) -> None:
         """Polishes the cheapest candidate (:func:`autoshard.sharders.ppo_polish.polish_plan`)
-        and the cheapest of the finer split's (whose pieces a polish can balance better than
-        its raw cost shows); each that improves competes as ``<name>+polish``."""
+        and the cheapest of the policy's decodes over split tables and over the finer split
+        (:data:`POLISHED_GROUPS`; split pieces a polish can balance better than their raw cost
+        shows, and on a task planned for TorchRec row shards stay one per device, which a
+        whole-table plan's polish cannot reach); each that improves competes as
+        ``<name>+polish``."""
         ranked = sorted(costs, key=costs.__getitem__)
-        chosen = ranked[:1] + [n for n in ranked[1:] if n.startswith("ppo-fine")][:1]
+        chosen = ranked[:1]
+        for group in POLISHED_GROUPS:
+            chosen += [n for n in ranked if n.startswith(group) and n not in chosen][:1]
         curves: dict[bytes, Curves] = {}
         for name in chosen:
             plan, cost = polish_plan(plans[name], task, cost_model, costs[name], curves=curves)

@@ -137,17 +137,20 @@ class Polisher:
         node_bound: Items that must stay on their device's node (table_row_wise shards).
         fixed: Items that must stay on their device (the row shards of a task planned for
             TorchRec, one per device, :func:`autoshard.shards.torchrec_rows`).
+        locked: Items whose HBM rows stay as given (a split table's shards once they share
+            one HBM share); the others' are filled around them.
     """
 
     def __init__(self, items: ShardingTask, cost_model: CostModel, curves: Curves,
                  device: np.ndarray, rows: np.ndarray,
-                 node_bound: np.ndarray | None = None, fixed: np.ndarray | None = None
-                 ) -> None:
+                 node_bound: np.ndarray | None = None, fixed: np.ndarray | None = None,
+                 locked: np.ndarray | None = None) -> None:
         self.items, self.cost_model = items, cost_model
         self.device, self.rows = device.astype(np.int64), rows.astype(np.int64)
         n = items.num_tables
         self.node_bound = np.zeros(n, dtype=bool) if node_bound is None else node_bound
         self.fixed = np.zeros(n, dtype=bool) if fixed is None else fixed
+        self.locked = np.zeros(n, dtype=bool) if locked is None else locked
         a, dev = items.table_arrays, items.device_arrays
         # HBM per row and per item wherever it lives, as the runtime counts them; host memory
         # per row not in HBM.
@@ -184,8 +187,9 @@ class Polisher:
 
     def _caps(self, device: np.ndarray) -> np.ndarray:
         """[D]: each device's HBM for rows, less the reservations of the items ``device`` puts
-        there."""
-        return self.capacity - np.bincount(device, weights=self.reserved,
+        there and the rows of the locked ones."""
+        held = np.where(self.locked, self.rows * self.per_row, 0.0)
+        return self.capacity - np.bincount(device, weights=self.reserved + held,
                                            minlength=self.capacity.size)
 
     def _fill(self, devs: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -200,7 +204,7 @@ class Polisher:
         for k in np.unique(self.kind[devs]):
             owner, extra, worth, _ = self.segments[k]
             d = device[owner]
-            mine = wanted[d]
+            mine = wanted[d] & ~self.locked[owner]
             o, e, w, d = owner[mine], extra[mine], worth[mine], d[mine]
             if devs.size > 1:
                 order = _by_device(d)  # worth order kept within each device
@@ -215,6 +219,8 @@ class Polisher:
             rows[on] = np.floor(got[on] / self.per_row[on] + 1e-9)
             partial = np.flatnonzero((part > 0) & (part < 1))
             level[d[partial]] = w[partial]
+        keep = self.locked & wanted[device]
+        rows[keep] = self.rows[keep]
         return np.minimum(rows, self.all_rows), level
 
     def _fill_pair(self, lists: _Lists, pair: tuple[int, int], device: np.ndarray
@@ -467,8 +473,14 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
                         g.kind == KIND[TABLE_ROW_WISE], torchrec_rows(task) & row_split)
     polisher.refill()
     polisher.search(*(budget(items.num_tables, task.num_devices) if limit is None else limit))
-    # One HBM share per split table, as the export gives TorchRec one cache load factor each.
+    # One HBM share per split table, as the export gives TorchRec one cache load factor each;
+    # the HBM that frees goes to the other items on those devices.
     out = ShardLayout(g, polisher.device, polisher.rows).even_shares(task)
+    if not np.array_equal(out.hbm_rows, polisher.rows):
+        rest = Polisher(items, cost_model, cache[key], out.device, out.hbm_rows,
+                        locked=g.parts > 1)
+        rest.refill()
+        out = ShardLayout(g, rest.device, rest.rows)
     after = step_cost_ms(items, cost_model, out.device, out.hbm_rows)
     if not after < before or not feasible(items, out.device, out.hbm_rows):
         return plan, before
