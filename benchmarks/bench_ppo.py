@@ -98,8 +98,28 @@ class Item:
     task: ShardingTask
 
 
-def families(quick: bool) -> list[Item]:
-    """The held-out tasks of every family (fewer with ``quick``)."""
+def families(quick: bool, overhead: str = "none") -> list[Item]:
+    """The held-out tasks of every family (fewer with ``quick``), each reserving ``overhead``
+    in HBM (``torchrec``: TorchRec's buffers, with the row splits its runtime routes, as the
+    CLI plans by default)."""
+    items = [replace(item, task=replace(item.task, overhead=overhead))
+             for item in _families(quick)]
+    DROPPED[:] = [i.name for i in items if not _plannable(i.task)]
+    return [i for i in items if _plannable(i.task)]
+
+
+#: Tasks left out because some table's reserved HBM alone exceeds every device's HBM.
+DROPPED: list[str] = []
+
+
+def _plannable(task: ShardingTask) -> bool:
+    """Whether every table's HBM reservation fits some device's HBM (with TorchRec's buffers
+    kept, a small HBM share of many devices may not hold a big-pooling table's buffers)."""
+    reserved = task.table_arrays.hbm_reserved_bytes
+    return bool((reserved <= task.device_arrays.hbm_capacity.max()).all())
+
+
+def _families(quick: bool) -> list[Item]:
     items = [Item("test", t.name, t.task) for t in eval_tasks(
         (50, 200), (4, 16) if quick else (4, 16, 64), FRACTION, repeats=2, family="test",
         seed=BENCH_SEED, styles=("mixed", "profiled"))]
@@ -245,6 +265,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=None,
                         help="ppo's sampled rollouts (default: the sharder's own default)")
     parser.add_argument("--out", type=Path, default=Path("results/ppo"))
+    parser.add_argument("--overhead", choices=("none", "torchrec"), default="none",
+                        help="HBM the families' tasks reserve (torchrec: as the CLI's default)")
     parser.add_argument("--policy", type=Path, default=None,
                         help="policy folder (default: the committed autoshard/data/ppo_policy)")
     args = parser.parse_args()
@@ -253,7 +275,7 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     torch.set_num_threads(1)
-    rows, choices = run(families(args.quick), args.time_limit, args.samples)
+    rows, choices = run(families(args.quick, args.overhead), args.time_limit, args.samples)
     seconds = speed(args.time_limit, args.samples)
     ratio = (seconds["recshard, constrained-200x8 (mean)"]
              / seconds["ppo, constrained-200x8 (mean)"])
@@ -261,13 +283,19 @@ def main() -> None:
                + (" --quick" if args.quick else "")
                + (f" --samples {args.samples}" if args.samples is not None else "")
                + (f" --policy {args.policy}" if args.policy is not None else "")
+               + (f" --overhead {args.overhead}" if args.overhead != "none" else "")
                + (f" --out {args.out}" if args.out != Path("results/ppo") else ""))
     lines = ["# ppo on held-out families", "",
              f"Machine: {describe_machine()}, one core. Command: `{command}`.", "",
              "Step cost / lower bound (1.000 = provably optimal), mean per family; the "
              "cluster's HBM holds 30% of the tables' bytes (8xH100-80GB links and "
-             "bandwidths, batch 65,536, train mode). `ppo` is the sharder as registered (best "
-             "of its greedy decode and the greedy sharders' plans, no sampled rollout, each decode "
+             "bandwidths, batch 65,536, train mode), with HBM reserved per table or shard: "
+             f"`{args.overhead}`" + (" (TorchRec's buffers; row splits one shard per device, as "
+             "the CLI plans by default)" if args.overhead == "torchrec" else "")
+             + (f"; left out, as a table's reserved HBM alone exceeds every device's HBM: "
+                f"{', '.join(DROPPED)}" if DROPPED else "")
+             + ". `ppo` is the sharder as registered (best of its greedy decode and the "
+             "greedy sharders' plans, no sampled rollout, each decode "
              "over whole tables and, where tables dominate, over the shards of the project's "
              "split choice, and one where the policy itself chooses which dominant tables to "
              "split (`ppo-choice-greedy`); the cheapest then goes through the improvement stage, "
