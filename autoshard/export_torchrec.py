@@ -27,7 +27,7 @@ import numpy as np
 
 from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
-from autoshard.memory import PIPELINES, pipeline_of
+from autoshard.memory import check_pipeline, pipeline_of
 from autoshard.plan import COLUMN_WISE, ROW_WISE, Plan
 from autoshard.task import ShardingTask
 
@@ -320,9 +320,7 @@ def read_export(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any],
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise InputError("must be an integer >= 1", source=where, field="world_size", value=world)
     local = doc.get("local_world_size") or world
-    if doc.get("pipeline", "none") not in PIPELINES:
-        raise InputError(f"must be one of {', '.join(PIPELINES)}", source=where,
-                         field="pipeline", value=doc.get("pipeline"))
+    check_pipeline(doc.get("pipeline", "none"), "pipeline", where)
     out = []
     for i, t in enumerate(doc.get("tables") or []):
         s = _read_table(t, f"tables[{i}]", where)

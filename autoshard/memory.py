@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoshard.errors import InputError
+
 #: What a task reserves per shard in HBM: TorchRec's runtime overhead in its default or its
 #: prefetch training pipeline, or nothing.
 OVERHEADS = ("torchrec", "torchrec-prefetch", "none")
@@ -61,6 +63,18 @@ def optimizer_multiplier(optimizer_bytes: np.ndarray, element_bytes: np.ndarray,
 PIPELINES = ("none", "prefetch")
 
 
+def check_pipeline(pipeline: str, field: str = "pipeline", source: str | None = None) -> str:
+    """``pipeline`` if it is one of :data:`PIPELINES`.
+
+    Raises:
+        InputError: Another value, naming ``field`` (and ``source``).
+    """
+    if pipeline not in PIPELINES:
+        raise InputError(f"must be one of {', '.join(PIPELINES)}", source=source, field=field,
+                         value=pipeline)
+    return pipeline
+
+
 def pipeline_of(overhead: str) -> str:
     """The TorchRec training pipeline a task's ``overhead`` is for: ``"prefetch"`` or
     ``"none"`` (TorchRec's default)."""
@@ -77,11 +91,20 @@ def io_buffer_bytes(lookups_per_sample: np.ndarray, cols: np.ndarray,
     output buffer."""
     batch = max(batch_size // world, 1)  # per rank, as TorchRec sizes it
     lookups = lookups_per_sample * batch * input_share
-    inputs = np.ceil(lookups * world * INDEX_BYTES)
+    outputs = np.minimum(1.0, lookups_per_sample) * batch
+    return pipeline_buffers(np.ceil(lookups * world * INDEX_BYTES),
+                            np.ceil(outputs * world * cols * OUTPUT_BYTES), pipeline, cached)
+
+
+def pipeline_buffers(inputs: np.ndarray, outputs: np.ndarray, pipeline: str, cached: bool
+                     ) -> np.ndarray:
+    """The buffer bytes a shard with ``inputs`` bytes of input ids and ``outputs`` bytes of
+    pooled output keeps in TorchRec's training ``pipeline``: both once in its default one;
+    :data:`PREFETCH_INPUTS` input buffers, :data:`PREFETCH_CACHED` more if ``cached``, and no
+    output buffer in its prefetch one."""
     if pipeline == "prefetch":
         return (PREFETCH_INPUTS + (PREFETCH_CACHED if cached else 0)) * inputs
-    outputs = np.minimum(1.0, lookups_per_sample) * batch
-    return inputs + np.ceil(outputs * world * cols * OUTPUT_BYTES)
+    return inputs + outputs
 
 
 def hbm_terms(rows: np.ndarray, cols: np.ndarray, table_dim: np.ndarray,

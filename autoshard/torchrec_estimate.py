@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.errors import InputError, PlannerError
+from autoshard.errors import PlannerError
 from autoshard.export_torchrec import (
     FUSED_UVM_CACHING,
     TableSharding,
@@ -46,7 +46,7 @@ from autoshard.export_torchrec import (
     table_shardings,
     torchrec_unavailable,
 )
-from autoshard.memory import PIPELINES, pipeline_of
+from autoshard.memory import check_pipeline, pipeline_of
 from autoshard.plan import Plan
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
@@ -57,17 +57,6 @@ _BYTES_PER_MS_PER_GBPS = 1e6  # 1 GB/s = 1e9 bytes/s = 1e6 bytes/ms (TorchRec's 
 def task_pipeline(task: ShardingTask, pipeline: str | None = None) -> str:
     """``pipeline`` checked, or (None) the one the task's ``overhead`` reserves HBM for."""
     return pipeline_of(task.overhead) if pipeline is None else check_pipeline(pipeline)
-
-
-def check_pipeline(pipeline: str, field: str = "pipeline") -> str:
-    """``pipeline`` if it is one of :data:`PIPELINES`.
-
-    Raises:
-        InputError: Another value, naming ``field``.
-    """
-    if pipeline not in PIPELINES:
-        raise InputError(f"must be one of {', '.join(PIPELINES)}", field=field, value=pipeline)
-    return pipeline
 
 
 @dataclass(frozen=True)
@@ -137,8 +126,8 @@ class TorchRecEstimate:
 def estimate_plan(plan: Plan, task: ShardingTask, use_stats: bool = True,
                   pipeline: str | None = None) -> TorchRecEstimate:
     """``plan`` priced and sized by TorchRec's estimators on the task's topology, for a run in
-    TorchRec's training ``pipeline`` (:data:`PIPELINES`; None: the one the task's ``overhead``
-    is for, :func:`autoshard.memory.pipeline_of`)."""
+    TorchRec's training ``pipeline`` (:data:`autoshard.memory.PIPELINES`; None: the one the
+    task's ``overhead`` is for, :func:`autoshard.memory.pipeline_of`)."""
     return estimate_shardings(table_shardings(plan, task), task, use_stats, pipeline)
 
 

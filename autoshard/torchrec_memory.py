@@ -43,9 +43,8 @@ from autoshard.memory import (
     CACHE_SLOT_BYTES,
     INDEX_BYTES,
     OUTPUT_BYTES,
-    PREFETCH_CACHED,
-    PREFETCH_INPUTS,
     optimizer_multiplier,
+    pipeline_buffers,
     pipeline_of,
 )
 from autoshard.tables import Table
@@ -97,12 +96,11 @@ def _buffers(s: TableSharding, x: ShardSpec, table: Table, task: ShardingTask) -
         lookups /= world
     elif s.sharding_type == "table_row_wise":
         lookups /= min(task.hardware.devices_per_node, world)
-    inputs = math.ceil(lookups * world * INDEX_BYTES)
-    if pipeline_of(task.overhead) == "prefetch":
-        cached = s.compute_kernel == FUSED_UVM_CACHING
-        return (PREFETCH_INPUTS + (PREFETCH_CACHED if cached else 0)) * inputs
     outputs = min(1.0, table.lookups_per_sample) * batch
-    return inputs + math.ceil(outputs * world * x.cols * OUTPUT_BYTES)
+    return int(pipeline_buffers(np.array(math.ceil(lookups * world * INDEX_BYTES)),
+                                np.array(math.ceil(outputs * world * x.cols * OUTPUT_BYTES)),
+                                pipeline_of(task.overhead),
+                                s.compute_kernel == FUSED_UVM_CACHING))
 
 
 def rank_hbm(shardings: Sequence[TableSharding], task: ShardingTask) -> np.ndarray:

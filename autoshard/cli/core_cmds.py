@@ -38,6 +38,7 @@ from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.hardware import BUNDLED, load_hardware
 from autoshard.limits import check_finite_costs
+from autoshard.memory import check_pipeline
 from autoshard.plan import Plan
 from autoshard.sharders import (
     accepted_options,
@@ -153,9 +154,7 @@ def evaluate_cmd(
         raise InputError("must be 'simple' or 'lp'", field="--bound", value=bound)
     if estimator not in ("ours", "torchrec"):
         raise InputError("must be 'ours' or 'torchrec'", field="--estimator", value=estimator)
-    if torchrec_pipeline not in ("none", "prefetch"):
-        raise InputError("must be 'none' or 'prefetch'", field="--torchrec-pipeline",
-                         value=torchrec_pipeline)
+    check_pipeline(torchrec_pipeline, "--torchrec-pipeline")
     bound_ms = None
     if bound == "lp" and not loaded.is_split:
         from autoshard.sharders.recshard import recshard_bound

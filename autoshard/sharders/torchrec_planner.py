@@ -154,7 +154,7 @@ class TorchRecSharder:
                  time_limit: float | None = None,
                  full_strength_cells: int = FULL_STRENGTH_CELLS,
                  pipeline: str | None = None) -> None:
-        from autoshard.torchrec_estimate import check_pipeline
+        from autoshard.memory import check_pipeline
 
         self.pipeline = None if pipeline is None else check_pipeline(pipeline)
         self.full_strength_cells = full_strength_cells
