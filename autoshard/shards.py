@@ -105,6 +105,12 @@ def torchrec_rows(task: ShardingTask) -> bool:
     return task.overhead != "none"
 
 
+def one_per_device(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
+    """[S]: the shards that go one per device: table-row-wise ones (within one node) and, on a
+    task of :func:`torchrec_rows`, row-wise ones."""
+    return (g.kind == KIND[TABLE_ROW_WISE]) | (torchrec_rows(task) & (g.kind == KIND[ROW_WISE]))
+
+
 def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
     """A device per shard for the shards whose device the split itself fixes (-1 for the
     others; None when there are none).
@@ -116,11 +122,11 @@ def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
     - ``row_wise`` on a task of :func:`torchrec_rows`: shard j on device j (its shards are
       alike, one per device of the world).
     """
-    twrw = np.flatnonzero(g.kind == KIND[TABLE_ROW_WISE])
-    rw = (np.flatnonzero(g.kind == KIND[ROW_WISE]) if torchrec_rows(task)
-          else np.zeros(0, dtype=np.int64))
-    if not (twrw.size or rw.size):
+    bound = one_per_device(task, g)
+    if not bound.any():
         return None
+    twrw = np.flatnonzero(bound & (g.kind == KIND[TABLE_ROW_WISE]))
+    rw = np.flatnonzero(bound & (g.kind == KIND[ROW_WISE]))
     pins = np.full(g.num_shards, -1, dtype=np.int64)
     for t in np.unique(g.table[rw]):
         idx = np.flatnonzero(g.table == t)
@@ -189,7 +195,7 @@ class ShardLayout:
         lowered to what the free HBM of the devices of the shards below it holds
         (:func:`autoshard.plan.hbm_use`), and never below the least of theirs; rounded down.
         Whole tables are kept. Only on tasks planned for TorchRec's runtime (``overhead``
-        ``torchrec``): elsewhere each shard keeps its own rows.
+        other than ``none``): elsewhere each shard keeps its own rows.
         """
         g = self.geometry
         if task.overhead == "none" or not (g.parts > 1).any():

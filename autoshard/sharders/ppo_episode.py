@@ -20,10 +20,10 @@ from autoshard.bounds import lower_bound_ms
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError, gib
 from autoshard.placement import PlacementState
-from autoshard.plan import ROW_WISE, TABLE_ROW_WISE, Plan
+from autoshard.plan import TABLE_ROW_WISE, Plan
 from autoshard.sharders.ppo_buckets import MULTIPLIERS, bucket_rows
 from autoshard.sharders.ppo_features import ObsLayout
-from autoshard.shards import KIND, ShardGeometry, torchrec_rows
+from autoshard.shards import KIND, ShardGeometry, one_per_device
 from autoshard.task import ShardingTask
 
 #: Costs and bytes in the observation are clipped to this magnitude (in units of the bound or
@@ -431,10 +431,7 @@ def bound_shards(task: ShardingTask) -> tuple[ShardGeometry | None, np.ndarray |
     and which of them go one per device (table-row-wise ones within one node; on a task
     planned for TorchRec, row-wise ones too)."""
     g = getattr(task, "geometry", None)
-    if g is None:
-        return None, None
-    return g, (g.kind == KIND[TABLE_ROW_WISE]) | (torchrec_rows(task)
-                                                  & (g.kind == KIND[ROW_WISE]))
+    return (None, None) if g is None else (g, one_per_device(task, g))
 
 
 def fill_parts(priced: PricedTask, t: int, rows: np.ndarray, devices: np.ndarray) -> np.ndarray:

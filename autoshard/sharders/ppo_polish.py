@@ -39,9 +39,9 @@ from autoshard.sharders.milp_curves import UNIT_BYTES, cost_curves
 from autoshard.sharders.milp_plans import feasible, hbm_terms
 from autoshard.shards import (
     KIND,
-    ROW_WISE,
     TABLE_ROW_WISE,
     ShardLayout,
+    one_per_device,
     plan_layout,
     pricing_task,
     torchrec_rows,
@@ -468,9 +468,11 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
     cache = {} if curves is None else curves
     if key not in cache:
         cache[key] = Curves.price(items, cost_model)
-    row_split = (g.kind == KIND[TABLE_ROW_WISE]) | (g.kind == KIND[ROW_WISE])
+    # Planned for TorchRec, shards that go one per device fill their world (node), so no
+    # move keeps that: they stay.
     polisher = Polisher(items, cost_model, cache[key], layout.device, layout.hbm_rows,
-                        g.kind == KIND[TABLE_ROW_WISE], torchrec_rows(task) & row_split)
+                        g.kind == KIND[TABLE_ROW_WISE],
+                        one_per_device(task, g) & torchrec_rows(task))
     polisher.refill()
     polisher.search(*(budget(items.num_tables, task.num_devices) if limit is None else limit))
     # One HBM share per split table, as the export gives TorchRec one cache load factor each;
