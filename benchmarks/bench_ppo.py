@@ -104,8 +104,9 @@ def families(quick: bool, overhead: str = "none") -> list[Item]:
     CLI plans by default)."""
     items = [replace(item, task=replace(item.task, overhead=overhead))
              for item in _families(quick)]
-    DROPPED[:] = [i.name for i in items if not _plannable(i.task)]
-    return [i for i in items if _plannable(i.task)]
+    plannable = [_plannable(i.task) for i in items]
+    DROPPED[:] = [i.name for i, ok in zip(items, plannable, strict=True) if not ok]
+    return [i for i, ok in zip(items, plannable, strict=True) if ok]
 
 
 #: Tasks left out because some table's reserved HBM alone exceeds every device's HBM.

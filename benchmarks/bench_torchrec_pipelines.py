@@ -25,16 +25,18 @@ import io
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
+from autoshard.memory import PIPELINES
 from autoshard.plan import Plan
 from autoshard.sharders.recshard import RecShard
 from autoshard.sharders.torchrec_planner import TorchRecSharder
 from autoshard.suites import get_suite
-from autoshard.torchrec_estimate import PIPELINES, estimate_plan
+from autoshard.torchrec_estimate import estimate_plan
 
 SUITES = ("dcnv2-8", "dcnv2-16", "criteo1tb-8")
 SHARDERS = ("split_lookup_greedy", "recshard", "ppo", "torchrec")
@@ -43,7 +45,7 @@ FIELDS = ("suite", "task", "sharder", "ours_ms", "none_ms", "none_fits", "none_h
           "prefetch_ms", "prefetch_fits", "prefetch_hbm_fill")
 
 
-def rows_for(suite: str, time_limit: float, recshard_limit: float) -> list[dict[str, object]]:
+def rows_for(suite: str, time_limit: float, recshard_limit: float) -> list[dict[str, Any]]:
     """Every sharder's plan of ``suite`` priced under both pipelines."""
     model = AnalyticalCostModel()
     rows = []
@@ -55,7 +57,7 @@ def rows_for(suite: str, time_limit: float, recshard_limit: float) -> list[dict[
         plans["recshard-prefetch"] = RecShard(time_limit=recshard_limit).shard(ahead, model)
         plans["torchrec-prefetch"] = TorchRecSharder(time_limit=time_limit).shard(ahead, model)
         for name, plan in plans.items():
-            row: dict[str, object] = {
+            row: dict[str, Any] = {
                 "suite": suite, "task": spec.name, "sharder": name,
                 "ours_ms": evaluate(plan, task, model).step_cost_ms}
             for pipeline in PIPELINES:
@@ -68,7 +70,7 @@ def rows_for(suite: str, time_limit: float, recshard_limit: float) -> list[dict[
     return rows
 
 
-def markdown(rows: list[dict[str, object]], command: str) -> str:
+def markdown(rows: list[dict[str, Any]], command: str) -> str:
     lines = ["# TorchRec's estimate of the public models' plans, per training pipeline", "",
              f"Command: `{command}`  ", f"Machine: {describe_machine()}; torchrec 1.8.0 "
              "estimators on a simulated topology of the same hardware", "",
@@ -90,12 +92,12 @@ def markdown(rows: list[dict[str, object]], command: str) -> str:
     lines += ["", "`recshard` against `torchrec` under TorchRec's estimator, each planned for the "
               "pipeline it is priced in (ms; both must fit that pipeline's storage estimate):",
               ""]
-    for task in dict.fromkeys(str(r["task"]) for r in rows):
-        mine = {str(r["sharder"]): r for r in rows if r["task"] == task}
+    for task in dict.fromkeys(r["task"] for r in rows):
+        mine = {r["sharder"]: r for r in rows if r["task"] == task}
         for pipeline, suffix in (("none", ""), ("prefetch", "-prefetch")):
             ours, theirs = mine[f"recshard{suffix}"], mine[f"torchrec{suffix}"]
-            a, b = float(str(ours[f"{pipeline}_ms"])), float(str(theirs[f"{pipeline}_ms"]))
-            fit = bool(ours[f"{pipeline}_fits"]) and bool(theirs[f"{pipeline}_fits"])
+            a, b = ours[f"{pipeline}_ms"], theirs[f"{pipeline}_ms"]
+            fit = ours[f"{pipeline}_fits"] and theirs[f"{pipeline}_fits"]
             verdict = "at or below" if a <= b and fit else "ABOVE" if fit else "does not fit"
             lines.append(f"- {task}, {pipeline}: recshard {a:.3f} vs torchrec {b:.3f} "
                          f"({verdict})")
