@@ -94,21 +94,25 @@ def same_split(a: ShardGeometry, b: ShardGeometry) -> bool:
         bool((getattr(a, f) == getattr(b, f)).all()) for f in ("table", "kind", "parts"))
 
 
-def torchrec_rows(task: ShardingTask) -> bool:
-    """Whether the task's row splits must be those TorchRec's training runtime can route: on a
-    task planned for TorchRec (``overhead`` other than ``none``). TorchRec buckets a
-    ``row_wise`` table's ids into even blocks over every rank of the world, and a
-    ``table_row_wise`` one's over every rank of one node (block r on rank r), so such a table
-    is split into one near-equal shard per device of the world (node), each on its own
-    device. Elsewhere (our own runner) a table may be split row-wise over any number of
-    devices."""
+def for_torchrec(task: ShardingTask) -> bool:
+    """Whether the task is planned for TorchRec's runtime (``overhead`` other than ``none``),
+    whose layouts every sharder then keeps:
+
+    - Row splits are those TorchRec's training runtime can route. It buckets a ``row_wise``
+      table's ids into even blocks over every rank of the world, and a ``table_row_wise`` one's
+      over every rank of one node (block r on rank r), so such a table is split into one
+      near-equal shard per device of the world (node), each on its own device. Elsewhere (our
+      own runner) a table may be split row-wise over any number of devices.
+    - A split table keeps one HBM share over its shards (TorchRec holds one cache load factor
+      per table; :meth:`ShardLayout.even_shares`).
+    """
     return task.overhead != "none"
 
 
 def one_per_device(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
     """[S]: the shards that go one per device: table-row-wise ones (within one node) and, on a
-    task of :func:`torchrec_rows`, row-wise ones."""
-    return (g.kind == KIND[TABLE_ROW_WISE]) | (torchrec_rows(task) & (g.kind == KIND[ROW_WISE]))
+    task of :func:`for_torchrec`, row-wise ones."""
+    return (g.kind == KIND[TABLE_ROW_WISE]) | (for_torchrec(task) & (g.kind == KIND[ROW_WISE]))
 
 
 def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
@@ -117,9 +121,9 @@ def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
 
     - ``table_row_wise``: a table's shards on consecutive devices of the node with the fewest
       shards pinned so far, from where the last one there ended (so that they spread over the
-      nodes' devices); with one shard per device of the node (:func:`torchrec_rows`) they fill
+      nodes' devices); with one shard per device of the node (:func:`for_torchrec`) they fill
       it.
-    - ``row_wise`` on a task of :func:`torchrec_rows`: shard j on device j (its shards are
+    - ``row_wise`` on a task of :func:`for_torchrec`: shard j on device j (its shards are
       alike, one per device of the world).
     """
     bound = one_per_device(task, g)
@@ -194,11 +198,11 @@ class ShardLayout:
         Table by table, the share is the shards' mean (by bytes, the export's load factor),
         lowered to what the free HBM of the devices of the shards below it holds
         (:func:`autoshard.plan.hbm_use`), and never below the least of theirs; rounded down.
-        Whole tables are kept. Only on tasks planned for TorchRec's runtime (``overhead``
-        other than ``none``): elsewhere each shard keeps its own rows.
+        Whole tables are kept. Only on tasks planned for TorchRec's runtime
+        (:func:`for_torchrec`): elsewhere each shard keeps its own rows.
         """
         g = self.geometry
-        if task.overhead == "none" or not (g.parts > 1).any():
+        if not for_torchrec(task) or not (g.parts > 1).any():
             return self
         priced = pricing_task(task, g)
         per_row = priced.table_arrays.hbm_bytes_per_row

@@ -20,10 +20,11 @@ from autoshard.bounds import Relaxation, relax
 from autoshard.cost import CostModel
 from autoshard.plan import COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE
 from autoshard.shards import (
+    KIND,
     ShardGeometry,
     even_split,
+    for_torchrec,
     shard_task,
-    torchrec_rows,
     whole_tables,
 )
 from autoshard.task import ShardingTask
@@ -70,7 +71,7 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int, node_local:
     """Column-wise into 2, 4, 8... equal blocks and row-wise over 2..``max_parts`` devices; with
     ``node_local`` on hardware of several nodes, also table-row-wise over 2..(devices per node)
     devices of one node (for sharders that keep such shards on one node). On a task planned
-    for TorchRec (:func:`autoshard.shards.torchrec_rows`) the row splits are those its runtime
+    for TorchRec (:func:`autoshard.shards.for_torchrec`) the row splits are those its runtime
     routes: row-wise over every device (when ``max_parts`` allows), table-row-wise over every
     device of a node."""
     a = task.table_arrays
@@ -84,7 +85,7 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int, node_local:
     local = min(task.hardware.devices_per_node, task.num_devices)
     row_wise = list(range(2, min(rows, max_parts) + 1))
     node_wise = list(range(2, min(rows, max_parts, local) + 1))
-    if torchrec_rows(task):
+    if for_torchrec(task):
         row_wise = [k for k in row_wise if k == task.num_devices]
         node_wise = [k for k in node_wise if k == local]
     out += [even_split(task, table, ROW_WISE, k) for k in row_wise]
@@ -114,7 +115,7 @@ def dominant_tables(task: ShardingTask, cost_model: CostModel) -> np.ndarray:
 
 def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: float | None = None,
                        max_parts: int | None = None, relaxed: Relaxation | None = None,
-                       node_local: bool = False) -> SplitChoice:
+                       node_local: bool = False, rows_only: bool = False) -> SplitChoice:
     """Splits every table dearer than ``target_ms`` (default: the spread-work bound, the
     per-device mean of the least work).
 
@@ -126,6 +127,8 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
         relaxed: The task's :func:`autoshard.bounds.relax` (computed when not given).
         node_local: Also offer table-row-wise splits (:func:`candidate_splits`); only for
             sharders that keep each such table's shards on one node.
+        rows_only: Offer row splits only (no column block holds a fraction of the ids, so
+            none keeps the whole batch's input buffers, where HBM is reserved per shard).
     """
     whole, share, target = _whole_prices(task, cost_model, target_ms, relaxed)
     parts = task.num_devices if max_parts is None else max_parts
@@ -133,6 +136,8 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
     for t in range(task.num_tables):
         options = (candidate_splits(task, t, parts, node_local)
                    if whole[t] > target and parts > 1 else [])
+        if rows_only:
+            options = [o for o in options if int(o.kind[0]) != KIND[COLUMN_WISE]]
         if not options:
             pieces.append(whole_tables(task, np.array([t])))
             continue

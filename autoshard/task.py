@@ -206,6 +206,16 @@ class ShardingTask:
         sub.__dict__["table_arrays"] = sliced
         return sub
 
+    def with_overhead(self, overhead: str) -> ShardingTask:
+        """This task with ``overhead`` reserved in HBM per table (its per-table arrays reused,
+        only their HBM terms recomputed)."""
+        out = ShardingTask(self.tables, self.hardware, self.workload, overhead)
+        if "table_arrays" in self.__dict__:
+            per_row, reserved = out._hbm_terms()
+            out.__dict__["table_arrays"] = replace(
+                self.table_arrays, hbm_bytes_per_row=per_row, hbm_reserved_bytes=reserved)
+        return out
+
     def with_workload(self, workload: Workload) -> ShardingTask:
         return ShardingTask(self.tables, self.hardware, workload, self.overhead)
 

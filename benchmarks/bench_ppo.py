@@ -299,9 +299,13 @@ def main() -> None:
              "greedy sharders' plans, no sampled rollout, each decode "
              "over whole tables and, where tables dominate, over the shards of the project's "
              "split choice, and one where the policy itself chooses which dominant tables to "
-             "split (`ppo-choice-greedy`); the cheapest then goes through the improvement stage, "
-             "`autoshard/sharders/ppo_polish.py`, and wins as `<candidate>+polish` where that "
-             "lowers its cost); `ppo without polish` is the same without that stage; `policy "
+             "split (`ppo-choice-greedy`); the cheapest, and the cheapest of each kind of "
+             "decode once its HBM is water-filled, then go through the improvement stage, "
+             "`autoshard/sharders/ppo_polish.py`, winning as `<candidate>+polish` where that "
+             "lowers their cost; where tables dominate, the winner's heaviest tables are then "
+             "split again, `autoshard/sharders/ppo_resplit.py`, `+resplit`, and kicked, "
+             "`autoshard/sharders/ppo_kick.py`, `+kick`); `ppo without polish` is the "
+             "same without that stage; `policy "
              "alone` is the learned policy's own greedy decodes (whole tables and shards, the "
              "cheaper). Per-task rows: `eval.csv`.", ""]
     lines += summary(rows, choices)

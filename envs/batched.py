@@ -34,7 +34,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from autoshard.cost import CostModel, load_cost_model
-from autoshard.errors import PlannerError, gib
+from autoshard.errors import InputError, PlannerError, gib
 from autoshard.plan import Plan
 from autoshard.sharders.ppo_buckets import MULTIPLIERS
 from autoshard.sharders.ppo_episode import LIMIT, PlacementEpisode, nearest_legal
@@ -63,6 +63,10 @@ class BatchedPlacementEnv(VecEnv):
         model = (cost_model if cost_model is not None and not isinstance(cost_model, str)
                  else load_cost_model(cost_model))
         sampler = sampler if sampler is not None else TaskSampler()
+        if set(sampler.overheads) != {"none"}:
+            raise InputError("the batched environment plays tasks without HBM reserved per "
+                             "table; play these in PlacementEnv (SB3's DummyVecEnv)",
+                             field="overheads", value=sampler.overheads)
         self.envs = [PlacementEnv(sampler, model, max_devices, multipliers, report, sharder_name,
                                   split) for _ in range(num_envs)]
         first = self.envs[0]

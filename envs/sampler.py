@@ -11,6 +11,7 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.hardware import HardwareProfile, load_hardware
+from autoshard.memory import OVERHEADS
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 from autoshard.workloads import with_hbm_fraction
@@ -25,6 +26,12 @@ PER_NODE = (2, 4, 8)
 STYLES = ("mixed", "dominant", "profiled", "one_hot")
 #: Share of the cluster's host memory a task's tables may fill (the rest is headroom).
 HOST_HEADROOM = 0.6
+#: With HBM reserved per table (TorchRec's buffers), a drawn task keeps its reservations within
+#: this share of the cluster's HBM and each within this share of one device's HBM; others are
+#: drawn again (at most :data:`REDRAWS` times, then planned without the reservation). Within
+#: those limits no episode can run out of room: a table fits nowhere only where every device's
+#: reservations fill more than half of it.
+RESERVED_SHARE, RESERVED_PER_DEVICE, REDRAWS = 0.45, 0.5, 20
 
 
 @dataclass(frozen=True)
@@ -35,8 +42,10 @@ class TaskSampler:
     and that many distinct tables of ``pool`` in that style, a device count from ``devices``
     (those within the environment's slots), devices per node from :data:`PER_NODE`, a
     log-uniform share of the tables' bytes for the cluster's HBM in ``hbm_fraction``
-    (:func:`autoshard.workloads.with_hbm_fraction`), a batch size and a mode. Host memory keeps
-    the profile's capacity; the largest tables are dropped while the rest would fill more than
+    (:func:`autoshard.workloads.with_hbm_fraction`), a batch size, a mode and the HBM reserved
+    per table (``overheads``; with more than one, drawn, and a task whose reservations would
+    crowd its HBM drawn again, see :data:`RESERVED_SHARE`). Host memory keeps the profile's
+    capacity; the largest tables are dropped while the rest would fill more than
     :data:`HOST_HEADROOM` of it.
 
     Args:
@@ -49,6 +58,8 @@ class TaskSampler:
         batch_sizes: Global batch sizes to draw from.
         modes: Workload modes to draw from (``train``, ``infer``).
         styles: Table-picking styles to draw from.
+        overheads: HBM reserved per table or shard to draw from
+            (:data:`autoshard.memory.OVERHEADS`; ``none``: rows only).
     """
 
     pool: tuple[Table, ...] | None = None
@@ -60,6 +71,7 @@ class TaskSampler:
     batch_sizes: tuple[int, ...] = (4096, 16384, 65536, 262144)
     modes: tuple[str, ...] = ("train", "infer")
     styles: tuple[str, ...] = STYLES
+    overheads: tuple[str, ...] = ("none",)
 
     def __post_init__(self) -> None:
         lo, hi = self.tables
@@ -76,6 +88,9 @@ class TaskSampler:
                              value=self.styles)
         for mode in self.modes:
             Workload(mode=mode)
+        if not self.overheads or set(self.overheads) - set(OVERHEADS):
+            raise InputError(f"overheads must be among {', '.join(OVERHEADS)}",
+                             field="overheads", value=self.overheads)
 
     @property
     def max_devices(self) -> int:
@@ -113,6 +128,18 @@ class TaskSampler:
         if not choices:
             raise InputError(f"no device count <= {max_devices}", field="devices",
                              value=self.devices)
+        if len(self.overheads) == 1:  # (one draw less: the streams of earlier samplers)
+            task = self._draw(rng, choices)
+            return task if self.overheads[0] == "none" else task.with_overhead(self.overheads[0])
+        overhead = str(rng.choice(self.overheads))
+        for _ in range(REDRAWS):
+            task = self._draw(rng, choices).with_overhead(overhead)
+            if overhead == "none" or roomy(task):
+                return task
+        return task.with_overhead("none")
+
+    def _draw(self, rng: np.random.Generator, choices: list[int]) -> ShardingTask:
+        """A task on one of ``choices`` devices, before its reservation is chosen."""
         lo, hi = self.tables
         count = int(np.exp(rng.uniform(np.log(lo), np.log(hi + 1))))
         style = str(rng.choice(self.styles))
@@ -155,6 +182,14 @@ class TaskSampler:
             chosen, size = chosen[keep], size[keep]
         profile = with_hbm_fraction(profile, float(size.sum()), hbm_fraction)
         return pool.subset(chosen, profile)
+
+
+def roomy(task: ShardingTask) -> bool:
+    """Whether ``task``'s HBM reservations leave its episodes room (:data:`RESERVED_SHARE`)."""
+    reserved = task.table_arrays.hbm_reserved_bytes
+    hbm = task.device_arrays.hbm_capacity
+    return bool(reserved.sum() <= RESERVED_SHARE * hbm.sum()
+                and reserved.max(initial=0.0) <= RESERVED_PER_DEVICE * hbm.min())
 
 
 def _cluster(profile: HardwareProfile, devices: int, per_node: int | None) -> HardwareProfile:

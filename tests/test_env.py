@@ -11,7 +11,7 @@ import pytest
 
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.cost import Pricing
-from autoshard.errors import PlannerError
+from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.plan import check_plan
 from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS, bucket_rows
@@ -261,3 +261,33 @@ def test_fill_bucket_keeps_the_hot_rows_that_fit_when_no_value_bucket_does() -> 
                                          np.array([fit_rows])).total_ms[0]
     assert info["step_cost_ms"] == pytest.approx(direct, rel=1e-12)
     assert -reward == pytest.approx(info["report"].cost_ratio, rel=1e-9)
+
+
+def test_sampler_draws_reservations_that_leave_episodes_room() -> None:
+    import dataclasses
+
+    from envs.sampler import roomy
+
+    sampler = TaskSampler(pool=POOL, tables=(8, 40), devices=(2, 4, 8),
+                          hbm_fraction=(0.05, 0.5), overheads=("none", "torchrec"))
+    rng = np.random.default_rng(0)
+    drawn = [sampler.sample(rng) for _ in range(30)]
+    assert {t.overhead for t in drawn} == {"none", "torchrec"}
+    for task in drawn:
+        assert task.overhead == "none" or roomy(task)
+        # The reservation is the one a task built from scratch has.
+        fresh = ShardingTask(task.tables, task.hardware, task.workload, task.overhead)
+        for f in dataclasses.fields(fresh.table_arrays):
+            np.testing.assert_allclose(getattr(task.table_arrays, f.name),
+                                       getattr(fresh.table_arrays, f.name), err_msg=f.name)
+    reserved = [t for t in drawn if t.overhead == "torchrec"]
+    assert all(t.table_arrays.hbm_reserved_bytes.min() > 0 for t in reserved)
+    # Their episodes finish with valid plans.
+    env = PlacementEnv(sampler, max_devices=8)
+    for task in reserved[:3]:
+        _, _, info = play(env, rng, task=task)
+        check_plan(info["plan"], task)
+        assert info["step_cost_ms"] == pytest.approx(
+            evaluate(info["plan"], task, env.cost_model).step_cost_ms, rel=1e-9)
+    with pytest.raises(InputError, match="overheads"):
+        TaskSampler(overheads=("gpu",))

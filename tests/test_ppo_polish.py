@@ -122,10 +122,13 @@ def test_the_sharder_reports_the_polished_winner_and_the_policy_alone_unchanged(
     assert polished.last_choice is not None and plain.last_choice is not None
     assert cost <= raw
     assert not any(n.endswith("+polish") for n in plain.last_choice.costs)
-    if cost < raw:
+    if cost < raw:  # a candidate of the plain run, polished (then maybe re-split, kicked)
         winner = polished.last_choice.winner
-        assert winner == f"{plain.last_choice.winner}+polish"
+        base, *steps = winner.split("+")
+        assert steps[0] == "polish" and set(steps[1:]) <= {"resplit", "kick"}
+        assert base in plain.last_choice.costs
         assert polished.last_choice.costs[winner] == pytest.approx(cost, rel=1e-9)
+        assert polished.last_choice.costs[f"{base}+polish"] < plain.last_choice.costs[base]
     alone = PPOSharder(policy=tmp_path / "policy", samples=0, candidates=False, polish=False)
     alone.shard(task, MODEL)
     assert alone.last_choice is not None and "ppo-greedy" in alone.last_choice.costs
@@ -190,3 +193,48 @@ def test_split_tables_keep_one_share_and_the_hbm_it_frees_goes_to_the_others() -
                        hbm_bytes_per_row + items.table_arrays.hbm_reserved_bytes,
                        minlength=task.num_devices)
     assert (used <= task.device_arrays.hbm_capacity + 1).all()
+
+
+def test_fill_only_moves_nothing_and_is_never_below_the_full_stage() -> None:
+    task = constrained_task(dlrm_tables(40, seed=7), 4, 0.3, overhead="torchrec")
+    plan = get_sharder("random").shard(task, MODEL)
+    filled, quick = polish_plan(plan, task, MODEL, fill_only=True)
+    assert filled.arrays(task)[0].tolist() == plan.arrays(task)[0].tolist()
+    assert quick == pytest.approx(evaluate(filled, task, MODEL).step_cost_ms, rel=1e-9)
+    _, full = polish_plan(plan, task, MODEL)
+    assert full <= quick < evaluate(plan, task, MODEL).step_cost_ms
+
+
+def test_a_split_tables_share_is_chosen_again_where_that_lowers_the_step_cost() -> None:
+    # The share each shard got on its own device, made one per table, is a starting point:
+    # the stage tries others (the rest water-filled around them) and keeps a cheaper one.
+    from autoshard.sharders.ppo_polish import _tune_shares, step_cost_ms
+    from autoshard.shards import ShardLayout, plan_layout, pricing_task
+
+    task = constrained_task(dlrm_tables(30, seed=38), 8, 0.3, overhead="torchrec")
+    plan, _ = polish_plan(get_sharder("split_lookup_greedy").shard(task, MODEL), task, MODEL)
+    layout = plan_layout(plan, task)
+    items = pricing_task(task, layout.geometry)
+    split = layout.geometry.parts > 1
+    # Start from a poor share: a tenth of the rows the stage chose for the split tables.
+    rows = np.where(split, layout.hbm_rows // 10, layout.hbm_rows)
+    low = Polisher(items, MODEL, Curves.price(items, MODEL), layout.device, rows, locked=split)
+    low.refill()
+    start = step_cost_ms(items, MODEL, layout.device, low.rows)
+    tuned, cost = _tune_shares(items, MODEL, Curves.price(items, MODEL),
+                               ShardLayout(layout.geometry, layout.device, low.rows), start)
+    assert cost < start
+    assert cost == pytest.approx(step_cost_ms(items, MODEL, tuned.device, tuned.hbm_rows))
+    check_layout(tuned.to_plan(task), task)
+    for t in np.unique(layout.geometry.table[split]):
+        idx = layout.geometry.table == t
+        shares = tuned.hbm_rows[idx] / layout.geometry.rows[idx]
+        assert shares.max() - shares.min() < 1e-3
+
+
+def test_the_steps_after_the_polish_get_a_time_guard_that_grows_with_the_task() -> None:
+    from autoshard.sharders.ppo_polish import step_seconds
+
+    assert step_seconds(10, 2) == pytest.approx(0.1)
+    assert step_seconds(200, 8) < step_seconds(300, 16) < step_seconds(5000, 128)
+    assert step_seconds(5000, 128) == pytest.approx(0.5)

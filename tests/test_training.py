@@ -261,3 +261,29 @@ def test_cli_exposes_every_config_field_with_its_documented_default(tmp_path: Pa
     assert saved["learning_rate"] == 0.001 and saved["gamma"] == 0.9 and saved["hidden"] == 8
     assert saved["anneal_lr"] is False and saved["train_devices"] == [2, 3]
     assert saved["n_epochs"] == TrainConfig().n_epochs  # untouched fields keep their default
+
+
+def test_reservations_in_training_need_an_environment_that_models_them() -> None:
+    # The batched environment plays tasks without HBM reserved per table: a run that draws
+    # TorchRec's reservations is refused there (the config names the field), and so is such a
+    # sampler given to the environment directly.
+    with pytest.raises(InputError, match="overheads"):
+        TrainConfig(overheads=("none", "torchrec"))
+    assert TrainConfig(overheads=("none", "torchrec"), vec_env="dummy").overheads == (
+        "none", "torchrec")
+    with pytest.raises(InputError, match="overheads"):
+        TrainConfig(overheads=("nvidia",), vec_env="dummy")
+    from envs.batched import BatchedPlacementEnv
+
+    with pytest.raises(InputError, match="overheads"):
+        BatchedPlacementEnv(2, TaskSampler(overheads=("torchrec",)))
+
+
+def test_a_run_with_reservations_trains_and_evaluates_on_both(tmp_path: Path) -> None:
+    cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled",
+                      **{**TINY, "vec_env": "dummy", "overheads": ("none", "torchrec")})  # type: ignore[arg-type]
+    result = train(cfg)
+    assert result.steps == 256
+    names = {r.task for r in result.results}
+    assert any(n.endswith("-torchrec") for n in names)
+    assert any(not n.endswith("-torchrec") for n in names)

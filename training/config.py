@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.errors import InputError
+from autoshard.memory import OVERHEADS
 from autoshard.tracking import check_wandb_mode
 
 VEC_ENVS = ("batched", "dummy", "subproc")
@@ -28,6 +29,7 @@ class TrainConfig:
     hbm_fraction: tuple[float, float] = (0.05, 3.0)  # share of a task's bytes its HBM holds
     batch_sizes: tuple[int, ...] = (4096, 16384, 65536, 262144)  # global batch sizes drawn
     modes: tuple[str, ...] = ("train", "infer")  # workload modes drawn
+    overheads: tuple[str, ...] = ("none",)  # HBM reserved per table drawn ('torchrec': its buffers)
     max_devices: int = 32  # device slots of the training environment
     eval_tables: tuple[int, ...] = (50, 200)  # tables per evaluation task (validation family)
     eval_devices: tuple[int, ...] = (4, 16, 64)  # device counts of evaluation tasks (64 unseen)
@@ -69,6 +71,13 @@ class TrainConfig:
                      "checkpoint_every", "max_devices", "hidden"):
             if getattr(self, name) < 1:
                 raise InputError("must be >= 1", field=name, value=getattr(self, name))
+        if not self.overheads or set(self.overheads) - set(OVERHEADS):
+            raise InputError(f"must be among {', '.join(OVERHEADS)}", field="overheads",
+                             value=self.overheads)
+        if self.vec_env == "batched" and set(self.overheads) != {"none"}:
+            raise InputError("the batched environment plays tasks without HBM reserved per "
+                             "table; use vec_env 'dummy' or 'subproc'", field="overheads",
+                             value=self.overheads)
         if max(self.train_devices) > self.max_devices:
             raise InputError(f"a training task has more devices than max_devices "
                              f"{self.max_devices}", field="train_devices",

@@ -15,7 +15,7 @@ from autoshard.sharders import common_options
 from autoshard.sharders.ppo import GREEDY
 from autoshard.sharders.ppo_policy import PlacementNet, decode, decode_choice
 from autoshard.task import ShardingTask
-from envs.sampler import TaskSampler
+from envs.sampler import TaskSampler, roomy
 
 __all__ = ["BENCH_SEED", "EVAL_SEED", "GREEDY", "EvalTask", "compare", "eval_tasks",
            "plan_task"]
@@ -39,12 +39,15 @@ class EvalTask:
 def eval_tasks(tables: tuple[int, ...], devices: tuple[int, ...], hbm_fraction: float = 0.5,
                repeats: int = 1, family: str = "validation", hardware: str = "8xH100-80GB",
                seed: int = EVAL_SEED, mode: str = "train", batch_size: int = 65536,
-               styles: tuple[str, ...] = ("mixed",)) -> list[EvalTask]:
+               styles: tuple[str, ...] = ("mixed",), overheads: tuple[str, ...] = ("none",)
+               ) -> list[EvalTask]:
     """Tasks drawing only tables of ``family`` (see :mod:`envs.families`): every (tables,
     devices) pair, ``repeats`` draws, each in one of ``styles`` (in turn).
 
     Training selects its best policy on the ``validation`` family; the benchmark reports on
-    ``test`` and on the suites' pool, which no training sees.
+    ``test`` and on the suites' pool, which no training sees. With several ``overheads``
+    (HBM reserved per table), every task is also given with each of the others where its
+    reservations leave episodes room (:func:`envs.sampler.roomy`), named ``<name>-<overhead>``.
     """
     sampler = TaskSampler(family=family, hardware=hardware, styles=styles)
     rng = np.random.default_rng(seed)
@@ -55,7 +58,12 @@ def eval_tasks(tables: tuple[int, ...], devices: tuple[int, ...], hbm_fraction: 
                 style = styles[r % len(styles)]
                 idx = sampler._pick(rng, style, count)
                 task = sampler.build(idx, n_dev, hbm_fraction, batch_size, mode)
-                out.append(EvalTask(f"{style}-T{count}-D{n_dev}-r{r}", count, n_dev, task))
+                name = f"{style}-T{count}-D{n_dev}-r{r}"
+                for overhead in overheads:
+                    reserved = task.with_overhead(overhead) if overhead != "none" else task
+                    if overhead == "none" or roomy(reserved):
+                        suffix = "" if overhead == overheads[0] else f"-{overhead}"
+                        out.append(EvalTask(name + suffix, count, n_dev, reserved))
     return out
 
 

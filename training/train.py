@@ -172,10 +172,11 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
     cost_model = load_cost_model(cfg.cost_model)
     sampler = TaskSampler(family="train", tables=cfg.train_tables, devices=cfg.train_devices,
                           hbm_fraction=cfg.hbm_fraction, batch_sizes=cfg.batch_sizes,
-                          modes=cfg.modes)
+                          modes=cfg.modes, overheads=cfg.overheads)
     vec = make_vec(cfg, sampler, seed)
     tasks = eval_tasks(cfg.eval_tables, cfg.eval_devices, cfg.eval_hbm_fraction,
-                       cfg.eval_repeats, family="validation", styles=cfg.eval_styles)
+                       cfg.eval_repeats, family="validation", styles=cfg.eval_styles,
+                       overheads=cfg.overheads)
     greedy_results = compare(tasks, cost_model, GREEDY)
     greedy: dict[str, dict[str, float]] = {}
     for r in greedy_results:

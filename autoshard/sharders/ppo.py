@@ -27,7 +27,7 @@ from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.plan import Plan
 from autoshard.sharders.ppo_polish import Curves, plan_cost_ms, polish_plan, step_cost_ms
-from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
+from autoshard.shards import ShardGeometry, ShardLayout, for_torchrec, pricing_task
 from autoshard.task import ShardingTask
 
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).
@@ -41,11 +41,17 @@ SMALL_TASK = 20_000
 #: Tasks with fewer tables per device than this also get decodes over a finer split: tables
 #: dearer than :data:`FINE_TARGET` times the split choice's target are split too.
 FINE_TABLES_PER_DEVICE, FINE_TARGET = 4, 0.5
-#: Decodes whose cheapest is polished besides the cheapest candidate: over split tables (the
-#: split choice, its node-local variant, the policy's own choice) and over the finer split.
-POLISHED_GROUPS = (("ppo-split", "ppo-node-split", "ppo-choice"), ("ppo-fine", "ppo-node-fine"))
 #: The table-wise greedy sharders (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+#: Candidates whose cheapest is polished besides the cheapest of all: the decodes over split
+#: tables (the split choice, its node-local variant, the policy's own choice), those over the
+#: finer split, and, on tasks of up to :data:`SMALL_TASK` pairs, the whole-table ones (the
+#: policy's and the table-wise greedy sharders'). With HBM reserved per table or shard, a
+#: whole-table plan can polish to below a split one that cost less before. Each group's
+#: member polished is the cheapest once its HBM is water-filled.
+POLISHED_GROUPS = (("ppo-split", "ppo-node-split", "ppo-choice"), ("ppo-fine", "ppo-node-fine"),
+                   ("ppo-rows", "ppo-node-rows"),
+                   ("ppo-greedy", "ppo-sample", *GREEDY))
 #: The greedy family whose plans are candidates: the table-wise four, and, for tasks of up to
 #: :data:`SMALL_TASK` (table, device) pairs, the variant that splits dominant tables (the
 #: policy's own actions are table-wise; the split variant takes 0.8 s at 856 x 128).
@@ -89,8 +95,11 @@ class PPOSharder:
     that improves it (the stage stops after a number of rounds, so plans stay deterministic,
     unless its time guard ends it first, as on large tasks); on tasks with fewer than
     :data:`FINE_TABLES_PER_DEVICE` tables per device the decodes also run over a finer split
-    (``ppo-fine-greedy``, ...), whose best is polished too. The cheapest step cost wins
-    (ties: the earlier candidate).
+    (``ppo-fine-greedy``, ...), whose best is polished too, and so is the best whole-table
+    plan. Where tables dominate (the split decodes ran) the cheapest then has its heaviest
+    tables' splits re-chosen (:mod:`autoshard.sharders.ppo_resplit`) and kicks around it
+    (:mod:`autoshard.sharders.ppo_kick`), winning as ``<name>+resplit`` / ``+kick`` where
+    that lowers its cost. The cheapest step cost wins (ties: the earlier candidate).
     :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
     policy alone: its greedy decodes (whole tables, shards where tables were split, and the
     decode in which it chooses the splits).
@@ -141,17 +150,21 @@ class PPOSharder:
         self._net, self._choice_net = regrid(net, 1), regrid(net, GRIDS)
 
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
-        costs, plans = self._policy_plans(task, cost_model)
+        costs, plans, dominated = self._policy_plans(task, cost_model)
         if self.candidates:
             self._add_greedy(task, cost_model, costs, plans)
         if self.polish:
             self._polish(task, cost_model, costs, plans)
         winner = min(costs, key=costs.__getitem__)
+        if self.polish and dominated:
+            winner = self._search(task, cost_model, costs, plans, winner)
         self.last_choice = Choice(winner, costs)
         return replace(plans[winner], sharder=self.name)
 
     def _policy_plans(self, task: ShardingTask, cost_model: CostModel
-                      ) -> tuple[dict[str, float], dict[str, Plan]]:
+                      ) -> tuple[dict[str, float], dict[str, Plan], bool]:
+        """The policy's decodes, named, with their step costs; and whether some table dominates
+        (the split decodes ran: tasks of up to :data:`SMALL_TASK` pairs)."""
         import torch
 
         small = task.num_tables * task.num_devices <= SMALL_TASK
@@ -183,7 +196,7 @@ class PPOSharder:
                                                layout.hbm_rows)
         finally:
             torch.set_num_threads(before)
-        return costs, plans
+        return costs, plans, bool(geometries)
 
     def _choose_splits(self, task: ShardingTask, cost_model: CostModel, geometry: ShardGeometry,
                        samples: int, costs: dict[str, float], plans: dict[str, Plan]) -> None:
@@ -216,20 +229,42 @@ class PPOSharder:
     def _polish(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
                 plans: dict[str, Plan]) -> None:
         """Polishes the cheapest candidate (:func:`autoshard.sharders.ppo_polish.polish_plan`)
-        and the cheapest of the policy's decodes over split tables and over the finer split
-        (:data:`POLISHED_GROUPS`; split pieces a polish can balance better than their raw cost
-        shows, and on a task planned for TorchRec row shards stay one per device, which a
-        whole-table plan's polish cannot reach); each that improves competes as
+        and the cheapest of each group of :data:`POLISHED_GROUPS` (split pieces a polish can
+        balance better than their raw cost shows, and on a task planned for TorchRec row shards
+        stay one per device, which a whole-table plan's polish cannot reach; where HBM is
+        reserved per shard, whole tables reserve less); each that improves competes as
         ``<name>+polish``."""
         ranked = sorted(costs, key=costs.__getitem__)
         chosen = ranked[:1]
-        for group in POLISHED_GROUPS:
-            chosen += [n for n in ranked if n.startswith(group) and n not in chosen][:1]
         curves: dict[bytes, Curves] = {}
+        small = task.num_tables * task.num_devices <= SMALL_TASK
+        for group in POLISHED_GROUPS if small else POLISHED_GROUPS[:-1]:
+            members = [n for n in ranked if n.startswith(group) and n not in chosen]
+            if len(members) > 1:  # ranked by their cost with HBM water-filled, no move
+                filled = {n: polish_plan(plans[n], task, cost_model, costs[n], curves=curves,
+                                         fill_only=True)[1] for n in members}
+                members.sort(key=filled.__getitem__)
+            chosen += members[:1]
         for name in chosen:
             plan, cost = polish_plan(plans[name], task, cost_model, costs[name], curves=curves)
             if cost < costs[name]:
                 costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
+
+    def _search(self, task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
+                plans: dict[str, Plan], winner: str) -> str:
+        """The winner's heaviest tables split again (:mod:`autoshard.sharders.ppo_resplit`),
+        then kicks around it (:mod:`autoshard.sharders.ppo_kick`); each step that lowers the
+        cost adds ``+resplit`` / ``+kick`` to the winner's name, which is returned."""
+        from autoshard.sharders.ppo_kick import kick_plan
+        from autoshard.sharders.ppo_resplit import resplit_plan
+
+        for tag, step in (("resplit", resplit_plan), ("kick", kick_plan)):
+            kwargs = {"seed": self.seed} if tag == "kick" else {}
+            plan, cost = step(plans[winner], task, cost_model, costs[winner], **kwargs)
+            if cost < costs[winner]:
+                winner = f"{winner}+{tag}"
+                costs[winner], plans[winner] = cost, plan
+        return winner
 
     @staticmethod
     def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
@@ -268,6 +303,10 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
         tag = "ppo-node" if local else "ppo"
         choice = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=local)
         found = [("split", choice.geometry)] if choice.split_tables.size else []
+        if for_torchrec(task) and found:
+            rows = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=local,
+                                      rows_only=True)
+            found.append(("rows", rows.geometry))
         if fine and task.num_tables < FINE_TABLES_PER_DEVICE * task.num_devices:
             finer = split_heavy_tables(task, cost_model, FINE_TARGET * choice.target_ms,
                                        relaxed=relaxed, node_local=local)

@@ -19,6 +19,10 @@ rows where the access curve bends), priced by the task's cost model.
   qualifies is applied. The search stops after a number of rounds that grows with the devices,
   or at a time guard that grows with the task (:func:`budget`).
 
+- **Split shares.** On a task planned for TorchRec a split table keeps one HBM share over its
+  shards (:meth:`autoshard.shards.ShardLayout.even_shares`); that share is chosen again
+  (:func:`_tune_shares`), the other items' HBM water-filled around it.
+
 A device's load is the sum of its items' prices; :func:`polish_plan` keeps the result only when
 it fits and the evaluator's pricing of it (:func:`step_cost_ms`) is below the input's, so the
 stage never returns a worse plan.
@@ -41,10 +45,10 @@ from autoshard.shards import (
     KIND,
     TABLE_ROW_WISE,
     ShardLayout,
+    for_torchrec,
     one_per_device,
     plan_layout,
     pricing_task,
-    torchrec_rows,
 )
 from autoshard.task import ShardingTask
 
@@ -61,6 +65,23 @@ VERIFY = 6
 WORK_SOURCES = 4
 #: Relative margin by which a change must lower the load it aims at.
 MARGIN = 1e-9
+#: A split table's HBM share (one per table, as TorchRec holds one cache load factor) is tried
+#: at these multiples of its value, or at these shares when it has none, for the
+#: :data:`TUNED_TABLES` dearest split tables, then refined this many times.
+SHARE_STEPS, FIRST_SHARES = (0.5, 0.75, 1.25, 1.5, 2.0, 3.0), (0.01, 0.05, 0.2)
+TUNED_TABLES, REFINE = 3, 3
+
+
+#: The time guard of each step after the polish (:mod:`autoshard.sharders.ppo_resplit`,
+#: :mod:`autoshard.sharders.ppo_kick`): seconds per (item, device) pair, within bounds.
+STEP_SECONDS_PER_PAIR, STEP_MIN_SECONDS, STEP_MAX_SECONDS = 5e-5, 0.1, 0.5
+
+
+def step_seconds(items: int, devices: int) -> float:
+    """Seconds a step after the polish may take on ``items`` tables or shards on
+    ``devices``."""
+    return float(np.clip(STEP_SECONDS_PER_PAIR * items * devices, STEP_MIN_SECONDS,
+                         STEP_MAX_SECONDS))
 
 
 def budget(items: int, devices: int) -> tuple[int, float]:
@@ -136,7 +157,7 @@ class Polisher:
         rows: Each item's HBM rows ([N]).
         node_bound: Items that must stay on their device's node (table_row_wise shards).
         fixed: Items that must stay on their device (the row shards of a task planned for
-            TorchRec, one per device, :func:`autoshard.shards.torchrec_rows`).
+            TorchRec, one per device, :func:`autoshard.shards.for_torchrec`).
         locked: Items whose HBM rows stay as given (a split table's shards once they share
             one HBM share); the others' are filled around them.
     """
@@ -447,7 +468,8 @@ class Polisher:
 
 def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
                 cost: float | None = None, limit: tuple[int, float] | None = None,
-                curves: dict[bytes, Curves] | None = None) -> tuple[Plan, float]:
+                curves: dict[bytes, Curves] | None = None, fill_only: bool = False
+                ) -> tuple[Plan, float]:
     """The plan with its HBM rows re-chosen and moves applied (see the module docstring), and
     its step cost; the input and its cost when that is no better.
 
@@ -459,6 +481,8 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
         limit: Rounds and seconds of the move search (default: :func:`budget` of the task).
         curves: Curves already priced, by shard geometry (plans of the same shards share
             them); those priced here are added.
+        fill_only: Only water-fill the HBM (no move, no split share re-chosen): a quick
+            estimate of what the stage makes of a plan.
     """
     before = evaluate(plan, task, cost_model).step_cost_ms if cost is None else cost
     layout = plan_layout(plan, task)
@@ -470,11 +494,13 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
         cache[key] = Curves.price(items, cost_model)
     # Planned for TorchRec, shards that go one per device fill their world (node), so no
     # move keeps that: they stay.
+    fixed = one_per_device(task, g) & for_torchrec(task)
     polisher = Polisher(items, cost_model, cache[key], layout.device, layout.hbm_rows,
-                        g.kind == KIND[TABLE_ROW_WISE],
-                        one_per_device(task, g) & torchrec_rows(task))
+                        g.kind == KIND[TABLE_ROW_WISE], fixed)
     polisher.refill()
-    polisher.search(*(budget(items.num_tables, task.num_devices) if limit is None else limit))
+    if not fill_only:
+        polisher.search(*(budget(items.num_tables, task.num_devices) if limit is None
+                          else limit))
     # One HBM share per split table, as the export gives TorchRec one cache load factor each;
     # the HBM that frees goes to the other items on those devices.
     out = ShardLayout(g, polisher.device, polisher.rows).even_shares(task)
@@ -484,9 +510,56 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
         rest.refill()
         out = ShardLayout(g, rest.device, rest.rows)
     after = step_cost_ms(items, cost_model, out.device, out.hbm_rows)
+    if for_torchrec(task) and (g.parts > 1).any() and not fill_only:
+        out, after = _tune_shares(items, cost_model, cache[key], out, after)
     if not after < before or not feasible(items, out.device, out.hbm_rows):
         return plan, before
     return out.to_plan(task, plan.sharder), after
+
+
+def _tune_shares(items: ShardingTask, cost_model: CostModel, curves: Curves, layout: ShardLayout,
+                 cost: float) -> tuple[ShardLayout, float]:
+    """Each split table's one HBM share (the dearest tables first, at most
+    :data:`TUNED_TABLES`) tried at :data:`SHARE_STEPS` times its value (or at
+    :data:`FIRST_SHARES` when it has none), then :data:`REFINE` times halfway between the best
+    and its neighbours, with the other items' HBM water-filled around it; the cheapest that
+    fits is kept. The water-filling before the shares were made one per table chose each
+    shard's rows on its own device, so the common share is worth choosing again."""
+    g, device = layout.geometry, layout.device
+    split = g.parts > 1
+    price = cost_model.price(items, np.arange(g.num_shards), device, layout.hbm_rows).total_ms
+    tables = np.unique(g.table[split])
+    worth = np.array([price[g.table == t].sum() for t in tables])
+    best, best_cost = layout.hbm_rows, cost
+
+    def priced(idx: np.ndarray, share: float) -> tuple[np.ndarray, float]:
+        rows = np.where(split, best, 0)
+        rows[idx] = np.floor(share * g.rows[idx] + 1e-9)
+        trial = Polisher(items, cost_model, curves, device, rows, locked=split)
+        if (trial.hbm_cap < -1e-6).any():  # the shards' HBM alone overfills a device
+            return rows, np.inf
+        trial.refill()
+        if not feasible(items, device, trial.rows):
+            return rows, np.inf
+        return trial.rows, step_cost_ms(items, cost_model, device, trial.rows)
+
+    for t in tables[np.argsort(-worth, kind="stable")[:TUNED_TABLES]]:
+        idx = np.flatnonzero(g.table == t)
+        share = float(best[idx].sum() / g.rows[idx].sum())
+        tried = {share: best_cost}
+        steps = FIRST_SHARES if share <= 0 else tuple(min(share * m, 1.0) for m in SHARE_STEPS)
+        for _ in range(REFINE + 1):
+            for s in steps:
+                if s in tried:
+                    continue
+                rows, tried[s] = priced(idx, s)
+                if tried[s] < best_cost * (1 - MARGIN):
+                    best, best_cost = rows, tried[s]
+            grid = sorted(tried)
+            at = grid.index(min(grid, key=tried.__getitem__))
+            steps = tuple((grid[at] + grid[j]) / 2 for j in (at - 1, at + 1)
+                          if 0 <= j < len(grid))
+    return ShardLayout(g, device, best), best_cost
 
 
 def plan_cost_ms(plan: Plan, task: ShardingTask, cost_model: CostModel) -> float:

@@ -74,6 +74,7 @@ from autoshard.sharders.milp_plans import (
 from autoshard.shards import (
     ShardGeometry,
     ShardLayout,
+    for_torchrec,
     is_whole,
     pricing_task,
     same_split,
@@ -524,7 +525,7 @@ def _tied(task: ShardingTask) -> np.ndarray | None:
     """For a task of shards planned for TorchRec's runtime (one HBM share per split table),
     each shard's table when it is split (-1 when whole); else None."""
     g = getattr(task, "geometry", None)
-    if g is None or task.overhead == "none" or not (g.parts > 1).any():
+    if g is None or not for_torchrec(task) or not (g.parts > 1).any():
         return None
     return np.where(g.parts > 1, g.table, -1)
 

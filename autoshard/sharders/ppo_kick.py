@@ -1,0 +1,83 @@
+"""Kicks: an iterated local search around the improvement stage's result.
+
+The polish (:mod:`autoshard.sharders.ppo_polish`) stops where no single move or swap off the
+most loaded device helps: a local optimum, and with HBM reserved per table (TorchRec's buffers)
+often a poor one, since moving one table there moves its reservation too. Each kick moves
+:data:`MOVED` items drawn at random from the two most loaded devices to devices drawn at random
+(items a split pins to a device or a node stay), clears every HBM row and polishes the result
+again; the cheapest plan found is kept. Kicks run until :data:`KICKS` of them or the time guard
+(:func:`autoshard.sharders.ppo_polish.step_seconds`) is spent; the generator is seeded, so a
+run on the same machine is repeatable unless the guard ends it first. The result is never worse
+than the input.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from autoshard.cost import CostModel
+from autoshard.plan import Plan
+from autoshard.sharders.ppo_polish import Curves, polish_plan, step_seconds
+from autoshard.shards import (
+    KIND,
+    TABLE_ROW_WISE,
+    ShardLayout,
+    for_torchrec,
+    one_per_device,
+    plan_layout,
+    pricing_task,
+)
+from autoshard.task import ShardingTask
+
+#: Kicks at most, and items moved per kick.
+KICKS, MOVED = 10, 3
+
+
+
+def kick_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
+              seed: int = 0, kicks: int = KICKS, seconds: float | None = None
+              ) -> tuple[Plan, float]:
+    """The cheapest of ``plan`` and its kicked and polished variants (see the module
+    docstring), and its step cost.
+
+    Args:
+        plan: A valid plan of ``task``.
+        task: The task.
+        cost_model: Prices the variants.
+        cost: The plan's step cost.
+        seed: Seeds the draws.
+        kicks: Kicks at most.
+        seconds: Time guard (default: :func:`autoshard.sharders.ppo_polish.step_seconds` of
+            the plan's items).
+    """
+    layout = plan_layout(plan, task)
+    g = layout.geometry
+    items = pricing_task(task, g)
+    stop = time.perf_counter() + (seconds if seconds is not None
+                                  else step_seconds(g.num_shards, task.num_devices))
+    pinned = (one_per_device(task, g) & for_torchrec(task)) | (g.kind == KIND[TABLE_ROW_WISE])
+    movable = np.flatnonzero(~pinned)
+    rng = np.random.default_rng(seed)
+    curves: dict[bytes, Curves] = {}
+    best, best_cost, device, rows = plan, cost, layout.device, layout.hbm_rows
+    for _ in range(kicks):
+        if time.perf_counter() >= stop:
+            break
+        price = cost_model.price(items, np.arange(g.num_shards), device, rows).total_ms
+        load = np.bincount(device, weights=price, minlength=task.num_devices)
+        top = np.argsort(-load, kind="stable")[:2]
+        here = movable[np.isin(device[movable], top)]
+        if not here.size:
+            break
+        moved = device.copy()
+        picked = rng.choice(here, size=min(MOVED, here.size), replace=False)
+        moved[picked] = rng.integers(task.num_devices, size=picked.size)
+        kicked = ShardLayout(g, moved, np.zeros_like(rows)).to_plan(task, plan.sharder)
+        polished, c = polish_plan(kicked, task, cost_model, np.inf, curves=curves)
+        if c < best_cost:
+            best, best_cost = polished, c
+            out = plan_layout(best, task)
+            device, rows = out.device, out.hbm_rows
+    return best, best_cost
