@@ -75,3 +75,27 @@ def test_when_hbm_holds_every_useful_row_buckets_keep_the_used_rows_not_all() ->
     while not episode.done:  # two tables a device, each with its fill bucket
         episode.step((episode.step_index % 2) * N_BUCKETS + N_BUCKETS - 1)
     assert episode.step_cost_ms / episode.lower_bound == pytest.approx(1.0, abs=0.02)
+
+
+def test_each_kind_of_device_is_priced_once_with_every_devices_price() -> None:
+    # Devices of one kind price alike, so a task is priced once per kind; the prices are those
+    # of every (table, device, bucket) priced on its own device, here on two kinds of devices
+    # (every other one with a third of the HBM and half the host link).
+    from dataclasses import replace
+
+    task = constrained_task(dlrm_tables(12, seed=5), 4, hbm_fraction=0.3, overhead="torchrec")
+    hw = task.hardware
+    devices = tuple(replace(d, hbm=replace(d.hbm, capacity_bytes=d.hbm.capacity_bytes // 3),
+                            host=replace(d.host, bandwidth_gbps=d.host.bandwidth_gbps / 2))
+                    if i % 2 else d for i, d in enumerate(hw.devices))
+    mixed = replace(task, hardware=replace(hw, devices=devices))
+    model = AnalyticalCostModel()
+    priced = PricedTask.prepare(mixed, model, ObsLayout(4, N_BUCKETS))
+    n_t, n_d, n_v = priced.parts.shape[:3]
+    t = np.repeat(np.arange(n_t), n_d * n_v)
+    d = np.tile(np.repeat(np.arange(n_d), n_v), n_t)
+    k = np.broadcast_to(priced.rows[:, None, :], (n_t, n_d, n_v)).ravel()
+    p = model.price(mixed, t, d, k)
+    direct = np.stack([p.hbm_ms, p.uvm_ms, p.comm_ms], axis=-1).reshape(priced.parts.shape)
+    np.testing.assert_array_equal(priced.parts, direct)
+    assert not np.allclose(priced.parts[:, 0], priced.parts[:, 1])  # the kinds differ

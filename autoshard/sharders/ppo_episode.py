@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard.bounds import lower_bound_ms
+from autoshard.bounds import device_kinds, lower_bound_ms
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError, gib
 from autoshard.placement import PlacementState
@@ -71,11 +71,15 @@ class PricedTask:
         n_t, n_d, n_k = task.num_tables, task.num_devices, len(multipliers) + 1
         n_v = n_k - 1
         rows = bucket_rows(task, cost_model, multipliers)
-        t_idx = np.repeat(np.arange(n_t), n_d * n_v)
-        d_idx = np.tile(np.repeat(np.arange(n_d), n_v), n_t)
-        k_rows = np.broadcast_to(rows[:, None, :], (n_t, n_d, n_v)).ravel()
+        # Devices of one kind price alike: each kind is priced once, on its representative.
+        kinds = device_kinds(task)
+        n_kind = kinds.count
+        t_idx = np.repeat(np.arange(n_t), n_kind * n_v)
+        d_idx = np.tile(np.repeat(kinds.representative, n_v), n_t)
+        k_rows = np.broadcast_to(rows[:, None, :], (n_t, n_kind, n_v)).ravel()
         p = cost_model.price(task, t_idx, d_idx, k_rows)
-        parts = np.stack([p.hbm_ms, p.uvm_ms, p.comm_ms], axis=-1).reshape(n_t, n_d, n_v, 3)
+        by_kind = np.stack([p.hbm_ms, p.uvm_ms, p.comm_ms], axis=-1).reshape(n_t, n_kind, n_v, 3)
+        parts = by_kind[:, kinds.kind]
         total = parts.sum(axis=-1)
         lb = max(lower_bound_ms(task, cost_model) if lower_bound is None else lower_bound, 1e-12)
         ref = multipliers.index(1.0) if 1.0 in multipliers else n_v // 2
