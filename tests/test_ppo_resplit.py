@@ -79,3 +79,24 @@ def test_the_sharder_reports_a_resplit_winner() -> None:
         min(choice.costs.values()), rel=1e-9)
     resplit = choice.winner[:choice.winner.index("+resplit") + len("+resplit")]
     assert choice.costs[resplit] < choice.costs[resplit.removesuffix("+resplit")]
+
+
+def test_quick_mode_tries_one_table_in_few_blocks_and_never_polishes() -> None:
+    # Large tasks (over SMALL_TASK table-device pairs) get the quick mode: the dearest table
+    # on the most loaded device only, at most QUICK_BLOCKS column blocks, water-filled only.
+    from autoshard.plan import COLUMN_WISE
+    from autoshard.sharders.ppo_resplit import QUICK_BLOCKS
+    from autoshard.shards import KIND
+
+    task = constrained_task(model_tables("dcnv2"), 16, 0.3)
+    plan = get_sharder("lookup_greedy").shard(task, MODEL)
+    cost = evaluate(plan, task, MODEL).step_cost_ms
+    variants = _variants(plan, task, MODEL, quick=True)
+    assert variants and len({int(v.geometry.table[-1]) for v in variants}) == 1
+    blocks = [v.geometry.num_shards - (task.num_tables - 1) for v in variants
+              if int(v.geometry.kind[-1]) == KIND[COLUMN_WISE]]
+    assert blocks and max(blocks) <= QUICK_BLOCKS
+    out, after = resplit_plan(plan, task, MODEL, cost, seconds=30.0, quick=True)
+    check_layout(out, task)
+    assert after == pytest.approx(evaluate(out, task, MODEL).step_cost_ms, rel=1e-9)
+    assert after < cost

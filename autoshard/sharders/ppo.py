@@ -156,8 +156,9 @@ class PPOSharder:
         if self.polish:
             self._polish(task, cost_model, costs, plans)
         winner = min(costs, key=costs.__getitem__)
-        if self.polish and dominated:
-            winner = self._search(task, cost_model, costs, plans, winner)
+        large = task.num_tables * task.num_devices > SMALL_TASK
+        if self.polish and (dominated or (large and self.split)):
+            winner = self._search(task, cost_model, costs, plans, winner, large)
         self.last_choice = Choice(winner, costs)
         return replace(plans[winner], sharder=self.name)
 
@@ -251,16 +252,21 @@ class PPOSharder:
                 costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
 
     def _search(self, task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
-                plans: dict[str, Plan], winner: str) -> str:
+                plans: dict[str, Plan], winner: str, large: bool = False) -> str:
         """The winner's heaviest tables split again (:mod:`autoshard.sharders.ppo_resplit`),
         then kicks around it (:mod:`autoshard.sharders.ppo_kick`); each step that lowers the
-        cost adds ``+resplit`` / ``+kick`` to the winner's name, which is returned."""
+        cost adds ``+resplit`` / ``+kick`` to the winner's name, which is returned. On a
+        ``large`` task only the re-split's quick mode runs."""
+        from functools import partial
+
         from autoshard.sharders.ppo_kick import kick_plan
         from autoshard.sharders.ppo_resplit import resplit_plan
 
-        for tag, step in (("resplit", resplit_plan), ("kick", kick_plan)):
-            kwargs = {"seed": self.seed} if tag == "kick" else {}
-            plan, cost = step(plans[winner], task, cost_model, costs[winner], **kwargs)
+        steps = [("resplit", partial(resplit_plan, quick=large))]
+        if not large:
+            steps.append(("kick", partial(kick_plan, seed=self.seed)))
+        for tag, step in steps:
+            plan, cost = step(plans[winner], task, cost_model, costs[winner])
             if cost < costs[winner]:
                 winner = f"{winner}+{tag}"
                 costs[winner], plans[winner] = cost, plan

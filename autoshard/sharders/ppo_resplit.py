@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from autoshard.cost import CostModel
-from autoshard.plan import Plan
+from autoshard.plan import COLUMN_WISE, Plan
 from autoshard.sharders.ppo_polish import Curves, polish_plan, step_seconds
 from autoshard.shards import (
     KIND,
@@ -50,11 +50,13 @@ HEAVY_SHARE = 0.25
 TABLES = 2
 #: Variants polished in full per round, the cheapest after water-filling first.
 FINALISTS = 3
+#: Most column blocks tried, and seconds at most, in the quick mode (large tasks).
+QUICK_BLOCKS, QUICK_SECONDS = 8, 0.25
 
 
 
 def resplit_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
-                 seconds: float | None = None) -> tuple[Plan, float]:
+                 seconds: float | None = None, quick: bool = False) -> tuple[Plan, float]:
     """The plan with its heaviest tables' splits re-chosen (see the module docstring), and its
     step cost; the input and ``cost`` when no variant is cheaper.
 
@@ -64,26 +66,34 @@ def resplit_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: fl
         cost_model: Prices the variants.
         cost: The plan's step cost.
         seconds: Time guard (default: :func:`autoshard.sharders.ppo_polish.step_seconds` of
-            the plan's tables).
+            the plan's tables; in the quick mode at most :data:`QUICK_SECONDS`).
+        quick: For large tasks: only the dearest table on the most loaded device, column
+            blocks of at most :data:`QUICK_BLOCKS`, and the water-filled variants compete as
+            they are (no polish).
     """
-    stop = time.perf_counter() + (seconds if seconds is not None
-                                  else step_seconds(len(plan.placements), task.num_devices))
+    if seconds is None:
+        seconds = step_seconds(len(plan.placements), task.num_devices)
+        seconds = min(seconds, QUICK_SECONDS) if quick else seconds
+    stop = time.perf_counter() + seconds
     best, best_cost = plan, cost
     while time.perf_counter() < stop:
-        variants = _variants(best, task, cost_model)
+        variants = _variants(best, task, cost_model, quick)
         if not variants:
             break
         curves: dict[bytes, Curves] = {}
-        quick: list[tuple[float, int, Plan]] = []
+        scored: list[tuple[float, int, Plan, Plan]] = []
         for layout in variants:
             if time.perf_counter() >= stop:
                 break
             candidate = layout.to_plan(task, plan.sharder)
-            _, filled = polish_plan(candidate, task, cost_model, np.inf, curves=curves,
+            filled, c = polish_plan(candidate, task, cost_model, np.inf, curves=curves,
                                     fill_only=True)
-            quick.append((filled, len(quick), candidate))
+            scored.append((c, len(scored), candidate, filled))
+        scored.sort(key=lambda q: q[:2])
         found, found_cost = best, best_cost
-        for _, _, candidate in sorted(quick, key=lambda q: q[:2])[:FINALISTS]:
+        if quick and scored and scored[0][0] < found_cost:
+            found, found_cost = scored[0][3], scored[0][0]
+        for _, _, candidate, _ in [] if quick else scored[:FINALISTS]:
             if time.perf_counter() >= stop:
                 break
             polished, c = polish_plan(candidate, task, cost_model, np.inf, curves=curves)
@@ -95,9 +105,10 @@ def resplit_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: fl
     return best, best_cost
 
 
-def _variants(plan: Plan, task: ShardingTask, cost_model: CostModel) -> list[ShardLayout]:
+def _variants(plan: Plan, task: ShardingTask, cost_model: CostModel, quick: bool = False
+              ) -> list[ShardLayout]:
     """Layouts of ``plan`` with one heavy table in another sharding, its new shards placed
-    with no HBM row."""
+    with no HBM row (``quick``: see :func:`resplit_plan`)."""
     layout = plan_layout(plan, task)
     g = layout.geometry
     price = cost_model.price(pricing_task(task, g), np.arange(g.num_shards), layout.device,
@@ -108,8 +119,10 @@ def _variants(plan: Plan, task: ShardingTask, cost_model: CostModel) -> list[Sha
     heavy = per_table >= HEAVY_SHARE * load.max()
     on_top = np.flatnonzero(layout.device == int(np.argmax(load)))
     ranked = g.table[on_top[np.argsort(-price[on_top], kind="stable")]].tolist()
-    tables = [t for t in ranked if heavy[t]][:TABLES]
-    tables += [t for t in np.argsort(-per_table, kind="stable")[:TABLES].tolist() if heavy[t]]
+    tables = [t for t in ranked if heavy[t]][:1 if quick else TABLES]
+    if not quick:
+        tables += [t for t in np.argsort(-per_table, kind="stable")[:TABLES].tolist()
+                   if heavy[t]]
     nodes = task.hardware.devices_per_node < n_d
     out = []
     for t in dict.fromkeys(tables):
@@ -120,6 +133,8 @@ def _variants(plan: Plan, task: ShardingTask, cost_model: CostModel) -> list[Sha
         for v in [*candidate_splits(task, t, n_d, node_local=nodes),
                   whole_tables(task, np.array([t]))]:
             if (int(v.kind[0]), v.num_shards) == current or not _worth_trying(v, n_d):
+                continue
+            if quick and int(v.kind[0]) == KIND[COLUMN_WISE] and v.num_shards > QUICK_BLOCKS:
                 continue
             out.append(ShardLayout(
                 ShardGeometry.concat([g.take(rest), v]),
