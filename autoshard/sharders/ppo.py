@@ -99,7 +99,9 @@ class PPOSharder:
     plan. Where tables dominate (the split decodes ran) the cheapest then has its heaviest
     tables' splits re-chosen (:mod:`autoshard.sharders.ppo_resplit`) and kicks around it
     (:mod:`autoshard.sharders.ppo_kick`), winning as ``<name>+resplit`` / ``+kick`` where
-    that lowers its cost. The cheapest step cost wins (ties: the earlier candidate).
+    that lowers its cost; on tasks over :data:`SMALL_TASK` pairs only the re-split's quick
+    mode runs (the dearest table on the most loaded device split into a few column blocks or
+    by rows). The cheapest step cost wins (ties: the earlier candidate).
     :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
     policy alone: its greedy decodes (whole tables, shards where tables were split, and the
     decode in which it chooses the splits).

@@ -19,7 +19,10 @@ devices. This step revisits it on the plan itself:
 
 Rounds repeat until none does or the time guard
 (:func:`autoshard.sharders.ppo_polish.step_seconds`) runs out; the result is never worse than
-the input.
+the input. On large tasks (where the sharder skips the split decodes) a quick mode keeps the
+planning time: the dearest table on the most loaded device only, column blocks of at most
+:data:`QUICK_BLOCKS`, the water-filled variants competing as they are, within
+:data:`QUICK_SECONDS`.
 """
 
 from __future__ import annotations
