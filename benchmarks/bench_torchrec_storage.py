@@ -30,7 +30,7 @@ from autoshard.machine import describe_machine
 from autoshard.torchrec_compare import OpinionRow, read_opinions
 
 SUITES = ("tiny", "constrained-50x4", "constrained-100x8", "rich-100x8", "infer-100x8",
-          "dcnv2-8", "dcnv2-16", "criteo1tb-8")
+          "dcnv2-8", "dcnv2-16", "criteo1tb-8", "constrained-856x128")
 OUT = Path(__file__).resolve().parents[1] / "results" / "torchrec"
 RESERVED = (
     "What every sharder keeps room for in HBM (the suites' tasks have `overhead=\"torchrec\"`, "
