@@ -59,6 +59,32 @@ def optimizer_multiplier(optimizer_bytes: np.ndarray, element_bytes: np.ndarray,
                       optimizer_bytes <= row_bytes], [0.0, 1.0 / dim, 1.0], 2.0)
 
 
+def check_overhead(overhead: str, field: str = "overhead", source: str | None = None) -> str:
+    """``overhead`` if it is one of :data:`OVERHEADS`.
+
+    Raises:
+        InputError: Another value, naming ``field`` (and ``source``).
+    """
+    if overhead not in OVERHEADS:
+        raise InputError(f"must be one of {', '.join(OVERHEADS)}", source=source, field=field,
+                         value=overhead)
+    return overhead
+
+
+def check_overheads(overheads: tuple[str, ...], field: str = "overheads") -> tuple[str, ...]:
+    """``overheads`` if it is a non-empty choice among :data:`OVERHEADS`.
+
+    Raises:
+        InputError: An empty choice or another value, naming ``field``.
+    """
+    if not overheads:
+        raise InputError(f"choose one or more of {', '.join(OVERHEADS)}", field=field,
+                         value=overheads)
+    for overhead in overheads:
+        check_overhead(overhead, field)
+    return overheads
+
+
 #: TorchRec training pipelines: its default (no prefetch) and its prefetch pipeline.
 PIPELINES = ("none", "prefetch")
 

@@ -115,6 +115,13 @@ def one_per_device(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
     return (g.kind == KIND[TABLE_ROW_WISE]) | (for_torchrec(task) & (g.kind == KIND[ROW_WISE]))
 
 
+def fixed_shards(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
+    """[S]: the shards that must stay on their device once placed: on a task of
+    :func:`for_torchrec`, those of :func:`one_per_device` (they fill their world or node, so no
+    move keeps that); elsewhere none."""
+    return one_per_device(task, g) & for_torchrec(task)
+
+
 def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
     """A device per shard for the shards whose device the split itself fixes (-1 for the
     others; None when there are none).

@@ -11,7 +11,7 @@ from autoshard.access import GRID
 from autoshard.errors import InputError
 from autoshard.hardware import HardwareProfile
 from autoshard.limits import MAX_BATCH_SIZE, MAX_TABLES, int_in
-from autoshard.memory import OVERHEADS, hbm_terms
+from autoshard.memory import check_overhead, hbm_terms
 from autoshard.tables import Table, check_unique_names
 
 MODES = ("train", "infer")
@@ -108,9 +108,7 @@ class ShardingTask:
     overhead: str = "none"
 
     def __post_init__(self) -> None:
-        if self.overhead not in OVERHEADS:
-            raise InputError(f"must be one of {', '.join(OVERHEADS)}", field="overhead",
-                             value=self.overhead)
+        check_overhead(self.overhead)
         if not self.tables:
             raise InputError("a task needs at least one table", field="tables", value=0)
         if len(self.tables) > MAX_TABLES:
@@ -208,7 +206,9 @@ class ShardingTask:
 
     def with_overhead(self, overhead: str) -> ShardingTask:
         """This task with ``overhead`` reserved in HBM per table (its per-table arrays reused,
-        only their HBM terms recomputed)."""
+        only their HBM terms recomputed; the task itself when it reserves that already)."""
+        if overhead == self.overhead:
+            return self
         out = ShardingTask(self.tables, self.hardware, self.workload, overhead)
         if "table_arrays" in self.__dict__:
             per_row, reserved = out._hbm_terms()

@@ -11,7 +11,7 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.hardware import HardwareProfile, load_hardware
-from autoshard.memory import OVERHEADS
+from autoshard.memory import check_overheads
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 from autoshard.workloads import with_hbm_fraction
@@ -88,9 +88,7 @@ class TaskSampler:
                              value=self.styles)
         for mode in self.modes:
             Workload(mode=mode)
-        if not self.overheads or set(self.overheads) - set(OVERHEADS):
-            raise InputError(f"overheads must be among {', '.join(OVERHEADS)}",
-                             field="overheads", value=self.overheads)
+        check_overheads(self.overheads)
 
     @property
     def max_devices(self) -> int:
@@ -129,12 +127,11 @@ class TaskSampler:
             raise InputError(f"no device count <= {max_devices}", field="devices",
                              value=self.devices)
         if len(self.overheads) == 1:  # (one draw less: the streams of earlier samplers)
-            task = self._draw(rng, choices)
-            return task if self.overheads[0] == "none" else task.with_overhead(self.overheads[0])
+            return self._draw(rng, choices).with_overhead(self.overheads[0])
         overhead = str(rng.choice(self.overheads))
         for _ in range(REDRAWS):
             task = self._draw(rng, choices).with_overhead(overhead)
-            if overhead == "none" or roomy(task):
+            if roomy(task):  # (always, without a reservation)
                 return task
         return task.with_overhead("none")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.errors import InputError
-from autoshard.memory import OVERHEADS
+from autoshard.memory import check_overheads
 from autoshard.tracking import check_wandb_mode
 
 VEC_ENVS = ("batched", "dummy", "subproc")
@@ -71,9 +71,7 @@ class TrainConfig:
                      "checkpoint_every", "max_devices", "hidden"):
             if getattr(self, name) < 1:
                 raise InputError("must be >= 1", field=name, value=getattr(self, name))
-        if not self.overheads or set(self.overheads) - set(OVERHEADS):
-            raise InputError(f"must be among {', '.join(OVERHEADS)}", field="overheads",
-                             value=self.overheads)
+        check_overheads(self.overheads)
         if self.vec_env == "batched" and set(self.overheads) != {"none"}:
             raise InputError("the batched environment plays tasks without HBM reserved per "
                              "table; use vec_env 'dummy' or 'subproc'", field="overheads",

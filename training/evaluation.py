@@ -60,8 +60,8 @@ def eval_tasks(tables: tuple[int, ...], devices: tuple[int, ...], hbm_fraction: 
                 task = sampler.build(idx, n_dev, hbm_fraction, batch_size, mode)
                 name = f"{style}-T{count}-D{n_dev}-r{r}"
                 for overhead in overheads:
-                    reserved = task.with_overhead(overhead) if overhead != "none" else task
-                    if overhead == "none" or roomy(reserved):
+                    reserved = task.with_overhead(overhead)
+                    if roomy(reserved):  # (always, without a reservation)
                         suffix = "" if overhead == overheads[0] else f"-{overhead}"
                         out.append(EvalTask(name + suffix, count, n_dev, reserved))
     return out

@@ -22,7 +22,7 @@ from autoshard.limits import (
     int_in,
     number_in,
 )
-from autoshard.memory import OVERHEADS
+from autoshard.memory import check_overhead
 from autoshard.tables import Table, load_tables
 from autoshard.task import MODES, ShardingTask, Workload
 
@@ -70,9 +70,7 @@ def build_task(tables: str, hardware: str, devices: int | None = None, nodes: in
                overhead: str = "torchrec") -> ShardingTask:
     """Loads tables and hardware and assembles a task; CLI values override ``default``; the
     task reserves ``overhead`` in HBM (:mod:`autoshard.memory`)."""
-    if overhead not in OVERHEADS:
-        raise InputError(f"must be one of {', '.join(OVERHEADS)}", source="command line",
-                         field="--overhead", value=overhead)
+    check_overhead(overhead, field="--overhead", source="command line")
     check_options(devices=devices, nodes=nodes, hbm_gb=hbm_gb, batch_size=batch_size,
                   mode=mode)
     base = default or Workload()

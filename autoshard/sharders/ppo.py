@@ -45,17 +45,23 @@ FINE_TABLES_PER_DEVICE, FINE_TARGET = 4, 0.5
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 #: Candidates whose cheapest is polished besides the cheapest of all: the decodes over split
 #: tables (the split choice, its node-local variant, the policy's own choice), those over the
-#: finer split, and, on tasks of up to :data:`SMALL_TASK` pairs, the whole-table ones (the
-#: policy's and the table-wise greedy sharders'). With HBM reserved per table or shard, a
-#: whole-table plan can polish to below a split one that cost less before. Each group's
-#: member polished is the cheapest once its HBM is water-filled.
+#: finer split and those over row splits only. Each group's member polished is the cheapest
+#: once its HBM is water-filled.
 POLISHED_GROUPS = (("ppo-split", "ppo-node-split", "ppo-choice"), ("ppo-fine", "ppo-node-fine"),
-                   ("ppo-rows", "ppo-node-rows"),
-                   ("ppo-greedy", "ppo-sample", *GREEDY))
+                   ("ppo-rows", "ppo-node-rows"))
+#: One more such group on tasks of up to :data:`SMALL_TASK` pairs: the whole-table plans (the
+#: policy's and the table-wise greedy sharders'). With HBM reserved per table or shard, a
+#: whole-table plan can polish to below a split one that cost less before.
+WHOLE_GROUP = ("ppo-greedy", "ppo-sample", *GREEDY)
 #: The greedy family whose plans are candidates: the table-wise four, and, for tasks of up to
 #: :data:`SMALL_TASK` (table, device) pairs, the variant that splits dominant tables (the
 #: policy's own actions are table-wise; the split variant takes 0.8 s at 856 x 128).
 CANDIDATES = (*GREEDY, "split_lookup_greedy")
+
+
+def _small(task: ShardingTask) -> bool:
+    """Whether ``task`` has at most :data:`SMALL_TASK` (table, device) pairs."""
+    return task.num_tables * task.num_devices <= SMALL_TASK
 
 
 def _missing(folder: Path) -> str | None:
@@ -158,7 +164,7 @@ class PPOSharder:
         if self.polish:
             self._polish(task, cost_model, costs, plans)
         winner = min(costs, key=costs.__getitem__)
-        large = task.num_tables * task.num_devices > SMALL_TASK
+        large = not _small(task)
         if self.polish and (dominated or (large and self.split)):
             winner = self._search(task, cost_model, costs, plans, winner, large)
         self.last_choice = Choice(winner, costs)
@@ -170,7 +176,7 @@ class PPOSharder:
         (the split decodes ran: tasks of up to :data:`SMALL_TASK` pairs)."""
         import torch
 
-        small = task.num_tables * task.num_devices <= SMALL_TASK
+        small = _small(task)
         samples = SAMPLES if self.samples is None else self.samples
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
@@ -232,16 +238,15 @@ class PPOSharder:
     def _polish(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
                 plans: dict[str, Plan]) -> None:
         """Polishes the cheapest candidate (:func:`autoshard.sharders.ppo_polish.polish_plan`)
-        and the cheapest of each group of :data:`POLISHED_GROUPS` (split pieces a polish can
-        balance better than their raw cost shows, and on a task planned for TorchRec row shards
-        stay one per device, which a whole-table plan's polish cannot reach; where HBM is
-        reserved per shard, whole tables reserve less); each that improves competes as
-        ``<name>+polish``."""
+        and the cheapest of each group of :data:`POLISHED_GROUPS` and :data:`WHOLE_GROUP`
+        (split pieces a polish can balance better than their raw cost shows, and on a task
+        planned for TorchRec row shards stay one per device, which a whole-table plan's polish
+        cannot reach; where HBM is reserved per shard, whole tables reserve less); each that
+        improves competes as ``<name>+polish``."""
         ranked = sorted(costs, key=costs.__getitem__)
         chosen = ranked[:1]
         curves: dict[bytes, Curves] = {}
-        small = task.num_tables * task.num_devices <= SMALL_TASK
-        for group in POLISHED_GROUPS if small else POLISHED_GROUPS[:-1]:
+        for group in (*POLISHED_GROUPS, WHOLE_GROUP) if _small(task) else POLISHED_GROUPS:
             members = [n for n in ranked if n.startswith(group) and n not in chosen]
             if len(members) > 1:  # ranked by their cost with HBM water-filled, no move
                 filled = {n: polish_plan(plans[n], task, cost_model, costs[n], curves=curves,
@@ -281,8 +286,7 @@ class PPOSharder:
         sharders that cannot run here are skipped)."""
         from autoshard.sharders import get_sharder
 
-        small = task.num_tables * task.num_devices <= SMALL_TASK
-        for name in CANDIDATES if small else GREEDY:
+        for name in CANDIDATES if _small(task) else GREEDY:
             try:
                 plan = get_sharder(name).shard(task, cost_model)
             except PlannerError:

@@ -24,8 +24,7 @@ from autoshard.shards import (
     KIND,
     TABLE_ROW_WISE,
     ShardLayout,
-    for_torchrec,
-    one_per_device,
+    fixed_shards,
     plan_layout,
     pricing_task,
 )
@@ -33,7 +32,6 @@ from autoshard.task import ShardingTask
 
 #: Kicks at most, and items moved per kick.
 KICKS, MOVED = 10, 3
-
 
 
 def kick_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
@@ -57,27 +55,32 @@ def kick_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float
     items = pricing_task(task, g)
     stop = time.perf_counter() + (seconds if seconds is not None
                                   else step_seconds(g.num_shards, task.num_devices))
-    pinned = (one_per_device(task, g) & for_torchrec(task)) | (g.kind == KIND[TABLE_ROW_WISE])
+    pinned = fixed_shards(task, g) | (g.kind == KIND[TABLE_ROW_WISE])
     movable = np.flatnonzero(~pinned)
     rng = np.random.default_rng(seed)
     curves: dict[bytes, Curves] = {}
-    best, best_cost, device, rows = plan, cost, layout.device, layout.hbm_rows
-    for _ in range(kicks):
-        if time.perf_counter() >= stop:
-            break
+    best, best_cost, device = plan, cost, layout.device
+
+    def on_top(device: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The movable items on the two most loaded devices, items on ``device`` with ``rows``
+        in HBM."""
         price = cost_model.price(items, np.arange(g.num_shards), device, rows).total_ms
         load = np.bincount(device, weights=price, minlength=task.num_devices)
-        top = np.argsort(-load, kind="stable")[:2]
-        here = movable[np.isin(device[movable], top)]
-        if not here.size:
+        return movable[np.isin(device[movable], np.argsort(-load, kind="stable")[:2])]
+
+    here = on_top(device, layout.hbm_rows)
+    for _ in range(kicks):
+        if time.perf_counter() >= stop or not here.size:
             break
         moved = device.copy()
         picked = rng.choice(here, size=min(MOVED, here.size), replace=False)
         moved[picked] = rng.integers(task.num_devices, size=picked.size)
-        kicked = ShardLayout(g, moved, np.zeros_like(rows)).to_plan(task, plan.sharder)
+        kicked = ShardLayout(g, moved, np.zeros(g.num_shards, dtype=np.int64)).to_plan(
+            task, plan.sharder)
         polished, c = polish_plan(kicked, task, cost_model, np.inf, curves=curves)
         if c < best_cost:
             best, best_cost = polished, c
             out = plan_layout(best, task)
-            device, rows = out.device, out.hbm_rows
+            device = out.device
+            here = on_top(device, out.hbm_rows)
     return best, best_cost

@@ -45,8 +45,8 @@ from autoshard.shards import (
     KIND,
     TABLE_ROW_WISE,
     ShardLayout,
+    fixed_shards,
     for_torchrec,
-    one_per_device,
     plan_layout,
     pricing_task,
 )
@@ -70,8 +70,6 @@ MARGIN = 1e-9
 #: :data:`TUNED_TABLES` dearest split tables, then refined this many times.
 SHARE_STEPS, FIRST_SHARES = (0.5, 0.75, 1.25, 1.5, 2.0, 3.0), (0.01, 0.05, 0.2)
 TUNED_TABLES, REFINE = 3, 3
-
-
 #: The time guard of each step after the polish (:mod:`autoshard.sharders.ppo_resplit`,
 #: :mod:`autoshard.sharders.ppo_kick`): seconds per (item, device) pair, within bounds.
 STEP_SECONDS_PER_PAIR, STEP_MIN_SECONDS, STEP_MAX_SECONDS = 5e-5, 0.1, 0.5
@@ -156,8 +154,7 @@ class Polisher:
         device: Each item's device ([N]).
         rows: Each item's HBM rows ([N]).
         node_bound: Items that must stay on their device's node (table_row_wise shards).
-        fixed: Items that must stay on their device (the row shards of a task planned for
-            TorchRec, one per device, :func:`autoshard.shards.for_torchrec`).
+        fixed: Items that must stay on their device (:func:`autoshard.shards.fixed_shards`).
         locked: Items whose HBM rows stay as given (a split table's shards once they share
             one HBM share); the others' are filled around them.
     """
@@ -492,11 +489,8 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
     cache = {} if curves is None else curves
     if key not in cache:
         cache[key] = Curves.price(items, cost_model)
-    # Planned for TorchRec, shards that go one per device fill their world (node), so no
-    # move keeps that: they stay.
-    fixed = one_per_device(task, g) & for_torchrec(task)
     polisher = Polisher(items, cost_model, cache[key], layout.device, layout.hbm_rows,
-                        g.kind == KIND[TABLE_ROW_WISE], fixed)
+                        g.kind == KIND[TABLE_ROW_WISE], fixed_shards(task, g))
     polisher.refill()
     if not fill_only:
         polisher.search(*(budget(items.num_tables, task.num_devices) if limit is None
@@ -529,7 +523,7 @@ def _tune_shares(items: ShardingTask, cost_model: CostModel, curves: Curves, lay
     split = g.parts > 1
     price = cost_model.price(items, np.arange(g.num_shards), device, layout.hbm_rows).total_ms
     tables = np.unique(g.table[split])
-    worth = np.array([price[g.table == t].sum() for t in tables])
+    worth = np.bincount(g.table, weights=price)[tables]
     best, best_cost = layout.hbm_rows, cost
 
     def priced(idx: np.ndarray, share: float) -> tuple[np.ndarray, float]:

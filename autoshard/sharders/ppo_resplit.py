@@ -57,7 +57,6 @@ FINALISTS = 3
 QUICK_BLOCKS, QUICK_SECONDS = 8, 0.25
 
 
-
 def resplit_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
                  seconds: float | None = None, quick: bool = False) -> tuple[Plan, float]:
     """The plan with its heaviest tables' splits re-chosen (see the module docstring), and its
@@ -94,14 +93,16 @@ def resplit_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: fl
             scored.append((c, len(scored), candidate, filled))
         scored.sort(key=lambda q: q[:2])
         found, found_cost = best, best_cost
-        if quick and scored and scored[0][0] < found_cost:
-            found, found_cost = scored[0][3], scored[0][0]
-        for _, _, candidate, _ in [] if quick else scored[:FINALISTS]:
-            if time.perf_counter() >= stop:
-                break
-            polished, c = polish_plan(candidate, task, cost_model, np.inf, curves=curves)
-            if c < found_cost:
-                found, found_cost = polished, c
+        if quick:  # the water-filled variants compete as they are
+            if scored and scored[0][0] < found_cost:
+                found, found_cost = scored[0][3], scored[0][0]
+        else:
+            for _, _, candidate, _ in scored[:FINALISTS]:
+                if time.perf_counter() >= stop:
+                    break
+                polished, c = polish_plan(candidate, task, cost_model, np.inf, curves=curves)
+                if c < found_cost:
+                    found, found_cost = polished, c
         if not found_cost < best_cost:
             break
         best, best_cost = found, found_cost
