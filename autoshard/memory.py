@@ -59,16 +59,18 @@ def optimizer_multiplier(optimizer_bytes: np.ndarray, element_bytes: np.ndarray,
                       optimizer_bytes <= row_bytes], [0.0, 1.0 / dim, 1.0], 2.0)
 
 
-def check_overhead(overhead: str, field: str = "overhead", source: str | None = None) -> str:
-    """``overhead`` if it is one of :data:`OVERHEADS`.
+def _one_of(value: str, names: tuple[str, ...], field: str, source: str | None) -> str:
+    """``value`` if it is one of ``names``; else an InputError naming ``field`` (and
+    ``source``)."""
+    if value not in names:
+        raise InputError(f"must be one of {', '.join(names)}", source=source, field=field,
+                         value=value)
+    return value
 
-    Raises:
-        InputError: Another value, naming ``field`` (and ``source``).
-    """
-    if overhead not in OVERHEADS:
-        raise InputError(f"must be one of {', '.join(OVERHEADS)}", source=source, field=field,
-                         value=overhead)
-    return overhead
+
+def check_overhead(overhead: str, field: str = "overhead", source: str | None = None) -> str:
+    """``overhead`` if it is one of :data:`OVERHEADS` (else an InputError naming ``field``)."""
+    return _one_of(overhead, OVERHEADS, field, source)
 
 
 def check_overheads(overheads: tuple[str, ...], field: str = "overheads") -> tuple[str, ...]:
@@ -90,15 +92,8 @@ PIPELINES = ("none", "prefetch")
 
 
 def check_pipeline(pipeline: str, field: str = "pipeline", source: str | None = None) -> str:
-    """``pipeline`` if it is one of :data:`PIPELINES`.
-
-    Raises:
-        InputError: Another value, naming ``field`` (and ``source``).
-    """
-    if pipeline not in PIPELINES:
-        raise InputError(f"must be one of {', '.join(PIPELINES)}", source=source, field=field,
-                         value=pipeline)
-    return pipeline
+    """``pipeline`` if it is one of :data:`PIPELINES` (else an InputError naming ``field``)."""
+    return _one_of(pipeline, PIPELINES, field, source)
 
 
 def pipeline_of(overhead: str) -> str:

@@ -271,7 +271,7 @@ def test_reservations_in_training_need_an_environment_that_models_them() -> None
         TrainConfig(overheads=("none", "torchrec"))
     assert TrainConfig(overheads=("none", "torchrec"), vec_env="dummy").overheads == (
         "none", "torchrec")
-    with pytest.raises(InputError, match="overheads.*nvidia"):
+    with pytest.raises(InputError, match=r"overheads.*nvidia"):
         TrainConfig(overheads=("nvidia",), vec_env="dummy")
     with pytest.raises(InputError, match="overheads"):
         TrainConfig(overheads=(), vec_env="dummy")
