@@ -91,10 +91,18 @@ _LATER = ("cost_model_id", "options")
 
 
 def model_identity(spec: str | None) -> str:
-    """What a cost model is, for resuming: ``analytical``, or a learned model's resolved folder
-    and the SHA-256 (first 16 hex digits) of the names and contents of the files in it."""
+    """What a cost model is, for resuming: ``analytical``, ``torchrec@<version>`` (TorchRec's
+    estimator), or a learned model's resolved folder and the SHA-256 (first 16 hex digits) of
+    the names and contents of the files in it."""
     if spec in (None, "", "analytical"):
         return "analytical"
+    if spec == "torchrec" and not Path(spec).exists():
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"torchrec@{version('torchrec')}"
+        except PackageNotFoundError:
+            return "torchrec"
     folder = Path(spec).resolve()
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):

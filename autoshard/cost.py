@@ -125,7 +125,9 @@ def read_model_metadata(directory: str | Path) -> dict[str, Any]:
 
 
 def load_cost_model(spec: str | None) -> CostModel:
-    """``analytical`` (or None) for the analytical model, else a learned model's directory.
+    """``analytical`` (or None) for the analytical model, ``torchrec`` for TorchRec's own perf
+    estimator (:mod:`autoshard.torchrec_cost`; needs the torchrec extra), else a learned
+    model's directory.
 
     A learned model's metadata names its ``kind`` (resolved through :data:`_LEARNED`) and the
     model that prices its communication (``communication``, default ``analytical``); the model
@@ -138,6 +140,14 @@ def load_cost_model(spec: str | None) -> CostModel:
 
     if spec in (None, "", "analytical"):
         return AnalyticalCostModel()
+    if spec == "torchrec" and not Path(spec).exists():
+        from autoshard.export_torchrec import torchrec_unavailable
+        from autoshard.torchrec_cost import TorchRecCostModel
+
+        if reason := torchrec_unavailable(load=True):
+            raise InputError(f"TorchRec's estimator is unavailable: {reason}",
+                             field="cost_model", value=spec)
+        return TorchRecCostModel()
     assert spec is not None
     meta = read_model_metadata(spec)
     comm_spec = meta.get("communication", "analytical")

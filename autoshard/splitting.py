@@ -115,7 +115,8 @@ def dominant_tables(task: ShardingTask, cost_model: CostModel) -> np.ndarray:
 
 def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: float | None = None,
                        max_parts: int | None = None, relaxed: Relaxation | None = None,
-                       node_local: bool = False, rows_only: bool = False) -> SplitChoice:
+                       node_local: bool = False, rows_only: bool = False,
+                       reachable: bool = False) -> SplitChoice:
     """Splits every table dearer than ``target_ms`` (default: the spread-work bound, the
     per-device mean of the least work).
 
@@ -129,23 +130,34 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
             sharders that keep each such table's shards on one node.
         rows_only: Offer row splits only (no column block holds a fraction of the ids, so
             none keeps the whole batch's input buffers, where HBM is reserved per shard).
+        reachable: Raise the target to the dearest shard the dearest table can be split
+            into (no plan costs less, so no other table need be split finer than that): each
+            table then takes its least-work split under that. Where a cost model makes every
+            split dear (TorchRec's estimator prices every cached or narrow shard high), this
+            keeps tables whole or coarsely split instead of cut into many narrow blocks.
     """
     whole, share, target = _whole_prices(task, cost_model, target_ms, relaxed)
     parts = task.num_devices if max_parts is None else max_parts
-    pieces: list[ShardGeometry] = []
-    for t in range(task.num_tables):
-        options = (candidate_splits(task, t, parts, node_local)
-                   if whole[t] > target and parts > 1 else [])
+    priced: dict[int, tuple[list[ShardGeometry], np.ndarray, np.ndarray]] = {}
+    for t in np.flatnonzero(whole > target).tolist():
+        options = candidate_splits(task, t, parts, node_local) if parts > 1 else []
         if rows_only:
             options = [o for o in options if int(o.kind[0]) != KIND[COLUMN_WISE]]
         if not options:
-            pieces.append(whole_tables(task, np.array([t])))
             continue
         joined = ShardGeometry.concat(options)
         cost = _price_at_share(task, cost_model, joined, np.full(joined.num_shards, share[t]))
         starts = np.cumsum([0] + [o.num_shards for o in options[:-1]])
-        dearest = np.maximum.reduceat(cost, starts)
-        total = np.add.reduceat(cost, starts)
+        priced[t] = (options, np.maximum.reduceat(cost, starts), np.add.reduceat(cost, starts))
+    if reachable and priced:
+        target = max(target, max(min(float(d.min()), float(whole[t]))
+                                 for t, (_, d, _) in priced.items()))
+    pieces: list[ShardGeometry] = []
+    for t in range(task.num_tables):
+        if t not in priced or whole[t] <= target:
+            pieces.append(whole_tables(task, np.array([t])))
+            continue
+        options, dearest, total = priced[t]
         ok = np.flatnonzero(dearest <= target)
         pick = int(ok[np.argmin(total[ok])]) if ok.size else int(np.argmin(dearest))
         pieces.append(options[pick])

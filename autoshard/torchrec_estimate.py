@@ -167,22 +167,30 @@ def estimate_shardings(shardings: Sequence[TableSharding], task: ShardingTask,
 
 def _sharding_options(shardings: Sequence[TableSharding], task: ShardingTask,
                       constraints: dict[str, Any]) -> tuple[list[Any], Any]:
+    by_name = {s.table: s for s in shardings}
+    return sharding_options([(t, by_name[t.name]) for t in task.tables], task, constraints)
+
+
+def sharding_options(entries: Sequence[tuple[Table, TableSharding]], task: ShardingTask,
+                     constraints: dict[str, Any]) -> tuple[list[Any], Any]:
+    """TorchRec ``ShardingOption`` objects (and the sharder data map its estimators read), one
+    per (table, sharding) entry; a table may come more than once (several candidate shardings
+    of it priced in one estimator call)."""
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner.enumerators import get_partition_by_type
     from torchrec.distributed.planner.types import Shard, ShardingOption
     from torchrec.distributed.planner.utils import build_sharder_data_map, sharder_name
     from torchrec.distributed.types import CacheParams
 
-    by_name = {s.table: s for s in shardings}
-    ebc = meta_collection([(s.table, s.rows, s.dim, s.data_type) for s in shardings])
+    unique = {t.name: (t, s) for t, s in entries}
+    ebc = meta_collection([(s.table, s.rows, s.dim, s.data_type) for _, s in unique.values()])
     if task.workload.train:
-        declare_optimizers(ebc, task.tables)
+        declare_optimizers(ebc, [t for t, _ in unique.values()])
     sharder = EmbeddingBagCollectionSharder()
     params = sharder.shardable_parameters(ebc)
     batch = per_rank_batch(task)
     options = []
-    for t in task.tables:
-        s = by_name[t.name]
+    for t, s in entries:
         given = constraints[t.name].cache_params
         cache = CacheParams(load_factor=s.cache_load_factor, stats=given.stats,
                             prefetch_pipeline=given.prefetch_pipeline) if (

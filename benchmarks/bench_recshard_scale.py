@@ -8,8 +8,9 @@ Two measurements, each in one run on this machine:
    (access curves on the grid: what every sharder and the evaluator read) are built first and
    timed apart (``arrays_s``).
 2. **Splitting.** recshard with splitting (the default) and without (``split=False``) on the
-   856-table pool on 128 devices and on the DCNv2 suites: planning seconds (ratio split /
-   table-wise, same run) and step cost.
+   856-table pool on 128 devices (as a task with no HBM kept for TorchRec, and as the
+   ``constrained-856x128`` suite's task, which keeps it) and on the DCNv2 suites: planning
+   seconds (ratio split / table-wise, same run) and step cost.
 
 Writes ``<out>/scale.csv`` and ``<out>/scale.md``.
 
@@ -77,7 +78,8 @@ def main() -> None:
         rows.append(run(task, size, "deadline", True, args.limit))
     train, test = default_pools()
     pool = constrained_task(train + test, 128, hbm_fraction=0.3)
-    tasks = [("856x128", pool), *((s, get_suite(s)[0].build()) for s in ("dcnv2-8", "dcnv2-16"))]
+    tasks = [("856x128", pool), *((s, get_suite(s)[0].build())
+                                  for s in ("constrained-856x128", "dcnv2-8", "dcnv2-16"))]
     for name, task in tasks:
         for split in (False, True):
             rows.append(run(task, name, "split", split, args.split_limit))

@@ -3,15 +3,21 @@
 TorchRec prices an HBM cache by the pipeline that runs it (:mod:`autoshard.torchrec_estimate`):
 without prefetch (its default) a cached lookup runs at a bandwidth blended by the load factor,
 whatever the skew; with its prefetch pipeline lookups run at HBM speed and the expected misses
-(from the access curves) are fetched ahead. This prices every sharder's committed plan of the
-public-model suites (``results/torchrec/<suite>.plans``, written by
-``benchmarks/bench_torchrec_storage.py``) under both, with TorchRec's storage estimate for each
-pipeline, beside our cost model's figure. ``recshard`` and TorchRec's planner also plan each
-task for the prefetch pipeline (``recshard-prefetch``, ``torchrec-prefetch``: the task reserving
-that pipeline's HBM, ``overhead="torchrec-prefetch"``, which the ``torchrec`` sharder reads as
-its pipeline), so that each pipeline has a plan of each made for it.
+(from the access curves) are fetched ahead. This prices, under both, with TorchRec's storage
+estimate for each pipeline and beside our cost model's figure:
 
-    .venv/bin/python benchmarks/bench_torchrec_pipelines.py [--suites a,b] [--time-limit 20]
+- the committed plans of ``split_lookup_greedy`` and ``ppo`` for the public-model
+  suites (``results/torchrec/<suite>.plans``, written by
+  ``benchmarks/bench_torchrec_storage.py``), made for TorchRec's default pipeline;
+- plans made here for each pipeline (the task reserving that pipeline's HBM; ``-prefetch``:
+  ``overhead="torchrec-prefetch"``, which the ``torchrec`` sharder also reads as its
+  pipeline): TorchRec's planner (``torchrec``, ``torchrec-prefetch``; ``--time-limit``),
+  ``recshard`` and ``recshard-prefetch`` for our model, and ``recshard`` planning for our
+  model and TorchRec's estimator of that pipeline at once (``recshard+torchrec``,
+  ``recshard+torchrec-prefetch``: ``RecShard(also_for="torchrec")``,
+  :mod:`autoshard.sharders.recshard_both`; ``--recshard-time-limit``).
+
+    .venv/bin/python benchmarks/bench_torchrec_pipelines.py [--suites a,b] [--time-limit 60]
         [--recshard-time-limit 60]
 
 Writes ``results/torchrec/pipelines.md`` and ``pipelines.csv``.
@@ -31,7 +37,7 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
-from autoshard.memory import PIPELINES
+from autoshard.memory import PIPELINES, pipeline_of
 from autoshard.plan import Plan
 from autoshard.sharders.recshard import RecShard
 from autoshard.sharders.torchrec_planner import TorchRecSharder
@@ -39,23 +45,30 @@ from autoshard.suites import get_suite
 from autoshard.torchrec_estimate import estimate_plan
 
 SUITES = ("dcnv2-8", "dcnv2-16", "criteo1tb-8")
-SHARDERS = ("split_lookup_greedy", "recshard", "ppo", "torchrec")
+COMMITTED = ("split_lookup_greedy", "ppo")
 OUT = Path(__file__).resolve().parents[1] / "results" / "torchrec"
 FIELDS = ("suite", "task", "sharder", "ours_ms", "none_ms", "none_fits", "none_hbm_fill",
           "prefetch_ms", "prefetch_fits", "prefetch_hbm_fill")
+#: The pipelines, and the suffix of the plans made for each.
+SUFFIX = {"none": "", "prefetch": "-prefetch"}
 
 
 def rows_for(suite: str, time_limit: float, recshard_limit: float) -> list[dict[str, Any]]:
-    """Every sharder's plan of ``suite`` priced under both pipelines."""
+    """Every plan of ``suite`` (module docstring) priced under both pipelines."""
     model = AnalyticalCostModel()
     rows = []
     for spec in get_suite(suite):
         task = spec.build()
         plans = {name: Plan.load(OUT / f"{suite}.plans" / spec.name / f"{name}.json")
-                 for name in SHARDERS}
-        ahead = replace(task, overhead="torchrec-prefetch")
-        plans["recshard-prefetch"] = RecShard(time_limit=recshard_limit).shard(ahead, model)
-        plans["torchrec-prefetch"] = TorchRecSharder(time_limit=time_limit).shard(ahead, model)
+                 for name in COMMITTED}
+        for pipeline, suffix in SUFFIX.items():
+            made = replace(task, overhead=f"torchrec{suffix}")
+            assert pipeline_of(made.overhead) == pipeline
+            plans[f"torchrec{suffix}"] = TorchRecSharder(time_limit=time_limit).shard(made,
+                                                                                     model)
+            plans[f"recshard{suffix}"] = RecShard(time_limit=recshard_limit).shard(made, model)
+            plans[f"recshard+torchrec{suffix}"] = RecShard(
+                time_limit=recshard_limit, also_for="torchrec").shard(made, model)
         for name, plan in plans.items():
             row: dict[str, Any] = {
                 "suite": suite, "task": spec.name, "sharder": name,
@@ -78,9 +91,12 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
              "(f x HBM + (1 - f) x host link) / 10 for load factor f). `prefetch`: its "
              "prefetch pipeline (lookups at HBM bandwidth plus the expected misses' fetch, "
              "read from the access curves; three input and seven prefetch buffers per cached "
-             "shard). The committed plans were made for `none` (HBM kept for its buffers); "
-             "`recshard-prefetch` and `torchrec-prefetch` for `prefetch`. Fill: the fullest "
-             "rank's HBM under that pipeline's storage estimate.", "",
+             "shard). Plans named with `-prefetch` were made for `prefetch` (HBM kept for its "
+             "buffers), the others for `none`; `split_lookup_greedy` and `ppo` are the "
+             "committed plans of `bench_torchrec_storage.py`, the others made here "
+             "(`recshard+torchrec`: `RecShard(also_for=\"torchrec\")`, planning for our model "
+             "and TorchRec's estimate of that pipeline at once). Fill: the fullest rank's HBM "
+             "under that pipeline's storage estimate.", "",
              "| suite | task | sharder | ours ms | TorchRec ms, none | fits | fill | "
              "TorchRec ms, prefetch | fits | fill |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -89,26 +105,35 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
             f"{r['none_ms']:.3f} | {'yes' if r['none_fits'] else 'no'} | "
             f"{r['none_hbm_fill']:.3f} | {r['prefetch_ms']:.3f} | "
             f"{'yes' if r['prefetch_fits'] else 'no'} | {r['prefetch_hbm_fill']:.3f} |")
-    lines += ["", "`recshard` against `torchrec` under TorchRec's estimator, each planned for the "
-              "pipeline it is priced in (ms; both must fit that pipeline's storage estimate):",
-              ""]
+    lines += ["", "Against `torchrec`, each plan made for the pipeline it is priced in "
+              "(ms; TorchRec's figures count only where both fit that pipeline's storage "
+              "estimate). `recshard` plans for our model; `recshard+torchrec` for our model "
+              "and TorchRec's estimate at once, and is compared under both:", ""]
     for task in dict.fromkeys(r["task"] for r in rows):
         mine = {r["sharder"]: r for r in rows if r["task"] == task}
-        for pipeline, suffix in (("none", ""), ("prefetch", "-prefetch")):
-            ours, theirs = mine[f"recshard{suffix}"], mine[f"torchrec{suffix}"]
-            a, b = ours[f"{pipeline}_ms"], theirs[f"{pipeline}_ms"]
-            fit = ours[f"{pipeline}_fits"] and theirs[f"{pipeline}_fits"]
-            verdict = "at or below" if a <= b and fit else "ABOVE" if fit else "does not fit"
-            lines.append(f"- {task}, {pipeline}: recshard {a:.3f} vs torchrec {b:.3f} "
-                         f"({verdict})")
+        for pipeline, suffix in SUFFIX.items():
+            theirs = mine[f"torchrec{suffix}"]
+            for name in (f"recshard{suffix}", f"recshard+torchrec{suffix}"):
+                ours = mine[name]
+                a, b = ours[f"{pipeline}_ms"], theirs[f"{pipeline}_ms"]
+                fit = ours[f"{pipeline}_fits"] and theirs[f"{pipeline}_fits"]
+                verdict = ("at or below" if a <= b and fit else "ABOVE" if fit
+                           else "does not fit")
+                line = (f"- {task}, {pipeline}: {name} {a:.3f} vs torchrec {b:.3f} under "
+                        f"TorchRec's estimate ({verdict})")
+                if "+" in name:
+                    x, y = ours["ours_ms"], theirs["ours_ms"]
+                    line += (f"; {x:.3f} vs {y:.3f} under ours "
+                             f"({'at or below' if x <= y else 'ABOVE'})")
+                lines.append(line)
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", default=",".join(SUITES))
-    parser.add_argument("--time-limit", type=float, default=20.0,
-                        help="TorchRec's planner, s (as bench_torchrec_storage.py)")
+    parser.add_argument("--time-limit", type=float, default=60.0,
+                        help="TorchRec's planner, s (as the comparison suites)")
     parser.add_argument("--recshard-time-limit", type=float, default=60.0,
                         help="recshard, s (as the comparison suites)")
     args = parser.parse_args(argv)

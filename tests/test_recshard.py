@@ -12,7 +12,7 @@ import pytest
 
 from autoshard.access import AccessCurve
 from autoshard.analytical import AnalyticalCostModel
-from autoshard.bounds import lower_bound_ms
+from autoshard.bounds import lower_bound_ms, relax
 from autoshard.cli import main
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
@@ -195,6 +195,24 @@ def test_splits_the_dominant_table() -> None:
 
 
 
+def test_reachable_target_splits_no_finer_than_the_dearest_table_allows() -> None:
+    """Below what the dearest table can be split into, every table would be cut to its
+    finest; the reachable target rises to that table's cheapest dearest shard instead, so the
+    others are split only where they cost more whole than it, and more coarsely."""
+    task = _dominated_task(4)
+    low = 0.05 * lower_bound_ms(task, MODEL)
+    fine = split_heavy_tables(task, MODEL, low)
+    coarse = split_heavy_tables(task, MODEL, low, reachable=True)
+    assert fine.target_ms == low < coarse.target_ms
+    assert coarse.geometry.num_shards < fine.geometry.num_shards
+    split = coarse.split_tables
+    assert (coarse.whole_ms[split] > coarse.target_ms).all()
+    kept = np.setdiff1d(np.arange(task.num_tables), split)
+    assert (coarse.whole_ms[kept] <= coarse.target_ms).all()
+    # The huge table sets the target and is still split.
+    assert task.num_tables - 1 in split.tolist()
+
+
 def test_whole_tables_are_not_planned_once_a_split_plan_beats_their_bound(
         monkeypatch: pytest.MonkeyPatch) -> None:
     task = _dominated_task(4)
@@ -207,13 +225,41 @@ def test_whole_tables_are_not_planned_once_a_split_plan_beats_their_bound(
     planned: list[bool] = []
     solve_tables = RecShard._solve_tables
 
-    def recording(self: RecShard, sub: ShardingTask, *args: object) -> object:
+    def recording(self: RecShard, sub: ShardingTask, *args: object, **kwargs: object
+                  ) -> object:
         planned.append(sub is task)  # the whole-table choice is priced on the task itself
-        return solve_tables(self, sub, *args)  # type: ignore[arg-type]
+        return solve_tables(self, sub, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(RecShard, "_solve_tables", recording)
     result = RecShard(time_limit=3).solve(task, MODEL)
     assert result.step_cost_ms < whole_bound and planned and not any(planned)
+
+def test_on_tasks_too_large_for_the_milp_one_split_choice_with_a_capped_search(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``max_pairs`` only the first split choice is solved (then the whole tables, unless
+    beaten), and its search is capped; the whole-table solve is not."""
+    task = _dominated_task(4)
+    assert len(RecShard._split_choices(task, MODEL, relax(task, MODEL), lower_bound_ms(
+        task, MODEL), np.inf)) >= 2
+    calls: list[tuple[bool, bool]] = []
+    solve_tables = RecShard._solve_tables
+
+    def recording(self: RecShard, sub: ShardingTask, *args: object, **kwargs: object
+                  ) -> object:
+        calls.append((sub is task, kwargs.get("search_cap") is not None))
+        return solve_tables(self, sub, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RecShard, "_solve_tables", recording)
+    RecShard(time_limit=5, max_pairs=task.num_tables * task.num_devices - 1).solve(task, MODEL)
+    assert [c for c in calls if not c[0]] == [(False, True)]
+    assert all(not capped for whole, capped in calls if whole)
+    calls.clear()
+    RecShard(time_limit=5).solve(task, MODEL)
+    assert sum(not whole for whole, _ in calls) >= 2  # small enough: the finer choice too
+    calls.clear()
+    RecShard(time_limit=5, max_pairs=1, split_search_cap=None).solve(task, MODEL)
+    assert sum(not whole for whole, _ in calls) >= 2 and not any(c for _, c in calls)
+
 
 def test_convex_shortcut_gives_the_monotone_chain_hulls() -> None:
     from autoshard.sharders.milp_curves import _convex_hulls, _lower_hulls

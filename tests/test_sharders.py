@@ -57,6 +57,10 @@ def test_options_are_strict_and_common_ones_filtered() -> None:
     with pytest.raises(InputError, match="expected float"):
         get_sharder("recshard", time_limit="soon")
     assert get_sharder("recshard", time_limit=2).time_limit == 2  # type: ignore[attr-defined]
+    # None only where the option's annotation allows it.
+    assert get_sharder("recshard", split_search_cap=None).split_search_cap is None  # type: ignore[attr-defined]
+    with pytest.raises(InputError, match="expected float"):
+        get_sharder("recshard", time_limit=None)
     common = {"seed": 3, "time_limit": 5.0}
     assert common_options("size_greedy", common) == {}
     assert common_options("random", common) == {"seed": 3}

@@ -44,7 +44,9 @@ OverheadOpt = Annotated[str, typer.Option(
          "shard) or none (the weights alone).")]
 ModeOpt = Annotated[str | None, typer.Option(help="train or infer (default train).")]
 CostModelOpt = Annotated[str, typer.Option(
-    "--cost-model", help="'analytical' or a directory with a learned cost model.")]
+    "--cost-model", help="'analytical', 'torchrec' (TorchRec's own perf estimator, for the "
+    "training pipeline --overhead names; needs the torchrec extra) or a directory with a "
+    "learned cost model.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
 OptOpt = Annotated[list[str] | None, typer.Option(
     "--opt", help="Sharder option KEY=VALUE, repeatable (VALUE read as JSON: 5, 0.5, true, "

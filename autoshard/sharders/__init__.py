@@ -106,11 +106,14 @@ def check_sharder_options(name: str, options: dict[str, Any]) -> None:
             type differs from the option's default (an integer is accepted for a float).
     """
     accepted = accepted_options(name)
+    parameters = inspect.signature(_load_class(name)).parameters
     for key, value in options.items():
         if key not in accepted:
             listing = ", ".join(accepted) or "none"
             raise InputError(f"unknown option for sharder '{name}' (accepted: {listing})",
                              field=f"{name}.{key}", value=value)
+        if value is None and _takes_none(parameters[key].annotation):
+            continue
         if not _same_kind(accepted[key], value):
             raise InputError(f"expected {type(accepted[key]).__name__} (default "
                              f"{accepted[key]!r})", field=f"{name}.{key}", value=value)
@@ -160,6 +163,12 @@ def _check_parameters(cls: Any) -> tuple[str, ...]:
     """The options a sharder class's ``unavailable`` check takes."""
     check = getattr(cls, "unavailable", None)
     return tuple(inspect.signature(check).parameters) if check is not None else ()
+
+
+def _takes_none(annotation: Any) -> bool:
+    """Whether an option's annotation (a string under postponed evaluation) allows None."""
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    return "None" in text.replace(" ", "").split("|") or text.startswith("Optional[")
 
 
 def _same_kind(default: Any, value: Any) -> bool:

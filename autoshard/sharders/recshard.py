@@ -31,10 +31,17 @@ time tables stay whole; the status says so (:data:`DEADLINE_STATUS`, :data:`NO_S
 With ``split`` (the default) tables may be split: the tables whose cost alone exceeds a share of
 the per-device mean of the least work are split column-wise or row-wise
 (:func:`autoshard.splitting.split_heavy_tables`), their shards placed by the solve above as if
-they were tables (with their own HBM rows), for each share in :data:`SPLIT_TARGETS` while time
+they were tables (with their own HBM rows), for each choice in :data:`SPLIT_TARGETS` while time
 is left and the gap is open, then every table whole unless a split plan already costs less than
-the table-wise bound; the cheapest plan is kept. Its bound is then the spread-work bound, valid for
-every plan, split or not (the table-wise bounds above are not).
+the table-wise bound; the cheapest plan is kept. On tasks too large for the whole MILP only the
+first split choice is tried, its search capped (``split_search_cap``), so that splitting
+plans within a small multiple of a table-wise solve's time. Its bound is then the spread-work
+bound, valid for every plan, split or not (the table-wise bounds above are not).
+
+The bounds are proven for cost models linear in the HBM share between the access curve's grid
+points (the analytical model); under others (a learned model, TorchRec's estimator,
+:mod:`autoshard.torchrec_cost`) they are the same relaxation's figures, approximate. With
+``also_for`` a second model is planned for too (:mod:`autoshard.sharders.recshard_both`).
 """
 
 from __future__ import annotations
@@ -42,13 +49,14 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
 from autoshard.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
-from autoshard.cost import CostModel
-from autoshard.errors import PlannerError
+from autoshard.cost import METADATA_FILE, CostModel
+from autoshard.errors import InputError, PlannerError
 from autoshard.plan import Plan
 from autoshard.sharders import milp_model
 from autoshard.sharders.milp_curves import (
@@ -84,9 +92,12 @@ from autoshard.shards import (
 from autoshard.splitting import split_heavy_tables
 from autoshard.task import ShardingTask
 
-#: Shares of the spread-work bound above which tables are split, tried in turn (the cheapest
-#: plan is kept): first only the tables that alone exceed the per-device mean, then finer.
-SPLIT_TARGETS = (1.0, 0.5)
+#: Split choices tried in turn (the cheapest plan is kept), as (share of the spread-work bound
+#: above which tables are split, whether that target is raised to what the dearest table can
+#: reach, :func:`autoshard.splitting.split_heavy_tables`): first the reachable target (under
+#: the analytical model nearly always the same choice as the next), then only the tables that
+#: alone exceed the per-device mean, then finer. Identical choices are solved once.
+SPLIT_TARGETS = ((1.0, True), (1.0, False), (0.5, False))
 
 #: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
 #: :data:`LARGE_TASK_LINES` evenly spaced ones (a weaker but still valid relaxation).
@@ -115,6 +126,13 @@ LP_LINES_PER_SECOND = 100_000
 
 #: Seconds the search runs before it may stop for lack of progress (``stall``).
 MIN_SEARCH_S = 1.0
+#: On tasks too large for the whole MILP, a split choice's search runs at most this many times
+#: as long as its solve's set-up (cost curves, relaxation, warm starts) took (at least
+#: :data:`MIN_SEARCH_S`): a table-wise solve of a task held up by one table is little more
+#: than that set-up, and splitting then plans within 3x of it.
+SPLIT_SEARCH_OVER_SETUP = 1.0
+#: Split choices tried on such tasks (the first ones of :data:`SPLIT_TARGETS`).
+LARGE_TASK_CHOICES = 1
 
 #: Status reported when the deadline came before the MILP's curves were priced.
 DEADLINE_STATUS = f"deadline: {WARM_STARTS[0]} plan, cost curves not priced in time"
@@ -172,6 +190,16 @@ class RecShard:
         node_splits: On hardware of several nodes, also offer table-row-wise splits (row
             shards over 2..(devices per node) devices of one node, their partial sums reduced
             within the node, one shard per device, the node and devices chosen in turn).
+        also_for: A second cost model to plan for (``torchrec``: TorchRec's own perf
+            estimator, :mod:`autoshard.torchrec_cost`; ``analytical``; or a learned model's
+            folder): the plan is chosen to be good under both
+            (:mod:`autoshard.sharders.recshard_both`). The cost and bound reported stay the
+            first model's.
+        split_search_cap: On tasks too large for the whole MILP (over ``max_pairs``), only
+            the first split choice is tried and its search runs at most this many times as
+            long as its solve's set-up (:data:`SPLIT_SEARCH_OVER_SETUP`), so that splitting
+            plans within about 3x a table-wise solve's time; None: every split choice, each
+            search until it stalls (slower, at times a cheaper plan).
     """
 
     name: ClassVar[str] = "recshard"
@@ -180,7 +208,15 @@ class RecShard:
     def __init__(self, time_limit: float = 60.0, mip_rel_gap: float = 5e-3,
                  max_lines: int | None = None, max_pairs: int = 2400, group_devices: int = 2,
                  seed: int = 0, split: bool = True, stall: float = 5e-3,
-                 node_splits: bool = True) -> None:
+                 node_splits: bool = True, also_for: str | None = None,
+                 split_search_cap: float | None = SPLIT_SEARCH_OVER_SETUP) -> None:
+        if also_for is not None and also_for not in ("analytical", "torchrec") and not (
+                Path(also_for) / METADATA_FILE).is_file():
+            raise InputError("must be 'analytical', 'torchrec' or a learned cost model's "
+                             "folder", source="sharder options", field="recshard.also_for",
+                             value=also_for)
+        self.also_for = also_for
+        self.split_search_cap = split_search_cap
         self.split = split
         self.node_splits = node_splits
         self.stall = stall
@@ -211,6 +247,11 @@ class RecShard:
 
     def solve(self, task: ShardingTask, cost_model: CostModel) -> RecShardResult:
         """Plans the task and reports cost, bound and gap."""
+        if self.also_for is not None:
+            from autoshard.cost import load_cost_model
+            from autoshard.sharders.recshard_both import solve_both
+
+            return solve_both(self, task, (cost_model, load_cost_model(self.also_for)))
         start = time.perf_counter()
         deadline = start + self.time_limit
         if not self.split:
@@ -229,6 +270,10 @@ class RecShard:
             # HBM and one HBM share per table, and may lose to it), unless a split plan already
             # costs less than any such plan can (:func:`_beats_whole`).
             whole = whole_tables(task)
+            if (self.split_search_cap is not None
+                    and task.num_tables * task.num_devices > self.max_pairs):
+                # Too large for the whole MILP: fewer split choices (module docstring).
+                choices = choices[:LARGE_TASK_CHOICES]
             if not any(same_split(whole, h) for h in choices):
                 choices.append(whole)
         except DeadlineReached:  # no time to choose splits: tables whole, no bound proven
@@ -251,7 +296,9 @@ class RecShard:
             stop = began + min(_left(deadline) * (0.6 if more else 1.0), first)
             sub = pricing_task(task, g)
             try:
-                found = self._solve_tables(sub, cost_model, stop, split_pins(task, g))
+                found = self._solve_tables(
+                    sub, cost_model, stop, split_pins(task, g),
+                    search_cap=None if sub is task else self.split_search_cap)
             except PlannerError:  # e.g. a whole table's reserved HBM fits no device
                 if best is None and not more:
                     raise
@@ -275,13 +322,13 @@ class RecShard:
         """The distinct split choices of :data:`SPLIT_TARGETS` (tables whole when none is
         chosen in time: :class:`DeadlineReached` past ``deadline``)."""
         choices: list[ShardGeometry] = []
-        for share in SPLIT_TARGETS:
+        for share, reachable in SPLIT_TARGETS:
             if time.perf_counter() >= deadline:
                 if choices:
                     break
                 raise DeadlineReached("split choice")
             g = split_heavy_tables(task, cost_model, share * bound, relaxed=relaxed,
-                                   node_local=node_local).geometry
+                                   node_local=node_local, reachable=reachable).geometry
             if not any(same_split(g, h) for h in choices):
                 choices.append(g)
         return choices
@@ -294,9 +341,11 @@ class RecShard:
                               found.warm_start, found.warm_cost)
 
     def _solve_tables(self, task: ShardingTask, cost_model: CostModel, deadline: float,
-                      pins: np.ndarray | None = None) -> _Found:
+                      pins: np.ndarray | None = None, search_cap: float | None = None
+                      ) -> _Found:
         """Places every table (or shard, for a shard task) whole, with its HBM rows; ``pins``:
-        a device per table (shard), -1 where free."""
+        a device per table (shard), -1 where free; ``search_cap``: on a task too large for the
+        whole MILP, the search runs at most that many times as long as the solve before it."""
         start = time.perf_counter()
         budget = max(deadline - start, 0.01)
         kinds = device_kinds(task)
@@ -334,6 +383,10 @@ class RecShard:
         ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound, pins)
         name, device, rows = self._warm_start(ctx, relaxed, fallback, time.perf_counter() - start)
         warm_cost = step_cost(task, cost_model, device, rows)
+        if search_cap is not None and not whole:
+            now = time.perf_counter()
+            ctx = replace(ctx, deadline=min(ctx.deadline, now + max(
+                MIN_SEARCH_S, search_cap * (now - start))))
         # With the whole MILP to follow (to the deadline), stopping the search early saves
         # nothing: it runs while it improves at all.
         device, rows = self._search(ctx, device, rows, 0.0 if whole else self.stall)

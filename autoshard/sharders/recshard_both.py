@@ -1,0 +1,118 @@
+"""``recshard`` planning for two cost models at once: ours, and a second opinion.
+
+A plan handed to TorchRec is judged twice: by our cost model and by TorchRec's own estimator
+(:class:`autoshard.torchrec_cost.TorchRecCostModel`), which prices an HBM cache by its load
+factor and not by the skew of the lookups. Each model's best plan can be poor under the other.
+:func:`solve_both` looks for one plan good under both:
+
+1. ``recshard`` under each model on its own (a third of the time limit each): each model's own
+   best step cost ``best_m``;
+2. ``recshard`` under their blend (:class:`BlendedCostModel`), each price divided by its model's
+   ``best_m``, so that a device's blended load is the sum of its loads relative to each model's
+   best (the rest of the time);
+3. of the three plans, the one whose worse relative figure, max over models of
+   cost_m / (least cost_m among the three), is least.
+
+The result's cost and bound are the first model's (its bound holds for every plan under it);
+its status gives each model's figure for the plan and for that model's own best plan.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from autoshard.cost import CostModel, Pricing
+from autoshard.plan import Plan
+from autoshard.sharders.ppo_polish import plan_cost_ms
+from autoshard.task import ShardingTask
+
+if TYPE_CHECKING:
+    from autoshard.sharders.recshard import RecShard, RecShardResult
+
+#: Share of the time limit for each model's own solve (the blend gets the rest).
+OWN_SHARE = 1.0 / 3.0
+
+
+class BlendedCostModel:
+    """The sum of several cost models' prices, each times its weight (every tier and the
+    communication alike), so that a device's load is the weighted sum of its loads."""
+
+    def __init__(self, models: tuple[CostModel, ...], weights: tuple[float, ...]) -> None:
+        if len(models) != len(weights) or not models:
+            raise ValueError("one weight per model, at least one model")
+        self.models = models
+        self.weights = weights
+        self.name = "+".join(m.name for m in models)
+
+    def price(self, task: ShardingTask, table_idx: np.ndarray, device_idx: np.ndarray,
+              hbm_rows: np.ndarray) -> Pricing:
+        parts = [m.price(task, table_idx, device_idx, hbm_rows) for m in self.models]
+        return Pricing(*(sum(w * getattr(p, f) for w, p in zip(self.weights, parts, strict=True))
+                         for f in ("hbm_ms", "uvm_ms", "comm_ms")))
+
+
+def solve_both(sharder: RecShard, task: ShardingTask, models: tuple[CostModel, CostModel]
+               ) -> RecShardResult:
+    """The plan of the module docstring; ``sharder`` gives the time limit and every other
+    setting of each solve."""
+    start = time.perf_counter()
+    limit = sharder.time_limit
+    own = _with_limit(sharder, OWN_SHARE * limit)
+    first = own.solve(task, models[0])
+    second = own.solve(task, models[1])
+    plans = [first.plan, second.plan]
+    best = [min(plan_cost_ms(p, task, m) for p in plans) for m in models]
+    left = max(limit - (time.perf_counter() - start), 0.1 * limit)
+    blend = BlendedCostModel(models, tuple(1.0 / max(b, 1e-12) for b in best))
+    plans.append(_with_limit(sharder, left).solve(task, blend).plan)
+    choice = choose(plans, task, models)
+    pick, costs, least = choice.index, choice.costs, choice.least
+    names = ("own", "second", "blend")
+    status = (f"both: {names[pick]} plan; " + ", ".join(
+        f"{m.name} {costs[pick][i]:.4g} ms (least {least[i]:.4g})"
+        for i, m in enumerate(models)))
+    step = costs[pick][0]
+    bound = min(first.bound_ms, step)
+    return replace(first, plan=replace(plans[pick], sharder=sharder.name), step_cost_ms=step,
+                   bound_ms=bound, gap=(step - bound) / step if step > 0 else 0.0,
+                   seconds=time.perf_counter() - start, method=f"both-{names[pick]}",
+                   status=status)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which of several plans is best under several models at once.
+
+    Args:
+        index: The plan picked: least ``scores``.
+        costs: Each plan's step cost under each model ([plan][model], ms).
+        least: Each model's least cost over the plans.
+        scores: Each plan's worse cost relative to that least, max over models (>= 1).
+    """
+
+    index: int
+    costs: list[list[float]]
+    least: list[float]
+    scores: list[float]
+
+
+def choose(plans: list[Plan], task: ShardingTask, models: tuple[CostModel, ...]) -> Choice:
+    """The plan whose worse relative cost over the models is least (the first on a tie)."""
+    costs = [[plan_cost_ms(p, task, m) for m in models] for p in plans]
+    least = [min(c[i] for c in costs) for i in range(len(models))]
+    scores = [max(c[i] / max(least[i], 1e-12) for i in range(len(models))) for c in costs]
+    return Choice(int(np.argmin(scores)), costs, least, scores)
+
+
+def _with_limit(sharder: RecShard, time_limit: float) -> RecShard:
+    """A copy of ``sharder`` with another time limit and no second model."""
+    out = copy.copy(sharder)
+    out.time_limit = time_limit
+    out.also_for = None
+    out.last_result = None
+    return out
