@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Protocol
 
-from autoshard.cost import CostModel
+from autoshard.cost import CostModel, builtin_model
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import CostReport, evaluate
 from autoshard.fileio import (
@@ -94,15 +94,17 @@ def model_identity(spec: str | None) -> str:
     """What a cost model is, for resuming: ``analytical``, ``torchrec@<version>`` (TorchRec's
     estimator), or a learned model's resolved folder and the SHA-256 (first 16 hex digits) of
     the names and contents of the files in it."""
-    if spec in (None, "", "analytical"):
+    builtin = builtin_model(spec)
+    if builtin == "analytical":
         return "analytical"
-    if spec == "torchrec" and not Path(spec).exists():
+    if builtin == "torchrec":
         from importlib.metadata import PackageNotFoundError, version
 
         try:
             return f"torchrec@{version('torchrec')}"
         except PackageNotFoundError:
             return "torchrec"
+    assert spec is not None  # None is the analytical model
     folder = Path(spec).resolve()
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):

@@ -124,6 +124,22 @@ def read_model_metadata(directory: str | Path) -> dict[str, Any]:
     return meta
 
 
+def builtin_model(spec: str | None) -> str | None:
+    """The built-in cost model ``spec`` names (``analytical``: also None or empty; ``torchrec``
+    unless a folder of that name exists), or None for a learned model's folder."""
+    if spec in (None, "", "analytical"):
+        return "analytical"
+    if spec == "torchrec" and not Path(spec).exists():
+        return "torchrec"
+    return None
+
+
+def is_model_spec(spec: str) -> bool:
+    """Whether ``spec`` names a built-in cost model or a folder with a model's metadata (a
+    cheap check, before a model is loaded)."""
+    return builtin_model(spec) is not None or (Path(spec) / METADATA_FILE).is_file()
+
+
 def load_cost_model(spec: str | None) -> CostModel:
     """``analytical`` (or None) for the analytical model, ``torchrec`` for TorchRec's own perf
     estimator (:mod:`autoshard.torchrec_cost`; needs the torchrec extra), else a learned
@@ -138,9 +154,10 @@ def load_cost_model(spec: str | None) -> CostModel:
     """
     from autoshard.analytical import AnalyticalCostModel
 
-    if spec in (None, "", "analytical"):
+    builtin = builtin_model(spec)
+    if builtin == "analytical":
         return AnalyticalCostModel()
-    if spec == "torchrec" and not Path(spec).exists():
+    if builtin == "torchrec":
         from autoshard.export_torchrec import torchrec_unavailable
         from autoshard.torchrec_cost import TorchRecCostModel
 

@@ -29,6 +29,7 @@ from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
 from autoshard.memory import check_pipeline, pipeline_of
 from autoshard.plan import COLUMN_WISE, ROW_WISE, Plan
+from autoshard.tables import Table
 from autoshard.task import ShardingTask
 
 TORCHREC_EXTRA = ('pip install "autoshard[torchrec]" (torchrec 1.8.0 with fbgemm-gpu-cpu 1.8.0 '
@@ -122,14 +123,16 @@ def whole_table(name: str, rows: int, dim: int, data_type: str, rank: int, kerne
                          (ShardSpec(rank, 0, rows, 0, dim),))
 
 
-def kernel_for(hbm_rows: int, rows: int) -> tuple[str, float | None]:
-    """TorchRec's compute kernel (and cache load factor) that keeps ``hbm_rows`` of ``rows``
-    in HBM."""
-    if hbm_rows >= rows:
-        return FUSED, None
-    if hbm_rows <= 0:
-        return FUSED_UVM, None
-    return FUSED_UVM_CACHING, hbm_rows / rows
+def data_type(table: Table) -> str:
+    """TorchRec's data type of a table's elements.
+
+    Raises:
+        InputError: Not 1, 2 or 4 bytes per element.
+    """
+    if table.bytes_per_element not in _DATA_TYPES:
+        raise InputError("TorchRec tables hold 1, 2 or 4 bytes per element",
+                         field=f"{table.name}.bytes_per_element", value=table.bytes_per_element)
+    return _DATA_TYPES[table.bytes_per_element]
 
 
 def table_shardings(plan: Plan, task: ShardingTask) -> list[TableSharding]:
@@ -149,14 +152,10 @@ def table_shardings(plan: Plan, task: ShardingTask) -> list[TableSharding]:
     local = min(task.hardware.devices_per_node, task.num_devices)
     out = []
     for i, t in enumerate(task.tables):
-        if t.bytes_per_element not in _DATA_TYPES:
-            raise InputError("TorchRec tables hold 1, 2 or 4 bytes per element",
-                             field=f"{t.name}.bytes_per_element", value=t.bytes_per_element)
+        dtype = data_type(t)
         idx = np.flatnonzero(g.table == i)
         p = by_place[t.name]
-        kernel, clf = _table_kernel(g.rows[idx], g.cols[idx], layout.hbm_rows[idx], t.rows,
-                                    t.dim)
-        dtype = _DATA_TYPES[t.bytes_per_element]
+        kernel, clf = table_kernel(g.rows[idx], g.cols[idx], layout.hbm_rows[idx], t.rows)
         if not p.is_split:
             out.append(whole_table(t.name, t.rows, t.dim, dtype, p.device, kernel, clf))
             continue
@@ -216,9 +215,12 @@ def from_parameter_sharding(table: str, ps: Any, rows: int, dim: int,
                          shards)
 
 
-def _table_kernel(rows: np.ndarray, cols: np.ndarray, hbm: np.ndarray, table_rows: int,
-                  dim: int) -> tuple[str, float | None]:
-    """One kernel and cache load factor for a table whose shards keep ``hbm`` rows in HBM."""
+def table_kernel(rows: np.ndarray, cols: np.ndarray, hbm: np.ndarray, table_rows: int
+                 ) -> tuple[str, float | None]:
+    """One kernel and cache load factor for a table of ``table_rows`` rows whose shards
+    (``rows`` x ``cols`` each) keep ``hbm`` rows in HBM: ``fused`` when all are in HBM,
+    ``fused_uvm`` when none are, else ``fused_uvm_caching`` at the shards' share of bytes in
+    HBM, kept within [1 / table_rows, 1 - 1 / table_rows]."""
     if (hbm >= rows).all():
         return FUSED, None
     if (hbm <= 0).all():

@@ -4,7 +4,7 @@
 TorchRec's ``EmbeddingPerfEstimator`` on it, on the task's topology as
 :mod:`autoshard.torchrec_estimate` describes it to TorchRec: the shard's table, sharding type
 and sibling shards (TorchRec's even blocks), its compute kernel and cache load factor from its
-HBM rows (:func:`autoshard.export_torchrec.kernel_for`: all rows in HBM ``fused``, none
+HBM rows (:func:`autoshard.export_torchrec.table_kernel`: all rows in HBM ``fused``, none
 ``fused_uvm``, else ``fused_uvm_caching`` at the shard's share of rows), for the training
 pipeline the task reserves HBM for (:func:`autoshard.memory.pipeline_of`) unless one is given.
 
@@ -32,18 +32,18 @@ import numpy as np
 from autoshard.cost import Pricing
 from autoshard.errors import PlannerError
 from autoshard.export_torchrec import (
-    _DATA_TYPES,
     FUSED,
     FUSED_UVM,
     ShardSpec,
     TableSharding,
+    data_type,
     even_blocks,
-    kernel_for,
+    table_kernel,
     torchrec_unavailable,
 )
 from autoshard.memory import check_pipeline
 from autoshard.plan import ROW_SHARDINGS, SHARDINGS, TABLE_WISE
-from autoshard.shards import ShardTask, whole_tables
+from autoshard.shards import ShardTask, even_split, whole_tables
 from autoshard.task import ShardingTask
 
 #: Tasks whose prices are kept (a sharder works on one task and its shard tasks at a time).
@@ -142,9 +142,7 @@ class _Priced:
         table, kind, parts, rows, _, hbm = key
         t = self.task.tables[table]
         sharding = SHARDINGS[kind]
-        kernel, clf = kernel_for(hbm, rows)
-        if clf is not None:
-            clf = min(max(clf, 1.0 / t.rows), 1.0 - 1.0 / t.rows)
+        kernel, clf = table_kernel(np.array([rows]), np.ones(1), np.array([hbm]), t.rows)
         shards: tuple[ShardSpec, ...]
         if parts == 1:
             shards = (ShardSpec(0, 0, t.rows, 0, t.dim),)
@@ -154,10 +152,10 @@ class _Priced:
             shards = tuple(ShardSpec(r, int(s), n, 0, t.dim)
                            for r, (s, n) in enumerate(zip(starts, blocks, strict=True)))
         else:
-            edges = (np.arange(parts + 1) * t.dim) // parts
-            shards = tuple(ShardSpec(r, 0, t.rows, int(edges[r]), int(edges[r + 1] - edges[r]))
-                           for r in range(parts))
-        return TableSharding(t.name, t.rows, t.dim, _DATA_TYPES.get(t.bytes_per_element, "FP32"),
+            g = even_split(self.task, table, sharding, parts)
+            shards = tuple(ShardSpec(r, 0, t.rows, int(c), int(n))
+                           for r, (c, n) in enumerate(zip(g.col_start, g.cols, strict=True)))
+        return TableSharding(t.name, t.rows, t.dim, data_type(t),
                              sharding if parts > 1 else TABLE_WISE, kernel, clf, shards)
 
 

@@ -49,13 +49,12 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
 from autoshard.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
-from autoshard.cost import METADATA_FILE, CostModel
+from autoshard.cost import CostModel, is_model_spec
 from autoshard.errors import InputError, PlannerError
 from autoshard.plan import Plan
 from autoshard.sharders import milp_model
@@ -210,8 +209,7 @@ class RecShard:
                  seed: int = 0, split: bool = True, stall: float = 5e-3,
                  node_splits: bool = True, also_for: str | None = None,
                  split_search_cap: float | None = SPLIT_SEARCH_OVER_SETUP) -> None:
-        if also_for is not None and also_for not in ("analytical", "torchrec") and not (
-                Path(also_for) / METADATA_FILE).is_file():
+        if also_for is not None and not is_model_spec(also_for):
             raise InputError("must be 'analytical', 'torchrec' or a learned cost model's "
                              "folder", source="sharder options", field="recshard.also_for",
                              value=also_for)
