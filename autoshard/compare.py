@@ -82,12 +82,14 @@ class CompareRow:
     cost_model: str = ""
     cost_model_id: str = ""
     options: str = ""
+    found_by: str = ""
 
 
 COLUMNS = [f.name for f in fields(CompareRow)]
 _FLOATS = {f.name for f in fields(CompareRow) if f.type in ("float", float)}
-#: Columns added after the first results were written: older files lack them.
-_LATER = ("cost_model_id", "options")
+#: Columns added after the first results were written, which older files lack, and the value
+#: such a row reads as (a column's name: that column's value).
+_LATER = {"cost_model_id": "cost_model", "options": "", "found_by": ""}
 
 
 def model_identity(spec: str | None) -> str:
@@ -125,8 +127,10 @@ def read_rows(path: Path) -> list[CompareRow]:
     rows = []
     with path.open(newline="") as fh:
         for raw in csv.DictReader(fh):
-            if set(COLUMNS) - set(raw) == set(_LATER):  # written before those columns
-                raw = dict(raw, cost_model_id=raw.get("cost_model", ""), options="")
+            missing = set(COLUMNS) - set(raw)
+            if missing <= set(_LATER):  # written before those columns
+                raw = dict(raw, **{k: raw.get(_LATER[k], "") if _LATER[k] else ""
+                                   for k in missing})
             if None in raw.values() or set(raw) != set(COLUMNS):
                 continue
             try:
@@ -205,10 +209,11 @@ def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_mo
     except (PlannerError, InputError) as exc:
         return CompareRow(status="failed", reason=str(exc), plan_seconds=time.perf_counter()
                           - start, **base), None, None  # type: ignore[arg-type]
+    found_by = "" if plan.provenance is None else plan.provenance.summary()
     row = CompareRow(status="ok", step_cost_ms=report.step_cost_ms,
                      lower_bound_ms=report.lower_bound_ms, cost_ratio=report.cost_ratio,
                      load_balance=report.load_balance, uvm_lookup_share=report.uvm_lookup_share,
-                     plan_seconds=seconds, **base)  # type: ignore[arg-type]
+                     plan_seconds=seconds, found_by=found_by, **base)  # type: ignore[arg-type]
     return row, plan, report
 
 
@@ -219,10 +224,9 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
               fresh: bool = False, save_plans: bool = False,
               given: dict[str, dict[str, object]] | None = None,
               cost_model_id: str | None = None) -> list[CompareRow]:
-    """Runs every sharder on every task, appending rows to ``out_dir/<suite>.csv`` as they finish.
-
-    The first task's per-device breakdown of each plan goes to ``<suite>.devices.json`` (for the
-    stacked-bar plot).
+    """Runs every sharder on every task, appending rows to ``out_dir/<suite>.csv`` as they
+    finish, and returns all rows, old and new. The first task's per-device breakdown of each
+    plan goes to ``<suite>.devices.json``.
 
     Args:
         suite: Suite name, also the file stem.
@@ -240,9 +244,6 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
         given: Options for one sharder each (``{"recshard": {"time_limit": 5.0}}``), strict.
         cost_model_id: The cost model's identity (:func:`model_identity`); default its name.
 
-    Returns:
-        All rows, old and new.
-
     Raises:
         InputError: An option a sharder does not take; nothing is run or written.
     """
@@ -252,11 +253,7 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / f"{suite}.csv"
     devices_path = out_dir / f"{suite}.devices.json"
-    old = [r for r in read_rows(csv_path) if not (  # stale: same model, other options
-        r.sharder in per_sharder and r.cost_model_id == model_id
-        and r.options != options_key(per_sharder[r.sharder]))]
-    if fresh:
-        old = [r for r in old if r.sharder not in names]
+    old = _kept_rows(read_rows(csv_path), per_sharder, model_id, fresh)
     _rewrite(csv_path, old)
     breakdown = read_structured(devices_path) if devices_path.is_file() else {}
     if fresh:
@@ -272,15 +269,35 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
         for name in todo:
             row, plan, report = run_one(suite, spec, task, name, cost_model, extra,
                                         per_sharder[name], model_id)
-            if save_plans and plan is not None:
-                plan.save(out_dir / f"{suite}.plans" / spec.name / f"{name}.json")
-            _append(csv_path, row)
+            _record(out_dir, suite, spec.name, row, plan if save_plans else None)
             rows.append(row)
             if i == 0 and report is not None:
-                breakdown[name] = {"task": spec.name, "per_device": [
-                    {"hbm_ms": d.hbm_ms, "uvm_ms": d.uvm_ms, "comm_ms": d.comm_ms}
-                    for d in report.per_device]}
+                breakdown[name] = _breakdown(spec.name, report)
                 write_structured(devices_path, breakdown)
             if on_row:
                 on_row(row)
     return rows
+
+
+def _record(out_dir: Path, suite: str, task: str, row: CompareRow, plan: Plan | None) -> None:
+    """Appends ``row`` to the suite's CSV, and writes ``plan`` beside it when given."""
+    if plan is not None:
+        plan.save(out_dir / f"{suite}.plans" / task / f"{row.sharder}.json")
+    _append(out_dir / f"{suite}.csv", row)
+
+
+def _kept_rows(rows: list[CompareRow], per_sharder: dict[str, dict[str, object]],
+               model_id: str, fresh: bool) -> list[CompareRow]:
+    """The rows of an earlier run to keep: not those of a sharder run now with the same cost
+    model and other options (stale), nor, ``fresh``, any of a sharder run now."""
+    kept = [r for r in rows if not (
+        r.sharder in per_sharder and r.cost_model_id == model_id
+        and r.options != options_key(per_sharder[r.sharder]))]
+    return [r for r in kept if r.sharder not in per_sharder] if fresh else kept
+
+
+def _breakdown(task: str, report: CostReport) -> dict[str, object]:
+    """A plan's per-device costs by tier, for the stacked-bar plot."""
+    return {"task": task, "per_device": [
+        {"hbm_ms": d.hbm_ms, "uvm_ms": d.uvm_ms, "comm_ms": d.comm_ms}
+        for d in report.per_device]}

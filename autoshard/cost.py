@@ -1,4 +1,11 @@
-"""The one cost-model interface every pricing in autoshard goes through."""
+"""The one cost-model interface every pricing in autoshard goes through, and its registry.
+
+Cost models are found by name: ``analytical`` (:mod:`autoshard.analytical`), ``torchrec``
+(TorchRec's own perf estimator, :mod:`autoshard.torchrec.cost`; needs the torchrec extra), or
+the folder of a learned model, whose metadata names its kind
+(:mod:`autoshard.cost_models`). Entries are ``module:Class`` strings, imported only when a
+model is loaded, so that the core imports none of the packages built on it.
+"""
 
 from __future__ import annotations
 
@@ -80,13 +87,17 @@ def device_compute(task: ShardingTask, model: CostModel, device: np.ndarray,
     return total * share, total * (1.0 - share)
 
 
-#: Learned cost models by the ``kind`` their folder's metadata names: ``module:Class`` strings,
-#: imported only when such a folder is loaded (core never imports the packages built on it). The
-#: class's ``load(directory, communication=...)`` reads and verifies the folder.
+#: Built-in cost models by name. A class may say why it cannot run here (``unavailable()``).
+_BUILTIN: dict[str, str] = {
+    "analytical": "autoshard.analytical:AnalyticalCostModel",
+    "torchrec": "autoshard.torchrec.cost:TorchRecCostModel",
+}
+#: Learned cost models by the ``kind`` their folder's metadata names. The class's
+#: ``load(directory, communication=...)`` reads and verifies the folder.
 _LEARNED: dict[str, str] = {
-    "lightgbm": "cost_models.model:LightGBMCostModel",
-    "calibrated": "cost_models.calibrate:CalibratedCostModel",
-    "set": "cost_models.set_model:SetCostModel",
+    "lightgbm": "autoshard.cost_models.model:LightGBMCostModel",
+    "calibrated": "autoshard.cost_models.calibrate:CalibratedCostModel",
+    "set": "autoshard.cost_models.set_model:SetCostModel",
 }
 #: Model folders written before metadata named a kind give their format instead.
 _FORMAT_KINDS = {"autoshard-lightgbm-cost-model": "lightgbm"}
@@ -125,13 +136,31 @@ def read_model_metadata(directory: str | Path) -> dict[str, Any]:
 
 
 def builtin_model(spec: str | None) -> str | None:
-    """The built-in cost model ``spec`` names (``analytical``: also None or empty; ``torchrec``
-    unless a folder of that name exists), or None for a learned model's folder."""
+    """The built-in cost model ``spec`` names (``analytical`` also for None or empty; another
+    built-in name unless a folder of that name exists), or None for a learned model's folder."""
     if spec in (None, "", "analytical"):
         return "analytical"
-    if spec == "torchrec" and not Path(spec).exists():
-        return "torchrec"
+    if spec in _BUILTIN and not Path(spec).exists():
+        return spec
     return None
+
+
+def builtin_names() -> list[str]:
+    return list(_BUILTIN)
+
+
+def _class(entry: str, spec: str | None) -> Any:
+    """The class an entry names, imported now.
+
+    Raises:
+        InputError: It cannot be imported here (a missing dependency), naming ``spec``.
+    """
+    module, _, attr = entry.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"cost model unavailable ({exc})", field="cost_model",
+                         value=spec) from exc
 
 
 def is_model_spec(spec: str) -> bool:
@@ -142,7 +171,7 @@ def is_model_spec(spec: str) -> bool:
 
 def load_cost_model(spec: str | None) -> CostModel:
     """``analytical`` (or None) for the analytical model, ``torchrec`` for TorchRec's own perf
-    estimator (:mod:`autoshard.torchrec_cost`; needs the torchrec extra), else a learned
+    estimator (:mod:`autoshard.torchrec.cost`; needs the torchrec extra), else a learned
     model's directory.
 
     A learned model's metadata names its ``kind`` (resolved through :data:`_LEARNED`) and the
@@ -152,32 +181,23 @@ def load_cost_model(spec: str | None) -> CostModel:
     Raises:
         InputError: unknown spec, a damaged or unverifiable model, a missing dependency.
     """
-    from autoshard.analytical import AnalyticalCostModel
-
     builtin = builtin_model(spec)
-    if builtin == "analytical":
-        return AnalyticalCostModel()
-    if builtin == "torchrec":
-        from autoshard.export_torchrec import torchrec_unavailable
-        from autoshard.torchrec_cost import TorchRecCostModel
-
-        if reason := torchrec_unavailable(load=True):
-            raise InputError(f"TorchRec's estimator is unavailable: {reason}",
+    if builtin is not None:
+        cls = _class(_BUILTIN[builtin], spec)
+        check = getattr(cls, "unavailable", None)
+        if check is not None and (reason := check()):
+            raise InputError(f"cost model '{builtin}' is unavailable: {reason}",
                              field="cost_model", value=spec)
-        return TorchRecCostModel()
+        built: CostModel = cls()
+        return built
     assert spec is not None
     meta = read_model_metadata(spec)
     comm_spec = meta.get("communication", "analytical")
     if comm_spec != "analytical":
         raise InputError("only 'analytical' communication is known", field="communication",
                          source=str(Path(spec) / METADATA_FILE), value=comm_spec)
-    module, _, attr = _LEARNED[meta["kind"]].partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InputError(f"learned cost model unavailable ({exc})", field="cost_model",
-                         value=spec) from exc
-    model: CostModel = cls.load(spec, communication=AnalyticalCostModel())
+    cls = _class(_LEARNED[meta["kind"]], spec)
+    model: CostModel = cls.load(spec, communication=load_cost_model("analytical"))
     return model
 
 

@@ -11,7 +11,13 @@ import numpy as np
 from autoshard.bounds import lower_bound_ms
 from autoshard.cost import CostModel, Pricing, device_compute
 from autoshard.plan import Plan
-from autoshard.shards import check_layout, pricing_task, shard_memory
+from autoshard.shards import (
+    ShardLayout,
+    check_layout,
+    plan_layout,
+    pricing_task,
+    shard_memory,
+)
 from autoshard.task import ShardingTask
 
 
@@ -73,6 +79,26 @@ def device_totals(task: ShardingTask, pricing: Pricing, device: np.ndarray) -> n
     return np.bincount(device, weights=pricing.total_ms, minlength=task.num_devices)
 
 
+def step_cost_ms(items: ShardingTask, cost_model: CostModel, device: np.ndarray,
+                 rows: np.ndarray) -> float:
+    """The step cost of items on ``device`` with ``rows`` in HBM, as :func:`evaluate` prices it
+    (a model that prices a device's whole table set included)."""
+    p = cost_model.price(items, np.arange(items.num_tables), device, rows)
+    n = items.num_devices
+    hbm, uvm, comm = (np.bincount(device, weights=v, minlength=n)
+                      for v in (p.hbm_ms, p.uvm_ms, p.comm_ms))
+    hbm, uvm = device_compute(items, cost_model, device, rows, hbm, uvm)
+    return float((hbm + uvm + comm).max())
+
+
+def plan_cost_ms(plan: Plan, task: ShardingTask, cost_model: CostModel) -> float:
+    """A plan's step cost as :func:`evaluate` prices it, without its capacity checks and lower
+    bound (for plans valid by construction)."""
+    layout = plan_layout(plan, task)
+    items = pricing_task(task, layout.geometry)
+    return step_cost_ms(items, cost_model, layout.device, layout.hbm_rows)
+
+
 def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
              bound_ms: float | None = None, source: str = "plan") -> CostReport:
     """Validates and prices a plan, whole tables and shards alike.
@@ -90,6 +116,33 @@ def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
         InputError: A shard does not fit its table or names a device the hardware lacks.
     """
     layout = check_layout(plan, task, source)
+    devices = _device_reports(task, cost_model, layout)
+    total = np.array([d.total_ms for d in devices])
+    lookups = np.array([d.lookups for d in devices])
+    uvm_lookups = np.array([d.uvm_lookups for d in devices])
+    step = float(total.max())
+    bound = lower_bound_ms(task, cost_model)
+    if bound_ms is not None:
+        bound = max(bound, bound_ms)
+    mean = float(total.mean())
+    return CostReport(
+        sharder=plan.sharder,
+        cost_model=cost_model.name,
+        mode=task.workload.mode,
+        batch_size=task.workload.batch_size,
+        step_cost_ms=step,
+        lower_bound_ms=bound,
+        cost_ratio=step / bound if bound > 0 else float("inf"),
+        load_balance=step / mean if mean > 0 else 1.0,
+        uvm_lookup_share=float(uvm_lookups.sum() / max(lookups.sum(), 1e-300)),
+        per_device=devices,
+        access_assumptions=dict(Counter(t.access_source for t in task.tables)),
+    )
+
+
+def _device_reports(task: ShardingTask, cost_model: CostModel, layout: ShardLayout
+                    ) -> tuple[DeviceReport, ...]:
+    """Each device's share of a step: its shards priced, by tier, and its memory."""
     priced = pricing_task(task, layout.geometry)
     device = layout.device
     shards = np.arange(layout.num_shards)
@@ -113,28 +166,10 @@ def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
     used_hbm, used_host = shard_memory(task, layout)
     dev = task.device_arrays
     counts = np.bincount(device, minlength=n)
-    devices = tuple(
+    return tuple(
         DeviceReport(d, int(counts[d]), float(hbm_ms[d]), float(uvm_ms[d]), float(comm_ms[d]),
                      float(total[d]), int(used_hbm[d]), int(used_host[d]),
                      int(dev.hbm_capacity[d]), int(dev.host_capacity[d]), float(lookups[d]),
                      float(uvm_lookups[d]))
         for d in range(n)
-    )
-    step = float(total.max())
-    bound = lower_bound_ms(task, cost_model)
-    if bound_ms is not None:
-        bound = max(bound, bound_ms)
-    mean = float(total.mean())
-    return CostReport(
-        sharder=plan.sharder,
-        cost_model=cost_model.name,
-        mode=task.workload.mode,
-        batch_size=task.workload.batch_size,
-        step_cost_ms=step,
-        lower_bound_ms=bound,
-        cost_ratio=step / bound if bound > 0 else float("inf"),
-        load_balance=step / mean if mean > 0 else 1.0,
-        uvm_lookup_share=float(uvm_lookups.sum() / max(lookups.sum(), 1e-300)),
-        per_device=devices,
-        access_assumptions=dict(Counter(t.access_source for t in task.tables)),
     )

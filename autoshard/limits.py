@@ -16,7 +16,7 @@ import math
 import numbers
 from typing import Any
 
-from autoshard.errors import PlannerError
+from autoshard.errors import InputError, PlannerError
 
 #: Devices in one cluster (16,384: well above the largest recommendation-training clusters).
 MAX_DEVICES = 16_384
@@ -69,6 +69,18 @@ def number_in(value: Any, low: float, high: float, *, open_low: bool = False) ->
     if not is_finite(value):
         return False
     return (value > low if open_low else value >= low) and value <= high
+
+
+def one_of(value: Any, names: tuple[str, ...], field: str, source: str | None = None) -> str:
+    """``value`` if it is one of ``names``.
+
+    Raises:
+        InputError: Another value, naming ``field`` (and ``source``) and the names allowed.
+    """
+    if value not in names:
+        raise InputError(f"must be one of {', '.join(names)}", source=source, field=field,
+                         value=value)
+    return str(value)
 
 
 def check_finite_costs(values: dict[str, float], what: str) -> None:

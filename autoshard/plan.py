@@ -1,11 +1,8 @@
 """Plans: where every table's shards live and how many of their hottest rows stay in HBM.
 
-A table is placed whole (``table_wise``: one device, its hottest ``hbm_rows`` in HBM) or split
-into shards: ``row_wise`` (row ranges covering ``[0, rows)``, every column, on several devices;
-with hashed ids each shard sees its share of the lookups and the same access curve),
-``table_row_wise`` (row-wise with every shard on one node, reduced over the intra-node links) or
-``column_wise`` (column blocks covering ``[0, dim)``, every row, each block seeing every lookup).
-Every shard keeps its own hottest ``hbm_rows`` in HBM.
+A table is placed whole, on one device with its hottest ``hbm_rows`` in HBM, or split into
+shards of one :class:`autoshard.kinds.ShardingKind` (row ranges or column blocks), each on its
+device with its own hottest ``hbm_rows`` in HBM. This module owns the plan file's schema.
 """
 
 from __future__ import annotations
@@ -24,14 +21,9 @@ from autoshard.fileio import (
     read_structured,
     write_structured,
 )
+from autoshard.kinds import WHOLE, ShardingKind
+from autoshard.provenance import Provenance
 from autoshard.task import ShardingTask, Workload
-
-TABLE_WISE = "table_wise"
-ROW_WISE = "row_wise"
-TABLE_ROW_WISE = "table_row_wise"
-COLUMN_WISE = "column_wise"
-SHARDINGS = (TABLE_WISE, ROW_WISE, TABLE_ROW_WISE, COLUMN_WISE)
-ROW_SHARDINGS = (ROW_WISE, TABLE_ROW_WISE)
 
 
 @dataclass(frozen=True)
@@ -61,27 +53,33 @@ class Placement:
 
     Args:
         table: The table's name.
-        device: Its rank when ``table_wise``; for a split table, the first shard's rank.
-        hbm_rows: Its hottest rows in HBM when ``table_wise``; for a split table, the sum over
-            its shards.
-        sharding: One of :data:`SHARDINGS`.
-        shards: The shards of a split table, in row (or column) order; empty when ``table_wise``.
+        device: Its rank when whole; for a split table, the first shard's rank.
+        hbm_rows: Its hottest rows in HBM when whole; for a split table, the sum over its
+            shards.
+        sharding: How it is split (:data:`autoshard.kinds.WHOLE`: placed whole); a kind's
+            name is read as that kind.
+        shards: The shards of a split table, in row (or column) order; empty when whole.
     """
 
     table: str
     device: int
     hbm_rows: int
-    sharding: str = TABLE_WISE
+    sharding: ShardingKind = WHOLE
     shards: tuple[Shard, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.sharding, ShardingKind):  # a kind's name, as plan files give it
+            object.__setattr__(self, "sharding", ShardingKind.parse(self.sharding))
+
     @classmethod
-    def split(cls, table: str, sharding: str, shards: tuple[Shard, ...]) -> Placement:
+    def split(cls, table: str, sharding: ShardingKind | str, shards: tuple[Shard, ...]
+              ) -> Placement:
         """A split placement; ``device`` and ``hbm_rows`` are derived from the shards."""
         return cls(table, shards[0].device, sum(s.hbm_rows for s in shards), sharding, shards)
 
     @property
     def is_split(self) -> bool:
-        return self.sharding != TABLE_WISE
+        return self.sharding.is_split
 
     def pieces(self, rows: int, dim: int) -> tuple[Shard, ...]:
         """Its shards; a whole table is one shard of every row and column."""
@@ -101,17 +99,17 @@ def check_placement(p: Placement, where: str, source: str | None = None,
     def bad(field: str, message: str, value: object) -> InputError:
         return InputError(message, source=source, field=f"{where}.{field}", value=value)
 
-    if p.sharding not in SHARDINGS:
-        raise bad("sharding", f"must be one of {', '.join(SHARDINGS)}", p.sharding)
+    if not isinstance(p.sharding, ShardingKind):
+        raise bad("sharding", "must be a sharding kind", p.sharding)
     if not p.is_split:
         if p.shards:
-            raise bad("shards", "a table_wise placement lists no shards", len(p.shards))
+            raise bad("shards", "a whole-table placement lists no shards", len(p.shards))
         if rows is not None and p.hbm_rows > rows:
             raise bad("hbm_rows", f"more than the table's {rows} rows", p.hbm_rows)
         return
     if not p.shards:
-        raise bad("shards", f"a {p.sharding} placement needs at least one shard", [])
-    by_rows = p.sharding in ROW_SHARDINGS
+        raise bad("shards", f"a {p.sharding.value} placement needs at least one shard", [])
+    by_rows = p.sharding.splits_rows
     split_name, full_name = ("rows", "cols") if by_rows else ("cols", "rows")
     extent = rows if by_rows else dim
     full = dim if by_rows else rows
@@ -133,7 +131,7 @@ def check_placement(p: Placement, where: str, source: str | None = None,
                       "listed in order, without overlap or gap)", list(split_range))
         edge = split_range[1]
         if full_range != want_full:
-            raise bad(f"shards[{j}].{full_name}", f"a {p.sharding} shard holds every "
+            raise bad(f"shards[{j}].{full_name}", f"a {p.sharding.value} shard holds every "
                       f"{'column' if by_rows else 'row'}, {list(want_full)}", list(full_range))
         if s.device < 0:
             raise bad(f"shards[{j}].device", "must be an integer >= 0", s.device)
@@ -154,12 +152,15 @@ class Plan:
         sharder: Name of the sharder that produced it.
         workload: The workload it was planned for, if recorded.
         hardware: Name of the hardware profile it was planned for, if recorded.
+        provenance: How the sharder found it (which candidate won, what each search step
+            added), if it records that.
     """
 
     placements: tuple[Placement, ...]
     sharder: str = ""
     workload: Workload | None = None
     hardware: str | None = None
+    provenance: Provenance | None = None
 
     @classmethod
     def from_arrays(cls, task: ShardingTask, device: np.ndarray, hbm_rows: np.ndarray,
@@ -184,7 +185,7 @@ class Plan:
         split = next((p for p in self.placements if p.is_split), None)
         if split is not None:
             raise PlannerError("invalid_plan", f"table '{split.table}' is split "
-                               f"({split.sharding}); this step places whole tables only")
+                               f"({split.sharding.value}); this step places whole tables only")
         device = np.zeros(task.num_tables, dtype=np.int64)
         hbm = np.zeros(task.num_tables, dtype=np.int64)
         placed = np.zeros(task.num_tables, dtype=bool)
@@ -212,6 +213,8 @@ class Plan:
         if self.workload is not None:
             doc["workload"] = {"batch_size": self.workload.batch_size,
                                "mode": self.workload.mode}
+        if self.provenance is not None:
+            doc["provenance"] = self.provenance.to_dict()
         doc["placements"] = [_placement_doc(p) for p in self.placements]
         return doc
 
@@ -237,7 +240,10 @@ class Plan:
             except TypeError as exc:
                 raise InputError("expected only batch_size and mode", source=source,
                                  field="workload", value=doc["workload"]) from exc
-        return cls(placements, str(doc.get("sharder", "")), workload, doc.get("hardware"))
+        provenance = (None if doc.get("provenance") is None
+                      else Provenance.from_dict(doc["provenance"], source))
+        return cls(placements, str(doc.get("sharder", "")), workload, doc.get("hardware"),
+                   provenance)
 
     def save(self, path: str | Path) -> None:
         write_structured(path, self.to_dict())
@@ -250,7 +256,7 @@ class Plan:
 def _placement_doc(p: Placement) -> dict[str, Any]:
     if not p.is_split:
         return {"table": p.table, "device": p.device, "hbm_rows": p.hbm_rows}
-    return {"table": p.table, "sharding": p.sharding,
+    return {"table": p.table, "sharding": p.sharding.value,
             "shards": [{"device": s.device, "rows": [s.row_start, s.row_end],
                         "cols": [s.col_start, s.col_end], "hbm_rows": s.hbm_rows}
                        for s in p.shards]}
@@ -280,7 +286,7 @@ def _range(value: Any, source: str, field: str) -> tuple[int, int]:
 def _placement_from(p: Any, where: str, source: str) -> Placement:
     """One placement entry of a plan document: ``{table, device, hbm_rows}`` or ``{table,
     sharding, shards: [{device, rows: [start, end], cols: [start, end], hbm_rows}]}``."""
-    split = isinstance(p, dict) and ("shards" in p or p.get("sharding", TABLE_WISE) != TABLE_WISE)
+    split = isinstance(p, dict) and ("shards" in p or p.get("sharding", WHOLE.value) != WHOLE.value)
     if not split:
         p = _required(p, ("table", "device", "hbm_rows"), source, where)
         placement = Placement(str(p["table"]), _count(p["device"], source, f"{where}.device"),
@@ -288,12 +294,10 @@ def _placement_from(p: Any, where: str, source: str) -> Placement:
         check_placement(placement, where, source)
         return placement
     p = _required(p, ("table", "sharding", "shards"), source, where)
-    if p["sharding"] not in SHARDINGS:
-        raise InputError(f"must be one of {', '.join(SHARDINGS)}", source=source,
-                         field=f"{where}.sharding", value=p["sharding"])
-    if p["sharding"] == TABLE_WISE or not isinstance(p["shards"], list) or not p["shards"]:
-        raise InputError("a split placement lists its shards (a table_wise one gives device "
-                         "and hbm_rows instead)", source=source, field=f"{where}.shards",
+    kind = ShardingKind.parse(p["sharding"], f"{where}.sharding", source)
+    if not kind.is_split or not isinstance(p["shards"], list) or not p["shards"]:
+        raise InputError(f"a split placement lists its shards (a {WHOLE.value} one gives "
+                         "device and hbm_rows instead)", source=source, field=f"{where}.shards",
                          value=p["shards"])
     shards = []
     for j, s in enumerate(p["shards"]):
@@ -303,7 +307,7 @@ def _placement_from(p: Any, where: str, source: str) -> Placement:
         cols = _range(s["cols"], source, f"{at}.cols")
         shards.append(Shard(_count(s["device"], source, f"{at}.device"), *rows, *cols,
                             _count(s["hbm_rows"], source, f"{at}.hbm_rows")))
-    placement = Placement.split(str(p["table"]), p["sharding"], tuple(shards))
+    placement = Placement.split(str(p["table"]), kind, tuple(shards))
     check_placement(placement, where, source)
     return placement
 

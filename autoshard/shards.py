@@ -6,14 +6,10 @@ derived from its table, and a per-shard communication descriptor the analytical 
 term reads. So a shard is priced exactly like a small table, and there is one pricing path.
 
 How a shard derives from its table (ids are hashed, so hot rows spread evenly over row ranges):
-
-- a row shard holding a share f of the rows sees f of the lookups and the table's access curve;
-  it writes partial pooled sums of the full dim, which are reduced across the table's devices
-  (``row_wise``: over the all-to-all like a whole table's output, forward and backward;
-  ``table_row_wise``: first reduce-scattered within the node over intra-node links, then only
-  its 1/k part of the output goes through the all-to-all);
-- a column block of width w sees every lookup with w/dim of the row bytes, and sends its block
-  of the pooled output through the all-to-all; each block keeps its own row-wise optimizer state.
+a row shard holding a share f of the rows sees f of the lookups and the table's access curve
+and writes partial pooled sums of the full dim; a column block of width w sees every lookup
+with w/dim of the row bytes, and keeps its own row-wise optimizer state. How partial sums are
+reduced and which ids a shard receives are its kind's rules (:mod:`autoshard.kinds`).
 """
 
 from __future__ import annotations
@@ -22,26 +18,13 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from autoshard import kinds
 from autoshard.cost import CostModel, Pricing
 from autoshard.errors import InputError, PlannerError, gib
-from autoshard.memory import hbm_terms
-from autoshard.plan import (
-    COLUMN_WISE,
-    ROW_SHARDINGS,
-    ROW_WISE,
-    SHARDINGS,
-    TABLE_ROW_WISE,
-    TABLE_WISE,
-    Placement,
-    Plan,
-    Shard,
-    check_placement,
-    hbm_use,
-)
+from autoshard.kinds import WHOLE, ShardingKind
+from autoshard.plan import Placement, Plan, Shard, check_placement, hbm_use
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, TableArrays
-
-KIND = {name: code for code, name in enumerate(SHARDINGS)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,7 +33,7 @@ class ShardGeometry:
 
     Args:
         table: Index of the shard's table in the task.
-        kind: Its table's sharding, as an index into :data:`autoshard.plan.SHARDINGS`.
+        kind: Its table's sharding, as a code (:attr:`autoshard.kinds.ShardingKind.code`).
         parts: How many shards its table has.
         row_start: First row (inclusive).
         row_end: Last row (exclusive).
@@ -94,50 +77,37 @@ def same_split(a: ShardGeometry, b: ShardGeometry) -> bool:
         bool((getattr(a, f) == getattr(b, f)).all()) for f in ("table", "kind", "parts"))
 
 
-def for_torchrec(task: ShardingTask) -> bool:
-    """Whether the task is planned for TorchRec's runtime (``overhead`` other than ``none``),
-    whose layouts every sharder then keeps:
-
-    - Row splits are those TorchRec's training runtime can route. It buckets a ``row_wise``
-      table's ids into even blocks over every rank of the world, and a ``table_row_wise`` one's
-      over every rank of one node (block r on rank r), so such a table is split into one
-      near-equal shard per device of the world (node), each on its own device. Elsewhere (our
-      own runner) a table may be split row-wise over any number of devices.
-    - A split table keeps one HBM share over its shards (TorchRec holds one cache load factor
-      per table; :meth:`ShardLayout.even_shares`).
-    """
-    return task.overhead != "none"
-
-
 def one_per_device(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
-    """[S]: the shards that go one per device: table-row-wise ones (within one node) and, on a
-    task of :func:`for_torchrec`, row-wise ones."""
-    return (g.kind == KIND[TABLE_ROW_WISE]) | (for_torchrec(task) & (g.kind == KIND[ROW_WISE]))
+    """[S]: the shards that go one per device (:func:`autoshard.kinds.one_per_device`, where
+    the task's runtime may route row splits in fixed blocks:
+    :attr:`autoshard.reservation.Reservation.fixed_row_blocks`)."""
+    return kinds.one_per_device(g.kind, task.reservation.fixed_row_blocks)
 
 
 def fixed_shards(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
-    """[S]: the shards that must stay on their device once placed: on a task of
-    :func:`for_torchrec`, those of :func:`one_per_device` (they fill their world or node, so no
-    move keeps that); elsewhere none."""
-    return one_per_device(task, g) & for_torchrec(task)
+    """[S]: the shards that must stay on their device once placed: where the runtime routes row
+    splits in fixed blocks, those of :func:`one_per_device` (they fill their world or node, so
+    no move keeps that); elsewhere none."""
+    return one_per_device(task, g) & task.reservation.fixed_row_blocks
 
 
 def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
     """A device per shard for the shards whose device the split itself fixes (-1 for the
     others; None when there are none).
 
-    - ``table_row_wise``: a table's shards on consecutive devices of the node with the fewest
-      shards pinned so far, from where the last one there ended (so that they spread over the
-      nodes' devices); with one shard per device of the node (:func:`for_torchrec`) they fill
-      it.
-    - ``row_wise`` on a task of :func:`for_torchrec`: shard j on device j (its shards are
-      alike, one per device of the world).
+    - node-local row shards (:attr:`autoshard.kinds.ShardingKind.node_local`): a table's shards
+      on consecutive devices of the node with the fewest shards pinned so far, from where the
+      last one there ended (so that they spread over the nodes' devices); with fixed row
+      blocks (one shard per device of the node) they fill it.
+    - the other row shards, with fixed row blocks: shard j on device j (its shards are alike,
+      one per device of the world).
     """
     bound = one_per_device(task, g)
     if not bound.any():
         return None
-    twrw = np.flatnonzero(bound & (g.kind == KIND[TABLE_ROW_WISE]))
-    rw = np.flatnonzero(bound & (g.kind == KIND[ROW_WISE]))
+    local_kind = kinds.node_local(g.kind)
+    twrw = np.flatnonzero(bound & local_kind)
+    rw = np.flatnonzero(bound & ~local_kind)
     pins = np.full(g.num_shards, -1, dtype=np.int64)
     for t in np.unique(g.table[rw]):
         idx = np.flatnonzero(g.table == t)
@@ -158,11 +128,11 @@ def whole_tables(task: ShardingTask, tables: np.ndarray | None = None) -> ShardG
     a = task.table_arrays
     t = np.arange(task.num_tables) if tables is None else np.asarray(tables, dtype=np.int64)
     zero = np.zeros(t.size, dtype=np.int64)
-    return ShardGeometry(t, zero + KIND[TABLE_WISE], zero + 1, zero, a.rows[t], zero.copy(),
-                         a.dim[t])
+    return ShardGeometry(t, zero + WHOLE.code, zero + 1, zero, a.rows[t], zero.copy(), a.dim[t])
 
 
-def even_split(task: ShardingTask, table: int, sharding: str, parts: int) -> ShardGeometry:
+def even_split(task: ShardingTask, table: int, sharding: ShardingKind, parts: int
+               ) -> ShardGeometry:
     """``table`` split into ``parts`` near-equal row ranges or column blocks.
 
     Raises:
@@ -170,7 +140,7 @@ def even_split(task: ShardingTask, table: int, sharding: str, parts: int) -> Sha
     """
     a = task.table_arrays
     rows, dim = int(a.rows[table]), int(a.dim[table])
-    extent = rows if sharding in ROW_SHARDINGS else dim
+    extent = rows if sharding.splits_rows else dim
     if not 1 <= parts <= extent:
         raise InputError(f"cannot split {extent} {'rows' if extent == rows else 'columns'} "
                          f"of table '{task.tables[table].name}' into {parts}",
@@ -178,10 +148,10 @@ def even_split(task: ShardingTask, table: int, sharding: str, parts: int) -> Sha
     edges = (np.arange(parts + 1, dtype=np.int64) * extent) // parts
     n = np.full(parts, table, dtype=np.int64)
     zero = np.zeros(parts, dtype=np.int64)
-    if sharding in ROW_SHARDINGS:
-        return ShardGeometry(n, zero + KIND[sharding], zero + parts, edges[:-1], edges[1:],
+    if sharding.splits_rows:
+        return ShardGeometry(n, zero + sharding.code, zero + parts, edges[:-1], edges[1:],
                              zero.copy(), zero + dim)
-    return ShardGeometry(n, zero + KIND[sharding], zero + parts, zero.copy(), zero + rows,
+    return ShardGeometry(n, zero + sharding.code, zero + parts, zero.copy(), zero + rows,
                          edges[:-1], edges[1:])
 
 
@@ -205,11 +175,12 @@ class ShardLayout:
         Table by table, the share is the shards' mean (by bytes, the export's load factor),
         lowered to what the free HBM of the devices of the shards below it holds
         (:func:`autoshard.plan.hbm_use`), and never below the least of theirs; rounded down.
-        Whole tables are kept. Only on tasks planned for TorchRec's runtime
-        (:func:`for_torchrec`): elsewhere each shard keeps its own rows.
+        Whole tables are kept. Only where the task's runtime keeps one share per table
+        (:attr:`autoshard.reservation.Reservation.one_share_per_table`): elsewhere each shard
+        keeps its own rows.
         """
         g = self.geometry
-        if not for_torchrec(task) or not (g.parts > 1).any():
+        if not task.reservation.one_share_per_table or not (g.parts > 1).any():
             return self
         priced = pricing_task(task, g)
         per_row = priced.table_arrays.hbm_bytes_per_row
@@ -232,7 +203,7 @@ class ShardLayout:
         return ShardLayout(g, self.device, rows)
 
     def to_plan(self, task: ShardingTask, sharder: str = "") -> Plan:
-        """The plan of these shards (tables in task order; a one-shard table_wise entry is a
+        """The plan of these shards (tables in task order; a table placed whole is a
         whole-table placement)."""
         g = self.geometry
         order = np.lexsort((g.col_start, g.row_start, g.table))
@@ -244,10 +215,10 @@ class ShardLayout:
             while stop < order.size and g.table[order[stop]] == t:
                 stop += 1
             idx = order[start:stop]
-            sharding = SHARDINGS[int(g.kind[idx[0]])]
+            sharding = ShardingKind.of(g.kind[idx[0]])
             name = task.tables[t].name
-            if sharding == TABLE_WISE:
-                assert idx.size == 1, "a table_wise table has one shard"
+            if not sharding.is_split:
+                assert idx.size == 1, "a whole table has one shard"
                 placements.append(Placement(name, int(self.device[idx[0]]),
                                             int(self.hbm_rows[idx[0]])))
             else:
@@ -265,7 +236,7 @@ def plan_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLa
     Raises:
         PlannerError: A table is unknown, placed twice or left unplaced.
         InputError: A shard does not fit its table (ranges, HBM rows) or names a device the
-            hardware does not have, or a table_row_wise table spans nodes (the field is named,
+            hardware does not have, or a node-local table spans nodes (the field is named,
             e.g. ``placements[3].shards[1].device``).
     """
     by_table: dict[int, tuple[int, Placement]] = {}
@@ -296,15 +267,15 @@ def plan_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLa
                 raise InputError(f"device {s.device} of {task.num_devices}: the hardware "
                                  f"'{task.hardware.name}' has devices 0..{task.num_devices - 1}",
                                  source=source, field=field, value=s.device)
-            for name, value in (("table", t), ("kind", KIND[p.sharding]),
+            for name, value in (("table", t), ("kind", p.sharding.code),
                                 ("parts", len(pieces)), ("row_start", s.row_start),
                                 ("row_end", s.row_end), ("col_start", s.col_start),
                                 ("col_end", s.col_end)):
                 cols[name].append(value)
             device.append(s.device)
             hbm.append(s.hbm_rows)
-        if p.sharding == TABLE_ROW_WISE and len({int(node[s.device]) for s in pieces}) > 1:
-            raise InputError("table_row_wise shards all live on one node", source=source,
+        if p.sharding.node_local and len({int(node[s.device]) for s in pieces}) > 1:
+            raise InputError(f"{p.sharding.value} shards all live on one node", source=source,
                              field=f"{where}.shards",
                              value=sorted({int(node[s.device]) for s in pieces}))
     geometry = ShardGeometry(**{k: np.array(v, dtype=np.int64) for k, v in cols.items()})
@@ -352,13 +323,12 @@ def shard_task(task: ShardingTask, geometry: ShardGeometry, named: bool = True) 
     rows = g.rows
     share = rows / a.rows[t]
     row_bytes = a.row_bytes[t] * g.cols / a.dim[t]
-    twrw = g.kind == KIND[TABLE_ROW_WISE]
     local = min(task.hardware.devices_per_node, task.num_devices)
-    ids = np.select([g.kind == KIND[ROW_WISE], twrw], [1.0 / task.num_devices, 1.0 / local], 1.0)
-    hbm_per_row, reserved = hbm_terms(
+    ids = kinds.id_share(g.kind, task.num_devices, local)
+    hbm_per_row, reserved = task.reservation.hbm_terms(
         rows, g.cols, a.dim[t], np.rint(a.row_bytes[t] / a.dim[t]), a.optimizer_bytes[t],
         a.lookups[t] / task.workload.batch_size, ids, train=task.workload.train,
-        batch_size=task.workload.batch_size, world=task.num_devices, overhead=task.overhead)
+        batch_size=task.workload.batch_size, world=task.num_devices)
     arrays = TableArrays(
         rows=rows,
         dim=g.cols,
@@ -373,13 +343,11 @@ def shard_task(task: ShardingTask, geometry: ShardGeometry, named: bool = True) 
         rows_used=np.minimum(np.ceil(a.rows_used[t] * share - 1e-9), rows).astype(np.int64),
         curves=a.curves[t],
     )
-    parts = g.parts.astype(np.float64)
     tables = (_shard_tables(task, g, arrays) if named
               else tuple(task.tables[i] for i in t.tolist()))
-    sub = ShardTask(tables, task.hardware, task.workload, task.overhead,
-                    parent=task, geometry=g,
-                    a2a_scale=np.where(twrw, 1.0 / parts, 1.0),
-                    reduce_scale=np.where(twrw, (parts - 1.0) / parts, 0.0))
+    a2a, reduce = kinds.comm_shares(g.kind, g.parts)
+    sub = ShardTask(tables, task.hardware, task.workload, task.reservation,
+                    parent=task, geometry=g, a2a_scale=a2a, reduce_scale=reduce)
     sub.__dict__["table_arrays"] = arrays
     return sub
 
@@ -391,7 +359,7 @@ def _shard_tables(task: ShardingTask, g: ShardGeometry, arrays: TableArrays
     out = []
     for i, t in enumerate(g.table.tolist()):
         table = task.tables[t]
-        if g.kind[i] == KIND[TABLE_WISE]:
+        if g.kind[i] == WHOLE.code:
             out.append(table)
             continue
         used = None if table.rows_used is None else max(int(arrays.rows_used[i]), 1)
@@ -416,7 +384,7 @@ def is_whole(task: ShardingTask, geometry: ShardGeometry) -> bool:
     """Whether the shards are the task's tables, whole and in order."""
     return (geometry.num_shards == task.num_tables
             and bool((geometry.table == np.arange(task.num_tables)).all())
-            and bool((geometry.kind == KIND[TABLE_WISE]).all()))
+            and bool((geometry.kind == WHOLE.code).all()))
 
 
 def pricing_task(task: ShardingTask, geometry: ShardGeometry) -> ShardingTask:
@@ -464,6 +432,6 @@ def check_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardL
     return layout
 
 
-__all__ = ["COLUMN_WISE", "KIND", "ShardGeometry", "ShardLayout", "ShardTask", "check_layout",
-           "comm_scales", "even_split", "plan_layout", "price_layout", "pricing_task",
-           "shard_memory", "shard_task", "whole_tables"]
+__all__ = ["ShardGeometry", "ShardLayout", "ShardTask", "check_layout", "comm_scales",
+           "even_split", "plan_layout", "price_layout", "pricing_task", "shard_memory",
+           "shard_task", "whole_tables"]

@@ -16,14 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoshard import kinds
 from autoshard.bounds import Relaxation, relax
 from autoshard.cost import CostModel
-from autoshard.plan import COLUMN_WISE, ROW_WISE, TABLE_ROW_WISE
+from autoshard.kinds import split_kind
 from autoshard.shards import (
-    KIND,
     ShardGeometry,
     even_split,
-    for_torchrec,
     shard_task,
     whole_tables,
 )
@@ -68,29 +67,31 @@ def _price_at_share(task: ShardingTask, cost_model: CostModel, g: ShardGeometry,
 
 def candidate_splits(task: ShardingTask, table: int, max_parts: int, node_local: bool = False
                      ) -> list[ShardGeometry]:
-    """Column-wise into 2, 4, 8... equal blocks and row-wise over 2..``max_parts`` devices; with
-    ``node_local`` on hardware of several nodes, also table-row-wise over 2..(devices per node)
-    devices of one node (for sharders that keep such shards on one node). On a task planned
-    for TorchRec (:func:`autoshard.shards.for_torchrec`) the row splits are those its runtime
-    routes: row-wise over every device (when ``max_parts`` allows), table-row-wise over every
-    device of a node."""
+    """Into 2, 4, 8... equal column blocks and into row ranges over 2..``max_parts`` devices;
+    with ``node_local`` on hardware of several nodes, also into row ranges over 2..(devices per
+    node) devices of one node (for sharders that keep such shards on one node). On a task
+    whose runtime routes row splits in fixed blocks
+    (:attr:`autoshard.reservation.Reservation.fixed_row_blocks`: TorchRec's) the row splits are
+    those it routes: over every device (when ``max_parts`` allows), or every device of a
+    node."""
     a = task.table_arrays
     dim, rows = int(a.dim[table]), int(a.rows[table])
     out = []
     k = 2
     while k <= min(dim, max_parts):
         if dim % k == 0:
-            out.append(even_split(task, table, COLUMN_WISE, k))
+            out.append(even_split(task, table, split_kind(rows=False), k))
         k *= 2
     local = min(task.hardware.devices_per_node, task.num_devices)
-    row_wise = list(range(2, min(rows, max_parts) + 1))
-    node_wise = list(range(2, min(rows, max_parts, local) + 1))
-    if for_torchrec(task):
-        row_wise = [k for k in row_wise if k == task.num_devices]
-        node_wise = [k for k in node_wise if k == local]
-    out += [even_split(task, table, ROW_WISE, k) for k in row_wise]
+    over_world = list(range(2, min(rows, max_parts) + 1))
+    over_node = list(range(2, min(rows, max_parts, local) + 1))
+    if task.reservation.fixed_row_blocks:
+        over_world = [k for k in over_world if k == task.num_devices]
+        over_node = [k for k in over_node if k == local]
+    out += [even_split(task, table, split_kind(rows=True), k) for k in over_world]
     if node_local and local < task.num_devices:
-        out += [even_split(task, table, TABLE_ROW_WISE, k) for k in node_wise]
+        out += [even_split(task, table, split_kind(rows=True, node_local=True), k)
+                for k in over_node]
     return out
 
 
@@ -126,7 +127,7 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
         target_ms: Cost above which a table is split.
         max_parts: Most shards per table (default: the device count).
         relaxed: The task's :func:`autoshard.bounds.relax` (computed when not given).
-        node_local: Also offer table-row-wise splits (:func:`candidate_splits`); only for
+        node_local: Also offer node-local row splits (:func:`candidate_splits`); only for
             sharders that keep each such table's shards on one node.
         rows_only: Offer row splits only (no column block holds a fraction of the ids, so
             none keeps the whole batch's input buffers, where HBM is reserved per shard).
@@ -142,7 +143,7 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
     for t in np.flatnonzero(whole > target).tolist():
         options = candidate_splits(task, t, parts, node_local) if parts > 1 else []
         if rows_only:
-            options = [o for o in options if int(o.kind[0]) != KIND[COLUMN_WISE]]
+            options = [o for o in options if not kinds.splits_cols(o.kind[0])]
         if not options:
             continue
         joined = ShardGeometry.concat(options)

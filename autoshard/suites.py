@@ -33,7 +33,7 @@ class TaskSpec:
             model's table set (:data:`autoshard.model_tables.MODEL_TABLES`; all its tables).
 
     The task reserves in HBM what TorchRec's runtime adds per table or shard
-    (``overhead="torchrec"``, :mod:`autoshard.memory`).
+    (``reservation="torchrec"``, :mod:`autoshard.torchrec.reservation`).
     """
 
     name: str
@@ -55,7 +55,7 @@ class TaskSpec:
                 raise InputError(f"model '{self.pool}' has {len(tables)} tables",
                                  field="tables", value=self.tables)
             return constrained_task(tables, self.devices, self.hbm_fraction, self.hardware,
-                                    self.batch_size, self.mode, overhead="torchrec")
+                                    self.batch_size, self.mode, reservation="torchrec")
         train, test = default_pools()
         pool = test if self.pool == "test" else train + test
         if self.tables > len(pool):
@@ -63,7 +63,7 @@ class TaskSpec:
         rng = np.random.default_rng(self.seed)
         chosen = sorted(rng.choice(len(pool), size=self.tables, replace=False))
         return constrained_task([pool[i] for i in chosen], self.devices, self.hbm_fraction,
-                                self.hardware, self.batch_size, self.mode, overhead="torchrec")
+                                self.hardware, self.batch_size, self.mode, reservation="torchrec")
 
 
 def _seeds(prefix: str, tables: int, devices: int, fraction: float, seeds: int,

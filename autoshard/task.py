@@ -11,7 +11,7 @@ from autoshard.access import GRID
 from autoshard.errors import InputError
 from autoshard.hardware import HardwareProfile
 from autoshard.limits import MAX_BATCH_SIZE, MAX_TABLES, int_in
-from autoshard.memory import check_overhead, hbm_terms
+from autoshard.reservation import NO_RESERVATION, Reservation
 from autoshard.tables import Table, check_unique_names
 
 MODES = ("train", "infer")
@@ -50,8 +50,8 @@ class TableArrays:
     row_bytes: np.ndarray
     optimizer_bytes: np.ndarray
     memory_bytes_per_row: np.ndarray  # weights (+ optimizer state in train mode)
-    hbm_bytes_per_row: np.ndarray  # a row kept in HBM, as the runtime counts it (memory.py)
-    hbm_reserved_bytes: np.ndarray  # HBM the table takes wherever it lives (memory.py)
+    hbm_bytes_per_row: np.ndarray  # a row kept in HBM, as the runtime counts it (reservation)
+    hbm_reserved_bytes: np.ndarray  # HBM the table takes wherever it lives (reservation)
     lookups: np.ndarray  # lookups per step: batch * pooling factor * coverage
     pooling_factor: np.ndarray
     coverage: np.ndarray
@@ -61,7 +61,8 @@ class TableArrays:
     def hbm_bytes(self, idx: np.ndarray | slice | int, hbm_rows: np.ndarray | int
                   ) -> np.ndarray:
         """HBM bytes of the tables at ``idx`` with ``hbm_rows`` of their rows in HBM: the rows
-        and the table's reservation, as the runtime counts them (:mod:`autoshard.memory`); every
+        and the table's reservation, as the runtime counts them (:mod:`autoshard.reservation`);
+        every
         capacity check of a placement goes through it."""
         return (self.hbm_reserved_bytes[idx]
                 + np.asarray(hbm_rows) * self.hbm_bytes_per_row[idx])
@@ -96,19 +97,21 @@ class ShardingTask:
         tables: The tables.
         hardware: The cluster.
         workload: What one step does.
-        overhead: HBM reserved per table or shard beyond its rows: ``torchrec`` (what TorchRec's
-            runtime adds: I/O buffers, cache state; see :mod:`autoshard.memory`), as the
+        reservation: HBM the runtime keeps per table or shard beyond its rows
+            (:mod:`autoshard.reservation`): TorchRec's (I/O buffers, cache state), as the
             suites, :func:`autoshard.workloads.constrained_task` and the CLI build tasks, or
-            ``none`` (the weights alone: hand-checked cases, runtimes without TorchRec).
+            none (the weights alone: hand-checked cases, runtimes without TorchRec).
     """
 
     tables: tuple[Table, ...]
     hardware: HardwareProfile
     workload: Workload = Workload()
-    overhead: str = "none"
+    reservation: Reservation = NO_RESERVATION
 
     def __post_init__(self) -> None:
-        check_overhead(self.overhead)
+        if not isinstance(self.reservation, Reservation):
+            raise TypeError(f"reservation must be a Reservation, not {self.reservation!r} "
+                            "(autoshard.reservation.get_reservation gives one by name)")
         if not self.tables:
             raise InputError("a task needs at least one table", field="tables", value=0)
         if len(self.tables) > MAX_TABLES:
@@ -155,15 +158,15 @@ class ShardingTask:
         )
 
     def _hbm_terms(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each whole table's HBM bytes per HBM row and reserved bytes (memory.py)."""
+        """Each whole table's HBM bytes per HBM row and reserved bytes (its reservation)."""
         t = self.tables
         dim = np.array([x.dim for x in t], dtype=np.int64)
-        return hbm_terms(
+        return self.reservation.hbm_terms(
             np.array([x.rows for x in t], dtype=np.int64), dim, dim,
             np.array([x.bytes_per_element for x in t]),
             np.array([x.optimizer_bytes_per_row for x in t], dtype=np.float64),
             np.array([x.lookups_per_sample for x in t]), 1.0, train=self.workload.train,
-            batch_size=self.workload.batch_size, world=self.num_devices, overhead=self.overhead)
+            batch_size=self.workload.batch_size, world=self.num_devices)
 
     @cached_property
     def device_arrays(self) -> DeviceArrays:
@@ -194,7 +197,7 @@ class ShardingTask:
         """
         idx = np.asarray(indices, dtype=np.int64)
         sub = ShardingTask(tuple(self.tables[i] for i in idx), hardware or self.hardware,
-                           self.workload, self.overhead)
+                           self.workload, self.reservation)
         a = self.table_arrays
         # cached_property stores in the instance dict; seed it with the sliced arrays.
         sliced = TableArrays(**{f.name: getattr(a, f.name)[idx] for f in fields(TableArrays)})
@@ -204,12 +207,12 @@ class ShardingTask:
         sub.__dict__["table_arrays"] = sliced
         return sub
 
-    def with_overhead(self, overhead: str) -> ShardingTask:
-        """This task with ``overhead`` reserved in HBM per table (its per-table arrays reused,
-        only their HBM terms recomputed; the task itself when it reserves that already)."""
-        if overhead == self.overhead:
+    def with_reservation(self, reservation: Reservation) -> ShardingTask:
+        """This task with ``reservation`` kept in HBM per table (its per-table arrays reused,
+        only their HBM terms recomputed; the task itself when it keeps that already)."""
+        if reservation == self.reservation:
             return self
-        out = ShardingTask(self.tables, self.hardware, self.workload, overhead)
+        out = ShardingTask(self.tables, self.hardware, self.workload, reservation)
         if "table_arrays" in self.__dict__:
             per_row, reserved = out._hbm_terms()
             out.__dict__["table_arrays"] = replace(
@@ -217,7 +220,7 @@ class ShardingTask:
         return out
 
     def with_workload(self, workload: Workload) -> ShardingTask:
-        return ShardingTask(self.tables, self.hardware, workload, self.overhead)
+        return ShardingTask(self.tables, self.hardware, workload, self.reservation)
 
 
 def curve_share(curves: np.ndarray, rows: np.ndarray, idx: np.ndarray,

@@ -14,6 +14,7 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.hardware import GB, HardwareProfile, load_hardware
+from autoshard.reservation import get_reservation
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 
@@ -65,18 +66,18 @@ def total_bytes(tables: Sequence[Table], train: bool = True) -> int:
 
 def constrained_task(tables: Sequence[Table], devices: int, hbm_fraction: float = 0.5,
                      hardware: str = "8xH100-80GB", batch_size: int = 65536,
-                     mode: str = "train", overhead: str = "none") -> ShardingTask:
+                     mode: str = "train", reservation: str = "none") -> ShardingTask:
     """A task whose devices together hold ``hbm_fraction`` of the tables' bytes in HBM.
 
     A fraction below 1 makes the task capacity-constrained: some rows must live in host memory.
-    Host memory keeps the profile's capacity. With ``overhead="torchrec"`` (as the suites
+    Host memory keeps the profile's capacity. With ``reservation="torchrec"`` (as the suites
     build their tasks) sharders keep room in HBM for what TorchRec's runtime adds per table or
-    shard (:mod:`autoshard.memory`).
+    shard (:func:`autoshard.reservation.get_reservation` names the reservations).
     """
     workload = Workload(batch_size=batch_size, mode=mode)
     need = total_bytes(tables, workload.train)
     profile = with_hbm_fraction(load_hardware(hardware, devices=devices), need, hbm_fraction)
-    return ShardingTask(tuple(tables), profile, workload, overhead)
+    return ShardingTask(tuple(tables), profile, workload, get_reservation(reservation))
 
 
 def with_hbm_fraction(profile: HardwareProfile, need_bytes: float,

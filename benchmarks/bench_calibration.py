@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 
 from autoshard.cost import load_cost_model
+from autoshard.cost_models.calibrate import SAMPLE_FILE, stratified_sample
+from autoshard.cost_models.evaluate import metrics
+from autoshard.cost_models.features import dataset
+from autoshard.cost_models.microbench import Timing, done_ids, sweep
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import machine_record
-from cost_models.calibrate import SAMPLE_FILE, stratified_sample
-from cost_models.evaluate import metrics
-from cost_models.features import dataset
-from cost_models.microbench import Timing, done_ids, sweep
 
 COMMITTED = Path("autoshard/data/cost_model")
 COMMITTED_METRICS = Path("results/cost_model/metrics.json")
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         rows[name] = {"before": score(COMMITTED, csv, stat), "after": score(model_dir, csv, stat)}
     import pandas as pd
 
-    from cost_models.evaluate import repeatability
+    from autoshard.cost_models.evaluate import repeatability
 
     noise = repeatability(pd.read_csv(quick), pd.read_csv(repeat), stat)
     own = json.loads(COMMITTED_METRICS.read_text())["models"]["lightgbm"]

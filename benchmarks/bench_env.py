@@ -9,7 +9,7 @@ Measured in one run, in thread CPU time (so other processes on the machine do no
 - baseline ``PlacementState loop``: the bare shared bookkeeping the environment wraps (the fit
   tests of all buckets, pricing the fill bucket, then ``place``) for the same actions, i.e.
   the least any environment built on it can cost per step;
-- the batched environment (:class:`envs.batched.BatchedPlacementEnv`) at N = 16, 64, 256
+- the batched environment (:class:`autoshard.envs.batched.BatchedPlacementEnv`) at N = 16, 64, 256
   episodes: total environment steps per second (N x batched steps per second) of
   ``VecEnv.step`` with its auto-resets taken out (the same measure as ``env.step only``), and
   with them (the same measure as ``episodes incl. reset``), random allowed actions from its
@@ -30,11 +30,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
+from autoshard.envs import PlacementEnv, TaskSampler
+from autoshard.envs.batched import BatchedPlacementEnv
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
 from autoshard.placement import PlacementState
-from envs import PlacementEnv, TaskSampler
-from envs.batched import BatchedPlacementEnv
 
 TABLES, DEVICES = 100, 8
 BATCHES = (16, 64, 256)
@@ -117,11 +117,11 @@ def run_baseline(env: PlacementEnv, actions: list) -> float:
 
 
 def training_rows(episodes: int, n: int = 16) -> dict[str, object]:
-    """Steps per second on the training distribution (:class:`training.config.TrainConfig`'s
-    defaults): the single environment over ``episodes`` episodes, the batched one of ``n``
-    episodes for twice the mean episode length of those (so each slot starts about two
-    episodes on the way)."""
-    from training.config import TrainConfig
+    """Steps per second on the training distribution
+    (:class:`autoshard.training.config.TrainConfig`'s defaults): the single environment over
+    ``episodes`` episodes, the batched one of ``n`` episodes for twice the mean episode length
+    of those (so each slot starts about two episodes on the way)."""
+    from autoshard.training.config import TrainConfig
 
     cfg = TrainConfig()
     sampler = TaskSampler(family="train", tables=cfg.train_tables, devices=cfg.train_devices,

@@ -1,7 +1,8 @@
 """The `ppo` sharder per held-out family against the greedy sharders and `recshard`, and its
 speed.
 
-Families (none seen in training, which draws the ``train`` family of :mod:`envs.families`):
+Families (none seen in training, which draws the ``train`` family of
+:mod:`autoshard.envs.families`):
 
 - ``test``: the held-out domain-randomised family (mixed and profiled tables), 50 and 200
   tables on 4, 16 and 64 devices (64 is beyond the 16 device slots of training);
@@ -17,7 +18,7 @@ Every task's HBM holds 30% of its tables' bytes. Per family: mean step cost / lo
 ``ppo`` (its default: greedy decode and the greedy sharders' plans, the decodes over whole
 tables, over the shards of the dominant tables, and one in which the policy chooses which
 dominant tables to split (``ppo-choice-greedy``), no sampled rollout, the cheapest then
-polished by :mod:`autoshard.sharders.ppo_polish`), of ``ppo`` without that improvement stage
+polished by :mod:`autoshard.search.polish`), of ``ppo`` without that improvement stage
 (``polish=False``), of the policy alone (``samples=0, candidates=False, polish=False``: its
 greedy decodes, whole and split), of the best greedy
 sharder per task (of the five, ``split_lookup_greedy`` included), of ``recshard`` (which may
@@ -56,14 +57,15 @@ from autoshard.evaluator import evaluate
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
 from autoshard.model_tables import MODEL_TABLES, model_tables
+from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options, get_sharder
 from autoshard.sharders.ppo import CANDIDATES, PPOSharder
 from autoshard.suites import get_suite
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
+from autoshard.training.evaluation import BENCH_SEED, eval_tasks
+from autoshard.training.plots import comparison
 from autoshard.workloads import POOL_SIZE, constrained_task, default_pools, dlrm_tables
-from training.evaluation import BENCH_SEED, eval_tasks
-from training.plots import comparison
 
 MODEL = AnalyticalCostModel()
 #: recshard restricted to table-wise plans.
@@ -85,8 +87,8 @@ def ppo(**options: object) -> PPOSharder:
 
 
 def policy_alone() -> PPOSharder:
-    """The policy alone: its greedy decodes, nothing else."""
-    sharder = ppo(samples=0, candidates=False, polish=False)
+    """The policy alone (the ``ppo-policy`` sharder): its greedy decodes, nothing else."""
+    sharder = get_sharder("ppo-policy", **POLICY, samples=0)
     assert isinstance(sharder, PPOSharder)
     return sharder
 
@@ -102,7 +104,7 @@ def families(quick: bool, overhead: str = "none") -> list[Item]:
     """The held-out tasks of every family (fewer with ``quick``), each reserving ``overhead``
     in HBM (``torchrec``: TorchRec's buffers, with the row splits its runtime routes, as the
     CLI plans by default)."""
-    items = [replace(item, task=replace(item.task, overhead=overhead))
+    items = [replace(item, task=replace(item.task, reservation=get_reservation(overhead)))
              for item in _families(quick)]
     plannable = [_plannable(i.task) for i in items]
     DROPPED[:] = [i.name for i, ok in zip(items, plannable, strict=True) if not ok]
@@ -258,6 +260,43 @@ def speed(time_limit: float, samples: int | None = None) -> dict[str, float]:
     return out
 
 
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run."""
+    return (".venv/bin/python benchmarks/bench_ppo.py --time-limit " + f"{args.time_limit:g}"
+            + (" --quick" if args.quick else "")
+            + (f" --samples {args.samples}" if args.samples is not None else "")
+            + (f" --policy {args.policy}" if args.policy is not None else "")
+            + (f" --overhead {args.overhead}" if args.overhead != "none" else "")
+            + (f" --out {args.out}" if args.out != Path("results/ppo") else ""))
+
+
+def _header(command: str, overhead: str) -> list[str]:
+    """The report's title and the description of its columns."""
+    lines = ["# ppo on held-out families", "",
+             f"Machine: {describe_machine()}, one core. Command: `{command}`.", "",
+             "Step cost / lower bound (1.000 = provably optimal), mean per family; the "
+             "cluster's HBM holds 30% of the tables' bytes (8xH100-80GB links and "
+             "bandwidths, batch 65,536, train mode), with HBM reserved per table or shard: "
+             f"`{overhead}`" + (" (TorchRec's buffers; row splits one shard per device, as "
+             "the CLI plans by default)" if overhead == "torchrec" else "")
+             + (f"; left out, as a table's reserved HBM alone exceeds every device's HBM: "
+                f"{', '.join(DROPPED)}" if DROPPED else "")
+             + ". `ppo` is the sharder as registered (best of its greedy decode and the "
+             "greedy sharders' plans, no sampled rollout, each decode "
+             "over whole tables and, where tables dominate, over the shards of the project's "
+             "split choice, and one where the policy itself chooses which dominant tables to "
+             "split (`ppo-choice-greedy`); the cheapest, and the cheapest of each kind of "
+             "decode once its HBM is water-filled, then go through the improvement stage, "
+             "`autoshard/search/polish.py`, winning as `<candidate>+polish` where that "
+             "lowers their cost; where tables dominate, the winner's heaviest tables are then "
+             "split again, `autoshard/search/resplit.py`, `+resplit`, and kicked, "
+             "`autoshard/search/kick.py`, `+kick`); `ppo without polish` is the "
+             "same without that stage; `policy "
+             "alone` is the learned policy's own greedy decodes (whole tables and shards, the "
+             "cheaper). Per-task rows: `eval.csv`.", ""]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=10.0,
@@ -280,35 +319,8 @@ def main() -> None:
     seconds = speed(args.time_limit, args.samples)
     ratio = (seconds["recshard, constrained-200x8 (mean)"]
              / seconds["ppo, constrained-200x8 (mean)"])
-    command = (f"python benchmarks/bench_ppo.py --time-limit {args.time_limit:g}"
-               + (" --quick" if args.quick else "")
-               + (f" --samples {args.samples}" if args.samples is not None else "")
-               + (f" --policy {args.policy}" if args.policy is not None else "")
-               + (f" --overhead {args.overhead}" if args.overhead != "none" else "")
-               + (f" --out {args.out}" if args.out != Path("results/ppo") else ""))
-    lines = ["# ppo on held-out families", "",
-             f"Machine: {describe_machine()}, one core. Command: `{command}`.", "",
-             "Step cost / lower bound (1.000 = provably optimal), mean per family; the "
-             "cluster's HBM holds 30% of the tables' bytes (8xH100-80GB links and "
-             "bandwidths, batch 65,536, train mode), with HBM reserved per table or shard: "
-             f"`{args.overhead}`" + (" (TorchRec's buffers; row splits one shard per device, as "
-             "the CLI plans by default)" if args.overhead == "torchrec" else "")
-             + (f"; left out, as a table's reserved HBM alone exceeds every device's HBM: "
-                f"{', '.join(DROPPED)}" if DROPPED else "")
-             + ". `ppo` is the sharder as registered (best of its greedy decode and the "
-             "greedy sharders' plans, no sampled rollout, each decode "
-             "over whole tables and, where tables dominate, over the shards of the project's "
-             "split choice, and one where the policy itself chooses which dominant tables to "
-             "split (`ppo-choice-greedy`); the cheapest, and the cheapest of each kind of "
-             "decode once its HBM is water-filled, then go through the improvement stage, "
-             "`autoshard/sharders/ppo_polish.py`, winning as `<candidate>+polish` where that "
-             "lowers their cost; where tables dominate, the winner's heaviest tables are then "
-             "split again, `autoshard/sharders/ppo_resplit.py`, `+resplit`, and kicked, "
-             "`autoshard/sharders/ppo_kick.py`, `+kick`); `ppo without polish` is the "
-             "same without that stage; `policy "
-             "alone` is the learned policy's own greedy decodes (whole tables and shards, the "
-             "cheaper). Per-task rows: `eval.csv`.", ""]
-    lines += summary(rows, choices)
+    command = _command(args)
+    lines = _header(command, args.overhead) + summary(rows, choices)
     lines += ["", "## Planning time (process CPU seconds, one core)", "",
               "| what | seconds |", "| --- | ---: |"]
     lines += [f"| {k} | {v:.3f} |" for k, v in seconds.items()]

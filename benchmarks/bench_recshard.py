@@ -24,11 +24,11 @@ from typing import Any
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
-from autoshard.export_torchrec import torchrec_unavailable
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import cpu_model
 from autoshard.sharders import common_options, get_sharder, sharder_info
 from autoshard.task import ShardingTask
+from autoshard.torchrec import torchrec_unavailable
 from autoshard.workloads import constrained_task, dlrm_tables
 
 TASKS = (("50x4", 50, 4, 1), ("100x8", 100, 8, 2), ("200x8", 200, 8, 3))

@@ -2,9 +2,10 @@
 sharder's plans are from the best found when the set model prices devices.
 
 1. Measures ``--sets`` random sets of 1-64 tables in FBGEMM's table-batched operator on this
-   machine (:mod:`cost_models.set_bench`; resumable CSV ``results/microbench/cpu_sets.csv``).
+   machine (:mod:`autoshard.cost_models.set_bench`; resumable CSV
+   ``results/microbench/cpu_sets.csv``).
 2. Holds out ``--test-share`` of the sets and fits, on the rest:
-   - ``set``: :class:`cost_models.set_model.SetCostModel` (trees over set features);
+   - ``set``: :class:`autoshard.cost_models.set_model.SetCostModel` (trees over set features);
    - ``additive, per-table linear``: a set's cost as the sum of per-table costs, each
      overhead + bytes looked up + bytes pooled + distinct bytes, coefficients fitted
      (non-negative least squares on relative error) to the training sets' totals;
@@ -30,16 +31,16 @@ from typing import Any
 import numpy as np
 
 from autoshard.cost import load_cost_model
+from autoshard.cost_models.evaluate import metrics
+from autoshard.cost_models.features import OP_CODES, TIER_CODES, partition_features
+from autoshard.cost_models.set_bench import read_sets, sweep_sets
+from autoshard.cost_models.set_model import SetCostModel, frame_features
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import machine_record
 from autoshard.sharders import common_options, get_sharder, sharder_info, sharder_names
 from autoshard.workloads import constrained_task, dlrm_tables
-from cost_models.evaluate import metrics
-from cost_models.features import OP_CODES, TIER_CODES, partition_features
-from cost_models.set_bench import read_sets, sweep_sets
-from cost_models.set_model import SetCostModel, frame_features
 
 CALIBRATED = Path("results/cost_model/calibration/model")
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
-from autoshard.sharders.torchrec_planner import TorchRecSharder
 from autoshard.suites import get_suite
+from autoshard.torchrec.sharder import TorchRecSharder
 
 SUITES = ("constrained-50x4", "constrained-100x8", "dcnv2-8", "dcnv2-16", "criteo1tb-8")
 OUT = Path(__file__).resolve().parents[1] / "results" / "torchrec" / "cache_start.md"

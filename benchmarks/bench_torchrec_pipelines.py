@@ -1,6 +1,6 @@
 """The public models' plans under TorchRec's estimators for both of its training pipelines.
 
-TorchRec prices an HBM cache by the pipeline that runs it (:mod:`autoshard.torchrec_estimate`):
+TorchRec prices an HBM cache by the pipeline that runs it (:mod:`autoshard.torchrec.estimate`):
 without prefetch (its default) a cached lookup runs at a bandwidth blended by the load factor,
 whatever the skew; with its prefetch pipeline lookups run at HBM speed and the expected misses
 (from the access curves) are fetched ahead. This prices, under both, with TorchRec's storage
@@ -15,7 +15,7 @@ estimate for each pipeline and beside our cost model's figure:
   ``recshard`` and ``recshard-prefetch`` for our model, and ``recshard`` planning for our
   model and TorchRec's estimator of that pipeline at once (``recshard+torchrec``,
   ``recshard+torchrec-prefetch``: ``RecShard(also_for="torchrec")``,
-  :mod:`autoshard.sharders.recshard_both`; ``--recshard-time-limit``).
+  :mod:`autoshard.sharders.recshard_blend`; ``--recshard-time-limit``).
 
     .venv/bin/python benchmarks/bench_torchrec_pipelines.py [--suites a,b] [--time-limit 60]
         [--recshard-time-limit 60]
@@ -37,12 +37,13 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
-from autoshard.memory import PIPELINES, pipeline_of
 from autoshard.plan import Plan
+from autoshard.reservation import get_reservation
 from autoshard.sharders.recshard import RecShard
-from autoshard.sharders.torchrec_planner import TorchRecSharder
 from autoshard.suites import get_suite
-from autoshard.torchrec_estimate import estimate_plan
+from autoshard.torchrec.estimate import estimate_plan
+from autoshard.torchrec.reservation import PIPELINES, pipeline_of
+from autoshard.torchrec.sharder import TorchRecSharder
 
 SUITES = ("dcnv2-8", "dcnv2-16", "criteo1tb-8")
 COMMITTED = ("split_lookup_greedy", "ppo")
@@ -62,8 +63,8 @@ def rows_for(suite: str, time_limit: float, recshard_limit: float) -> list[dict[
         plans = {name: Plan.load(OUT / f"{suite}.plans" / spec.name / f"{name}.json")
                  for name in COMMITTED}
         for pipeline, suffix in SUFFIX.items():
-            made = replace(task, overhead=f"torchrec{suffix}")
-            assert pipeline_of(made.overhead) == pipeline
+            made = replace(task, reservation=get_reservation(f"torchrec{suffix}"))
+            assert pipeline_of(made.reservation) == pipeline
             plans[f"torchrec{suffix}"] = TorchRecSharder(time_limit=time_limit).shard(made,
                                                                                      model)
             plans[f"recshard{suffix}"] = RecShard(time_limit=recshard_limit).shard(made, model)

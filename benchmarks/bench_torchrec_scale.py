@@ -18,8 +18,8 @@ from pathlib import Path
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
-from autoshard.sharders.torchrec_planner import FULL_STRENGTH_CELLS, TorchRecSharder
 from autoshard.suites import get_suite
+from autoshard.torchrec.sharder import FULL_STRENGTH_CELLS, TorchRecSharder
 
 SUITES = ("dcnv2-16", "constrained-856x128")
 OUT = Path(__file__).resolve().parents[1] / "results" / "torchrec" / "scale.md"

@@ -11,9 +11,9 @@ fit costs under our cost model (step cost exported / as planned, geometric mean)
         [--summary-only] [--fresh]
 
 Every suite's task reserves in HBM what TorchRec's runtime adds per table or shard
-(``overhead="torchrec"``, :mod:`autoshard.memory`), so "overfilled as planned" counts plans
-that overfill TorchRec's count before the export lowers any cache, and "tables lowered" the
-tables whose caches the export had to lower.
+(the ``torchrec`` reservation, :mod:`autoshard.torchrec.reservation`), so "overfilled as
+planned" counts plans that overfill TorchRec's count before the export lowers any cache, and
+"tables lowered" the tables whose caches the export had to lower.
 """
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ from pathlib import Path
 from autoshard.cli import main as cli
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
-from autoshard.torchrec_compare import OpinionRow, read_opinions
+from autoshard.torchrec.opinion import OpinionRow, read_opinions
 
 SUITES = ("tiny", "constrained-50x4", "constrained-100x8", "rich-100x8", "infer-100x8",
           "dcnv2-8", "dcnv2-16", "criteo1tb-8", "constrained-856x128")
 OUT = Path(__file__).resolve().parents[1] / "results" / "torchrec"
 RESERVED = (
-    "What every sharder keeps room for in HBM (the suites' tasks have `overhead=\"torchrec\"`, "
-    "`autoshard/memory.py`): in training, per table or shard wherever it lives, TorchRec's "
+    "What every sharder keeps room for in HBM (the suites' tasks keep the `torchrec` "
+    "reservation, `autoshard/torchrec/reservation.py`): in training, per table or shard "
+    "wherever it lives, TorchRec's "
     "input and output buffers (8 B per input id it receives, 4 B per pooled output element, "
     "global batch), 4 B of cache index per row, and one row plus 64 B for TorchRec's "
     "rounding; per row kept in HBM, its weights, the larger of our and TorchRec's optimizer "

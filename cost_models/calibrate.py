@@ -9,7 +9,8 @@ of the base model's prediction in log space:
 - a scale per operator and mode (``torch``/``fbgemm`` x inference/training): the median log
   ratio of measured to predicted latency;
 - a residual correction: a few shallow LightGBM trees over the same features (4, 8 or 16
-  leaves), a robust linear model per operator and mode (:mod:`cost_models.log_linear`), the
+  leaves), a robust linear model per operator and mode
+  (:mod:`autoshard.cost_models.log_linear`), the
   average of the 8- or 16-leaf trees and the linear model, or none: whichever has the lowest
   error in a cross-validation over the sample.
 
@@ -30,21 +31,21 @@ from typing import Any
 import numpy as np
 
 from autoshard.cost import CostModel
-from autoshard.errors import InputError
-from autoshard.fileio import atomic_write_text
-from autoshard.machine import machine_record
-from cost_models.features import FEATURE_NAMES, OP_CODES
-from cost_models.grid import BenchConfig, grid_configs
-from cost_models.lgb_text import file_digest
-from cost_models.log_linear import apply_linear, check_linear, fit_linear
-from cost_models.microbench import Timing, sweep
-from cost_models.model import (
+from autoshard.cost_models.features import FEATURE_NAMES, OP_CODES
+from autoshard.cost_models.grid import BenchConfig, grid_configs
+from autoshard.cost_models.lgb_text import file_digest
+from autoshard.cost_models.log_linear import apply_linear, check_linear, fit_linear
+from autoshard.cost_models.microbench import Timing, sweep
+from autoshard.cost_models.model import (
     MODEL_FILE,
     LightGBMCostModel,
     finite_or_error,
     load_booster,
     read_metadata,
 )
+from autoshard.errors import InputError
+from autoshard.fileio import atomic_write_text
+from autoshard.machine import machine_record
 
 FORMAT = "autoshard-calibrated-cost-model"
 RESIDUAL_FILE = "residual.txt"
@@ -155,8 +156,9 @@ class CalibratedCostModel(LightGBMCostModel):
     Attributes:
         scales: Log corrections per ``op/mode`` (:func:`fit_scales`).
         residual_: LightGBM booster of the remaining log error, or None.
-        linear_: Linear correction of the remaining log error (:mod:`cost_models.log_linear`),
-            or None; averaged with the booster's when both are set.
+        linear_: Linear correction of the remaining log error
+            (:mod:`autoshard.cost_models.log_linear`), or None; averaged with the booster's
+            when both are set.
         machines: ``{"base": ..., "calibrated": ...}`` machine records.
     """
 
@@ -273,7 +275,7 @@ def calibrate(model_dir: Path, output: Path, budget_s: float = BUDGET_S, size: i
     """
     import pandas as pd
 
-    from cost_models.features import dataset
+    from autoshard.cost_models.features import dataset
 
     src = Path(model_dir)
     base = LightGBMCostModel.load(src)

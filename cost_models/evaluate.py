@@ -3,7 +3,7 @@
 The data are split by configuration (all samples of a configuration, inference and training,
 fall on one side), and on the same split we fit and score:
 
-- ``lightgbm``: :class:`cost_models.model.LightGBMCostModel`;
+- ``lightgbm``: :class:`autoshard.cost_models.model.LightGBMCostModel`;
 - ``analytical``: the analytical model's form, bytes moved / bandwidth + a fixed overhead per
   pass, with one effective bandwidth and one overhead fitted to the training split by
   non-negative least squares on relative error (the analytical model's spec-sheet constants
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.features import FEATURE_NAMES
+from autoshard.cost_models.features import FEATURE_NAMES
 
 _COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
 #: Optimizer state per row, bytes (row-wise Adagrad: one float), as autoshard.tables.Table.
@@ -137,7 +137,7 @@ class MLPFit:
 def compare(X: np.ndarray, y: np.ndarray, groups: np.ndarray, test_share: float = 0.2,
             seed: int = 0, mlp_epochs: int = 300, n_estimators: int = 600) -> dict[str, Any]:
     """Fits the three models on one group split; returns metrics and test predictions."""
-    from cost_models.model import LightGBMCostModel
+    from autoshard.cost_models.model import LightGBMCostModel
 
     test = group_split(groups, test_share, seed)
     train = ~test
@@ -168,7 +168,7 @@ def compare(X: np.ndarray, y: np.ndarray, groups: np.ndarray, test_share: float 
 def repeatability(first: Any, second: Any, stat: str = "p10") -> dict[str, Any]:
     """Disagreement between two measurements of the same configurations (pandas DataFrames),
     as the metrics of the first predicting the second: the floor under any model's error."""
-    from cost_models.features import dataset
+    from autoshard.cost_models.features import dataset
 
     shared = sorted(set(first["config_id"]) & set(second["config_id"]))
     a = first.set_index("config_id").loc[shared].reset_index()

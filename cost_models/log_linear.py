@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from autoshard.cost_models.features import FEATURE_NAMES
 from autoshard.errors import InputError
-from cost_models.features import FEATURE_NAMES
 
 #: Features of the linear correction (besides the base model's log prediction).
 LINEAR_FEATURES = ("log2_work_bytes", "log2_batch", "log2_distinct", "log2_part_rows",
@@ -34,7 +34,7 @@ def fit_linear(X: np.ndarray, base: np.ndarray, target: np.ndarray, keys: np.nda
     """Fits the correction of ``target`` (a log error) per group of ``keys``.
 
     Args:
-        X: Partition features (:data:`cost_models.features.FEATURE_NAMES`).
+        X: Partition features (:data:`autoshard.cost_models.features.FEATURE_NAMES`).
         base: The base model's predictions (ms) of the same rows.
         target: Log error to explain, one per row.
         keys: Group of each row (``op/mode``).

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from autoshard.cost_models.grid import BenchConfig, grid_configs
+from autoshard.cost_models.operators import build_operator, fbgemm_available, make_lookups
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import cpu_model
-from cost_models.grid import BenchConfig, grid_configs
-from cost_models.operators import build_operator, fbgemm_available, make_lookups
 
 CONFIG_FIELDS = [f for f in BenchConfig.__dataclass_fields__]
 COLUMNS = ["config_id", *CONFIG_FIELDS, "part_rows", "lookups", "distinct_rows", "share",

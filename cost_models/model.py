@@ -31,10 +31,7 @@ import numpy as np
 
 from autoshard.access import GRID
 from autoshard.cost import CostModel, Pricing, load_cost_model
-from autoshard.errors import InputError
-from autoshard.fileio import atomic_write_text
-from autoshard.task import ShardingTask
-from cost_models.features import (
+from autoshard.cost_models.features import (
     FEATURE_NAMES,
     OP_CODES,
     TIER_CODES,
@@ -42,7 +39,10 @@ from cost_models.features import (
     partition_features,
     task_partitions,
 )
-from cost_models.lgb_text import checked_model_text, file_digest, verify_digest
+from autoshard.cost_models.lgb_text import checked_model_text, file_digest, verify_digest
+from autoshard.errors import InputError
+from autoshard.fileio import atomic_write_text
+from autoshard.task import ShardingTask
 
 MODEL_FILE = "model.txt"
 META_FILE = "metadata.json"

@@ -1,6 +1,6 @@
 """Embedding operators under test and the lookups fed to them.
 
-Every operator is built for one :class:`~cost_models.grid.BenchConfig` and exposes
+Every operator is built for one :class:`~autoshard.cost_models.grid.BenchConfig` and exposes
 ``forward() -> Tensor`` and ``backward(out)`` (backward pass plus the optimizer update), so the
 timing loop treats them alike. Heavy imports (torch, fbgemm_gpu) happen inside the functions.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.grid import BenchConfig
+from autoshard.cost_models.grid import BenchConfig
 
 _LR = 0.01
 

@@ -7,7 +7,7 @@ shared caches and threads). Each configuration here is such a set: a random numb
 (log-uniform over 1-64) with random rows, dim, pooling and Zipf skew each, one batch size,
 trained (forward, backward with exact row-wise Adagrad fused). Rows are flushed as measured;
 a rerun skips sets already in the file. Timing: the calling thread's CPU time with torch on one
-thread, as :mod:`cost_models.microbench`.
+thread, as :mod:`autoshard.cost_models.microbench`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from autoshard.cost_models.microbench import Timing, done_ids, environment, time_passes
+from autoshard.cost_models.operators import zipf_ranks
 from autoshard.errors import InputError
-from cost_models.microbench import Timing, done_ids, environment, time_passes
-from cost_models.operators import zipf_ranks
 
 DIMS = (8, 16, 32, 64, 128)
 ALPHAS = (0.0, 0.8, 1.05, 1.3)

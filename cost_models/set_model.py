@@ -31,18 +31,18 @@ import numpy as np
 
 from autoshard.access import GRID
 from autoshard.cost import CostModel, Pricing, load_cost_model
-from autoshard.errors import InputError
-from autoshard.fileio import atomic_write_text
-from autoshard.task import ShardingTask
-from cost_models.features import task_partitions
-from cost_models.lgb_text import file_digest
-from cost_models.model import (
+from autoshard.cost_models.features import task_partitions
+from autoshard.cost_models.lgb_text import file_digest
+from autoshard.cost_models.model import (
     MODEL_FILE,
     finite_or_error,
     load_booster,
     price_from_grid,
     read_metadata,
 )
+from autoshard.errors import InputError
+from autoshard.fileio import atomic_write_text
+from autoshard.task import ShardingTask
 
 FORMAT = "autoshard-set-cost-model"
 SET_FEATURES = (
@@ -109,7 +109,8 @@ def set_features(set_id: np.ndarray, rows: np.ndarray, dims: np.ndarray, lookups
 
 def frame_features(df: Any) -> tuple[np.ndarray, np.ndarray]:
     """(features, latency ms of forward + backward at the p10) of measured sets (a DataFrame
-    from :func:`cost_models.set_bench.read_sets`), one row per set, each at its own batch."""
+    from :func:`autoshard.cost_models.set_bench.read_sets`), one row per set, each at its own
+    batch."""
     X = np.vstack([set_features(np.zeros(len(r), dtype=np.int64), r, d, lk, u, float(b), 1)
                    for r, d, lk, u, b in zip(df["rows"], df["dims"], df["lookups"],
                                              df["distinct"], df["batch"], strict=True)])

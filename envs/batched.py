@@ -4,11 +4,11 @@ the batch.
 :class:`BatchedPlacementEnv` plays exactly the episodes of N copies of ``autoshard/Placement-v0``
 in SB3's ``DummyVecEnv`` with the same seeds: the same observations, masks, rewards,
 terminations and ``info`` entries, step by step, auto-reset included. Each slot keeps its own
-:class:`envs.placement.PlacementEnv` for what happens once per episode (drawing the task from
-its own random generator, pricing it, the first observation, the final plan and report); every
-step in between runs on (N, devices, buckets) arrays: the placement's memory and load
+:class:`autoshard.envs.placement.PlacementEnv` for what happens once per episode (drawing the
+task from its own random generator, pricing it, the first observation, the final plan and
+report); every step in between runs on (N, devices, buckets) arrays: the placement's memory and load
 bookkeeping (:class:`autoshard.placement.PlacementState`'s arithmetic), the observation of
-:class:`autoshard.sharders.ppo_episode.PlacementEpisode` and the pricing of the "fill" bucket,
+:class:`autoshard.policy.episode.PlacementEpisode` and the pricing of the "fill" bucket,
 in one cost-model call for the batch when the model can price rows of several tasks at once
 (:meth:`autoshard.analytical.AnalyticalCostModel.price_terms`), else one call per episode.
 
@@ -16,8 +16,9 @@ MaskablePPO reads the masks through ``env_method("action_masks")``, which is ans
 batch's mask array without touching the slots.
 
 With ``split=True`` the slots play choice episodes (the split choice in the actions,
-:mod:`autoshard.sharders.ppo_choice`), stepped by :class:`envs.batched_choice.ChoiceArrays`,
-exactly as that many ``PlacementEnv(split=True)``.
+:mod:`autoshard.policy.choice`), stepped by
+:class:`autoshard.envs.batched_choice.ChoiceArrays`, exactly as that many
+``PlacementEnv(split=True)``.
 """
 
 from __future__ import annotations
@@ -34,14 +35,14 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from autoshard.cost import CostModel, load_cost_model
+from autoshard.envs.batched_arrays import EpisodeArrays
+from autoshard.envs.batched_choice import ChoiceArrays
+from autoshard.envs.placement import ILLEGAL_PENALTY, PlacementEnv, final_info
+from autoshard.envs.sampler import TaskSampler
 from autoshard.errors import InputError, PlannerError, gib
 from autoshard.plan import Plan
-from autoshard.sharders.ppo_buckets import MULTIPLIERS
-from autoshard.sharders.ppo_episode import LIMIT, PlacementEpisode, nearest_legal
-from envs.batched_arrays import EpisodeArrays
-from envs.batched_choice import ChoiceArrays
-from envs.placement import ILLEGAL_PENALTY, PlacementEnv, final_info
-from envs.sampler import TaskSampler
+from autoshard.policy.buckets import MULTIPLIERS
+from autoshard.policy.episode import LIMIT, PlacementEpisode, nearest_legal
 
 
 class BatchedPlacementEnv(VecEnv):
@@ -50,8 +51,8 @@ class BatchedPlacementEnv(VecEnv):
     Args:
         num_envs: Episodes stepped at once (the batch).
         sampler, cost_model, max_devices, multipliers, report, sharder_name, split: As for
-            :class:`envs.placement.PlacementEnv` (one sampler and one cost model serve every
-            slot).
+            :class:`autoshard.envs.placement.PlacementEnv` (one sampler and one cost model
+            serve every slot).
     """
 
     def __init__(self, num_envs: int, sampler: TaskSampler | None = None,
@@ -160,7 +161,7 @@ class BatchedPlacementEnv(VecEnv):
 
     def _finish(self, n: int, info: dict[str, Any]) -> float:
         """Adds slot ``n``'s final plan (and report) to ``info``; returns the last reward's
-        settlement (see :class:`envs.placement.PlacementEnv`)."""
+        settlement (see :class:`autoshard.envs.placement.PlacementEnv`)."""
         arr, env = self.arrays, self.envs[n]
         episode = env.episode
         assert episode is not None

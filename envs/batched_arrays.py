@@ -1,6 +1,6 @@
 """The state of a batch of placement episodes as (episodes, ...) arrays, and its step.
 
-Slot ``n`` of every array is one :class:`autoshard.sharders.ppo_episode.PlacementEpisode`, taken
+Slot ``n`` of every array is one :class:`autoshard.policy.episode.PlacementEpisode`, taken
 over right after its reset (:meth:`EpisodeArrays.load`) and then stepped here for the whole
 batch at once, with the episode's arithmetic operation for operation, so that each slot's
 numbers are bit for bit the single episode's. Devices beyond an episode's task are padding:
@@ -19,8 +19,8 @@ import numpy as np
 
 from autoshard.access import GRID
 from autoshard.cost import CostModel
-from autoshard.sharders.ppo_episode import _SCALED, CLIP, PlacementEpisode, PricedTask
-from autoshard.sharders.ppo_features import ObsLayout
+from autoshard.policy.episode import _SCALED, CLIP, PlacementEpisode, PricedTask
+from autoshard.policy.features import ObsLayout
 from autoshard.task import ShardingTask, curve_share
 
 # Columns of the float sequence array: per-row memory bytes, lookups per step, row bytes,

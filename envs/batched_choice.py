@@ -1,13 +1,13 @@
-"""The batched step of choice episodes (:class:`autoshard.sharders.ppo_choice.ChoiceEpisode`):
-:class:`envs.batched_arrays.EpisodeArrays` with the second option grid, which splits the next
-table and places its first shard.
+"""The batched step of choice episodes (:class:`autoshard.policy.choice.ChoiceEpisode`):
+:class:`autoshard.envs.batched_arrays.EpisodeArrays` with the second option grid, which splits
+the next table and places its first shard.
 
 Each slot's items are its task's tables, then the shards its offer prices (the choice
 episode's item indices). A slot's sequence arrays follow its own item order, which grows when a
 table is split: the table's row becomes its shards' rows, the rows after it move on. Grid 1 is
 worked out per slot, for the slots whose next item is an offered table (a few steps of an
 episode); grid 0, the placement and the observation stay numpy over the batch. As the batched
-environment it serves, it plays tasks without HBM reserved per table (``overhead="none"``), and
+environment it serves, it plays tasks without HBM reserved per table (no reservation), and
 offers without shards bound to devices (table-row-wise).
 """
 
@@ -16,11 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoshard.cost import CostModel
-from autoshard.sharders.ppo_choice import GRIDS, ChoiceEpisode, SplitOffer
-from autoshard.sharders.ppo_episode import CLIP, PlacementEpisode, PricedTask, fill_parts
-from autoshard.sharders.ppo_features import ObsLayout
-from autoshard.shards import ShardGeometry, ShardLayout, whole_tables
-from envs.batched_arrays import (
+from autoshard.envs.batched_arrays import (
     BYTES_LEFT,
     DIM,
     ORDER,
@@ -29,6 +25,10 @@ from envs.batched_arrays import (
     SUMMARY,
     EpisodeArrays,
 )
+from autoshard.policy.choice import GRIDS, ChoiceEpisode, SplitOffer
+from autoshard.policy.episode import CLIP, PlacementEpisode, PricedTask, fill_parts
+from autoshard.policy.features import ObsLayout
+from autoshard.shards import ShardGeometry, ShardLayout, whole_tables
 
 
 class ChoiceArrays(EpisodeArrays):

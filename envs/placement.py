@@ -9,14 +9,14 @@ import numpy as np
 from gymnasium import spaces
 
 from autoshard.cost import CostModel, load_cost_model, prices_device_sets
+from autoshard.envs.sampler import TaskSampler
 from autoshard.evaluator import evaluate
 from autoshard.plan import Plan
-from autoshard.sharders.ppo_buckets import MULTIPLIERS
-from autoshard.sharders.ppo_choice import ChoiceEpisode, choice_layout, split_offer
-from autoshard.sharders.ppo_episode import LIMIT, PlacementEpisode, PricedTask
-from autoshard.sharders.ppo_features import ObsLayout
+from autoshard.policy.buckets import MULTIPLIERS
+from autoshard.policy.choice import ChoiceEpisode, choice_layout, split_offer
+from autoshard.policy.episode import LIMIT, PlacementEpisode, PricedTask
+from autoshard.policy.features import ObsLayout
 from autoshard.task import ShardingTask
-from envs.sampler import TaskSampler
 
 #: Reward added (in units of the task's lower bound) when an action that does not fit was
 #: replaced by the nearest legal one.
@@ -29,7 +29,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     Each step places the next table with one discrete action ``device * buckets + bucket``:
     the device, and the HBM-split bucket that decides how many of its hottest rows stay in HBM,
     the rest living in the device's host memory (see
-    :class:`autoshard.sharders.ppo_episode.PlacementEpisode`, which this environment wraps).
+    :class:`autoshard.policy.episode.PlacementEpisode`, which this environment wraps).
     :meth:`action_masks` (also ``info["action_mask"]``) says exactly which actions fit. An
     action that does not fit is not an error: like other masked-action environments, it is
     replaced by the nearest legal action (same device, nearest bucket; else the option that
@@ -48,16 +48,16 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
 
     Args:
         sampler: Draws a task at every reset without ``options={"task": ...}`` (default: the
-            domain-randomised :class:`envs.sampler.TaskSampler`).
+            domain-randomised :class:`autoshard.envs.sampler.TaskSampler`).
         cost_model: A :class:`autoshard.cost.CostModel`, or ``"analytical"`` / a model folder.
         max_devices: Device slots in the observation and action space (default: the sampler's
             largest device count, 8 without a sampler); tasks may use fewer.
         multipliers: The buckets' HBM value multipliers (see
-            :mod:`autoshard.sharders.ppo_buckets`).
+            :mod:`autoshard.policy.buckets`).
         report: Whether to run the evaluator at the end of each episode.
         sharder_name: Name recorded in the final plan.
         split: Whether the actions also choose which dominant tables to split (two option
-            grids per device, see :mod:`autoshard.sharders.ppo_choice`; the plan may then hold
+            grids per device, see :mod:`autoshard.policy.choice`; the plan may then hold
             split tables).
     """
 

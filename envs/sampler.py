@@ -9,13 +9,13 @@ from functools import cached_property
 
 import numpy as np
 
+from autoshard.envs.families import family_pool
 from autoshard.errors import InputError
 from autoshard.hardware import HardwareProfile, load_hardware
-from autoshard.memory import check_overheads
+from autoshard.reservation import NO_RESERVATION, check_reservation_names, get_reservation
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 from autoshard.workloads import with_hbm_fraction
-from envs.families import family_pool
 
 #: Device counts drawn (uniformly, so log-uniformly over 2-128).
 DEVICE_COUNTS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -49,7 +49,7 @@ class TaskSampler:
     :data:`HOST_HEADROOM` of it.
 
     Args:
-        pool: Tables to draw from (default: the ``family`` pool of :mod:`envs.families`).
+        pool: Tables to draw from (default: the ``family`` pool of :mod:`autoshard.envs.families`).
         family: ``train``, ``validation`` or ``test`` (used when ``pool`` is not given).
         tables: (min, max) tables per task.
         devices: Device counts to draw from.
@@ -59,7 +59,7 @@ class TaskSampler:
         modes: Workload modes to draw from (``train``, ``infer``).
         styles: Table-picking styles to draw from.
         overheads: HBM reserved per table or shard to draw from
-            (:data:`autoshard.memory.OVERHEADS`; ``none``: rows only).
+            (:func:`autoshard.reservation.reservation_names`; ``none``: rows only).
     """
 
     pool: tuple[Table, ...] | None = None
@@ -88,7 +88,7 @@ class TaskSampler:
                              value=self.styles)
         for mode in self.modes:
             Workload(mode=mode)
-        check_overheads(self.overheads)
+        check_reservation_names(self.overheads)
 
     @property
     def max_devices(self) -> int:
@@ -127,13 +127,13 @@ class TaskSampler:
             raise InputError(f"no device count <= {max_devices}", field="devices",
                              value=self.devices)
         if len(self.overheads) == 1:  # (one draw less: the streams of earlier samplers)
-            return self._draw(rng, choices).with_overhead(self.overheads[0])
-        overhead = str(rng.choice(self.overheads))
+            return self._draw(rng, choices).with_reservation(get_reservation(self.overheads[0]))
+        reservation = get_reservation(str(rng.choice(self.overheads)))
         for _ in range(REDRAWS):
-            task = self._draw(rng, choices).with_overhead(overhead)
+            task = self._draw(rng, choices).with_reservation(reservation)
             if roomy(task):  # (always, without a reservation)
                 return task
-        return task.with_overhead("none")
+        return task.with_reservation(NO_RESERVATION)
 
     def _draw(self, rng: np.random.Generator, choices: list[int]) -> ShardingTask:
         """A task on one of ``choices`` devices, before its reservation is chosen."""

@@ -42,6 +42,20 @@ case "$where" in
   *) echo "wheel_smoke: autoshard imported from $where, not the wheel" >&2; exit 1 ;;
 esac
 
+echo "wheel_smoke: the wheel installs autoshard alone at top level"
+venv/bin/python - <<'PY'
+import importlib.metadata as metadata
+import importlib.util
+
+dist = metadata.distribution("autoshard")
+top = {str(f).split("/")[0] for f in dist.files or [] if not str(f).startswith("..")}
+extra = {t for t in top if t not in ("autoshard", "__pycache__") and not t.endswith(".dist-info")}
+assert not extra, f"the wheel installs other top-level names: {sorted(extra)}"
+for name in ("envs", "training", "cost_models"):
+    assert importlib.util.find_spec(name) is None, f"'{name}' is importable at top level"
+import autoshard.envs, autoshard.training.train, autoshard.cost_models.model  # noqa: E401,F401
+PY
+
 echo "wheel_smoke: autoshard plan -s ppo"
 venv/bin/autoshard plan -t default -s ppo --devices 8 --hbm-gb 6 -o plan.json
 venv/bin/python - <<'PY'

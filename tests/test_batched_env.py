@@ -12,9 +12,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.cost import Pricing
+from autoshard.envs import ENV_ID, TaskSampler
+from autoshard.envs.batched import BatchedPlacementEnv
 from autoshard.task import ShardingTask
-from envs import ENV_ID, TaskSampler
-from envs.batched import BatchedPlacementEnv
 
 FIXED = TaskSampler(tables=(40, 40), devices=(8,), hbm_fraction=(0.3, 0.3),
                     batch_sizes=(65536,), modes=("train",), styles=("mixed",))

@@ -104,7 +104,7 @@ def test_compare_cli_rejects_unknown_suite(tmp_path: Path) -> None:
 
 
 def test_compare_logs_an_offline_wandb_run(tmp_path: Path) -> None:
-    from training.tracking import offline_history
+    from autoshard.training.tracking import offline_history
 
     proc = subprocess.run(
         [sys.executable, "-m", "autoshard", "compare", "--suite", "tiny", "--out", "cmp",

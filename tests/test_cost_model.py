@@ -12,12 +12,12 @@ import pytest
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.cli import main
 from autoshard.cost import CostModel, load_cost_model
+from autoshard.cost_models.evaluate import AnalyticalFit, group_split, metrics
+from autoshard.cost_models.features import FEATURE_NAMES, dataset, partition_features, work_bytes
+from autoshard.cost_models.microbench import COLUMNS
+from autoshard.cost_models.model import LightGBMCostModel, NotFittedError
 from autoshard.errors import InputError
 from autoshard.workloads import constrained_task, dlrm_tables
-from cost_models.evaluate import AnalyticalFit, group_split, metrics
-from cost_models.features import FEATURE_NAMES, dataset, partition_features, work_bytes
-from cost_models.microbench import COLUMNS
-from cost_models.model import LightGBMCostModel, NotFittedError
 
 OVERHEAD_MS = 0.03  # per pass
 MS_PER_BYTE = 1e-6  # 1 GB/s

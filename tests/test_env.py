@@ -11,15 +11,15 @@ import pytest
 
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.cost import Pricing
+from autoshard.envs import ENV_ID, PlacementEnv, TaskSampler
+from autoshard.envs.placement import ILLEGAL_PENALTY
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.plan import check_plan
-from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS, bucket_rows
-from autoshard.sharders.ppo_features import ObsLayout
+from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS, bucket_rows
+from autoshard.policy.features import ObsLayout
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
-from envs import ENV_ID, PlacementEnv, TaskSampler
-from envs.placement import ILLEGAL_PENALTY
 
 POOL = dlrm_tables(60, seed=3)
 
@@ -266,21 +266,21 @@ def test_fill_bucket_keeps_the_hot_rows_that_fit_when_no_value_bucket_does() -> 
 def test_sampler_draws_reservations_that_leave_episodes_room() -> None:
     import dataclasses
 
-    from envs.sampler import roomy
+    from autoshard.envs.sampler import roomy
 
     sampler = TaskSampler(pool=POOL, tables=(8, 40), devices=(2, 4, 8),
                           hbm_fraction=(0.05, 0.5), overheads=("none", "torchrec"))
     rng = np.random.default_rng(0)
     drawn = [sampler.sample(rng) for _ in range(30)]
-    assert {t.overhead for t in drawn} == {"none", "torchrec"}
+    assert {t.reservation.name for t in drawn} == {"none", "torchrec"}
     for task in drawn:
-        assert task.overhead == "none" or roomy(task)
+        assert task.reservation.name == "none" or roomy(task)
         # The reservation is the one a task built from scratch has.
-        fresh = ShardingTask(task.tables, task.hardware, task.workload, task.overhead)
+        fresh = ShardingTask(task.tables, task.hardware, task.workload, task.reservation)
         for f in dataclasses.fields(fresh.table_arrays):
             np.testing.assert_allclose(getattr(task.table_arrays, f.name),
                                        getattr(fresh.table_arrays, f.name), err_msg=f.name)
-    reserved = [t for t in drawn if t.overhead == "torchrec"]
+    reserved = [t for t in drawn if t.reservation.name == "torchrec"]
     assert all(t.table_arrays.hbm_reserved_bytes.min() > 0 for t in reserved)
     # Their episodes finish with valid plans.
     env = PlacementEnv(sampler, max_devices=8)

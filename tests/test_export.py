@@ -12,21 +12,20 @@ from autoshard.access import AccessCurve
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.cli import main
 from autoshard.errors import InputError, PlannerError
-from autoshard.export_torchrec import (
-    check_sharding_plan,
-    export_doc,
-    load_sharding_plan,
-    meta_collection,
-    read_export,
-    table_shardings,
-    to_plan,
-    torchrec_unavailable,
-)
 from autoshard.hardware import load_hardware
 from autoshard.plan import Placement, Plan, Shard
 from autoshard.sharders import get_sharder
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
+from autoshard.torchrec import torchrec_unavailable
+from autoshard.torchrec.export import (
+    check_sharding_plan,
+    export_doc,
+    load_sharding_plan,
+    meta_collection,
+    read_export,
+)
+from autoshard.torchrec.shardings import table_shardings, to_plan
 
 needs_torchrec = pytest.mark.skipif(
     torchrec_unavailable(load=True) is not None,
@@ -222,7 +221,7 @@ def test_torchrec_accepts_split_tables_and_its_storage_estimate_fits(tmp_path: P
 
 @needs_torchrec
 def test_export_fits_a_full_plan_to_torchrecs_hbm_count(tmp_path: Path) -> None:
-    from autoshard.torchrec_estimate import estimate_plan
+    from autoshard.torchrec.estimate import estimate_plan
     from autoshard.workloads import constrained_task, dlrm_tables
 
     task = constrained_task(dlrm_tables(10, seed=5), 2, hbm_fraction=0.3)

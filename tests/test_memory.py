@@ -12,13 +12,15 @@ import pytest
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
-from autoshard.export_torchrec import table_shardings, torchrec_unavailable
 from autoshard.placement import PlacementState
 from autoshard.plan import Placement, Plan, Shard, hbm_use
+from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder, sharder_info, sharder_names
 from autoshard.shards import ShardLayout, plan_layout, pricing_task
 from autoshard.suites import get_suite
 from autoshard.task import ShardingTask
+from autoshard.torchrec import torchrec_unavailable
+from autoshard.torchrec.shardings import table_shardings
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
@@ -35,7 +37,7 @@ def _planned_use(plan: Plan, task: ShardingTask) -> np.ndarray:
 
 
 def test_reservation_is_torchrecs_buffers_and_cache_state_in_train_only() -> None:
-    train = constrained_task(dlrm_tables(4, seed=1), 2, overhead="torchrec")
+    train = constrained_task(dlrm_tables(4, seed=1), 2, reservation="torchrec")
     a = train.table_arrays
     t = train.tables[0]
     batch = train.workload.batch_size
@@ -49,14 +51,14 @@ def test_reservation_is_torchrecs_buffers_and_cache_state_in_train_only() -> Non
     plain = constrained_task(dlrm_tables(4, seed=1), 2)
     assert (plain.table_arrays.hbm_reserved_bytes == 0).all()
     assert (plain.table_arrays.hbm_bytes_per_row == plain.table_arrays.memory_bytes_per_row).all()
-    infer = constrained_task(dlrm_tables(4, seed=1), 2, mode="infer", overhead="torchrec")
+    infer = constrained_task(dlrm_tables(4, seed=1), 2, mode="infer", reservation="torchrec")
     assert (infer.table_arrays.hbm_bytes_per_row == infer.table_arrays.row_bytes).all()
     assert (infer.table_arrays.hbm_reserved_bytes == infer.table_arrays.row_bytes + 64).all()
 
 
 def test_the_prefetch_pipeline_reserves_ten_input_buffers_and_no_output() -> None:
-    base = constrained_task(dlrm_tables(4, seed=1), 2, overhead="torchrec")
-    ahead = constrained_task(dlrm_tables(4, seed=1), 2, overhead="torchrec-prefetch")
+    base = constrained_task(dlrm_tables(4, seed=1), 2, reservation="torchrec")
+    ahead = constrained_task(dlrm_tables(4, seed=1), 2, reservation="torchrec-prefetch")
     t = base.tables[0]
     batch = base.workload.batch_size
     ids = np.ceil(t.lookups_per_sample * batch * 8)
@@ -67,12 +69,12 @@ def test_the_prefetch_pipeline_reserves_ten_input_buffers_and_no_output() -> Non
         base.table_arrays.hbm_reserved_bytes[0] - ids - out + 10 * ids)
     assert (ahead.table_arrays.hbm_bytes_per_row == base.table_arrays.hbm_bytes_per_row).all()
     infer = constrained_task(dlrm_tables(4, seed=1), 2, mode="infer",
-                             overhead="torchrec-prefetch")
+                             reservation="torchrec-prefetch")
     assert (infer.table_arrays.hbm_reserved_bytes == infer.table_arrays.row_bytes + 64).all()
 
 
 def test_a_row_shard_reserves_a_worlds_share_of_the_ids_and_the_full_output() -> None:
-    task = constrained_task(dlrm_tables(3, seed=2), 4, overhead="torchrec")
+    task = constrained_task(dlrm_tables(3, seed=2), 4, reservation="torchrec")
     t = task.tables[0]
     shards = tuple(Shard(d, d * t.rows // 4, (d + 1) * t.rows // 4, 0, t.dim, 0)
                    for d in range(4))
@@ -90,7 +92,7 @@ def test_a_row_shard_reserves_a_worlds_share_of_the_ids_and_the_full_output() ->
 
 
 def test_placement_keeps_room_for_the_reservations_of_tables_still_to_place() -> None:
-    task = constrained_task(dlrm_tables(12, seed=3), 2, hbm_fraction=0.3, overhead="torchrec")
+    task = constrained_task(dlrm_tables(12, seed=3), 2, hbm_fraction=0.3, reservation="torchrec")
     state = PlacementState(task, MODEL)
     a = task.table_arrays
     rest = a.hbm_reserved_bytes[1:].sum()
@@ -103,7 +105,7 @@ def test_placement_keeps_room_for_the_reservations_of_tables_still_to_place() ->
 
 
 def test_make_room_moves_hbm_rows_to_host_memory_and_reprices() -> None:
-    task = constrained_task(dlrm_tables(3, seed=4), 1, hbm_fraction=0.3, overhead="torchrec")
+    task = constrained_task(dlrm_tables(3, seed=4), 1, hbm_fraction=0.3, reservation="torchrec")
     state = PlacementState(task, MODEL)
     a = task.table_arrays
     big = int(np.argmax(a.rows * a.memory_bytes_per_row))
@@ -123,13 +125,13 @@ def test_make_room_moves_hbm_rows_to_host_memory_and_reprices() -> None:
 
 
 def test_a_table_whose_reservation_fits_no_device_is_a_capacity_error() -> None:
-    task = constrained_task(dlrm_tables(6, seed=1), 2, hbm_fraction=0.001, overhead="torchrec")
+    task = constrained_task(dlrm_tables(6, seed=1), 2, hbm_fraction=0.001, reservation="torchrec")
     with pytest.raises(PlannerError, match="of HBM reserved for it"):
         get_sharder("lookup_greedy").shard(task, MODEL)
 
 
 def test_split_tables_keep_one_hbm_share_without_overfilling() -> None:
-    task = constrained_task(dlrm_tables(4, seed=5), 2, hbm_fraction=0.3, overhead="torchrec")
+    task = constrained_task(dlrm_tables(4, seed=5), 2, hbm_fraction=0.3, reservation="torchrec")
     t = task.tables[0]
     half = t.dim // 2
     plan = Plan((Placement.split(t.name, "column_wise", (
@@ -149,11 +151,11 @@ def test_split_tables_keep_one_hbm_share_without_overfilling() -> None:
 @pytest.mark.parametrize(("mode", "overhead"), [("train", "torchrec"), ("infer", "torchrec"),
                                                 ("train", "torchrec-prefetch")])
 def test_our_count_is_at_least_torchrecs_on_every_rank(mode: str, overhead: str) -> None:
-    from autoshard.torchrec_estimate import estimate_plan
+    from autoshard.torchrec.estimate import estimate_plan
 
     # TorchRec's estimate is for the pipeline the overhead names (estimate_plan reads it).
     task = constrained_task(dlrm_tables(10, seed=6), 2, hbm_fraction=0.3, mode=mode,
-                            overhead=overhead)
+                            reservation=overhead)
     for name in ("random", "lookup_greedy", "split_lookup_greedy"):
         plan = get_sharder(name).shard(task, MODEL)
         theirs = np.array([r.hbm_bytes for r in estimate_plan(plan, task).per_rank])
@@ -169,12 +171,12 @@ def _available() -> list[str]:
 @needs_torchrec
 @pytest.mark.parametrize("suite", ["tiny", "constrained-50x4"])
 def test_every_sharders_plan_fits_torchrecs_storage_estimate_as_exported(suite: str) -> None:
-    from autoshard.torchrec_estimate import estimate_shardings
-    from autoshard.torchrec_memory import fit_shardings
+    from autoshard.torchrec.estimate import estimate_shardings
+    from autoshard.torchrec.storage import fit_shardings
 
     for spec in get_suite(suite):
         task = spec.build()
-        assert task.overhead == "torchrec"
+        assert task.reservation.name == "torchrec"
         for name in _available():
             plan = get_sharder(name, **OPTIONS.get(name, {})).shard(task, MODEL)
             shardings = table_shardings(plan, task)
@@ -188,7 +190,7 @@ def test_every_sharders_plan_fits_torchrecs_storage_estimate_as_exported(suite: 
 
 
 def test_even_shares_counts_every_shard_of_a_table_on_one_device() -> None:
-    task = constrained_task(dlrm_tables(4, seed=5), 2, hbm_fraction=0.3, overhead="torchrec")
+    task = constrained_task(dlrm_tables(4, seed=5), 2, hbm_fraction=0.3, reservation="torchrec")
     t = task.tables[0]
     q = t.dim // 4
     sub_rows = t.rows // 8
@@ -229,12 +231,11 @@ def test_plan_command_reserves_torchrecs_overhead_unless_told_not_to(
 
 
 def test_the_lp_bound_of_evaluate_also_bounds_plans_made_without_the_room() -> None:
-    from dataclasses import replace
 
     from autoshard.sharders.recshard import recshard_bound
 
-    task = constrained_task(dlrm_tables(8, seed=2), 2, hbm_fraction=0.3, overhead="torchrec")
-    roomless = replace(task, overhead="none")
+    task = constrained_task(dlrm_tables(8, seed=2), 2, hbm_fraction=0.3, reservation="torchrec")
+    roomless = task.with_reservation(NO_RESERVATION)
     plan = get_sharder("lookup_greedy").shard(roomless, MODEL)
     bound = recshard_bound(task, MODEL)
     assert bound == pytest.approx(recshard_bound(roomless, MODEL))

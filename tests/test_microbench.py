@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from autoshard.cli import main
+from autoshard.cost_models.grid import BenchConfig, grid_configs
+from autoshard.cost_models.microbench import COLUMNS, Timing, device_configs, done_ids, sweep
+from autoshard.cost_models.operators import make_lookups
 from autoshard.errors import InputError
-from cost_models.grid import BenchConfig, grid_configs
-from cost_models.microbench import COLUMNS, Timing, device_configs, done_ids, sweep
-from cost_models.operators import make_lookups
 
 FAST = Timing(warmup=1, min_repeats=3, max_repeats=3, budget_s=0.0)
 

@@ -71,6 +71,9 @@ def test_wheel_ships_the_policy_and_cost_model(tmp_path: Path) -> None:
     assert {"autoshard/data/ppo_policy/weights.pt", "autoshard/data/ppo_policy/config.json",
             "autoshard/data/cost_model/model.txt"} <= shipped
     assert shipped <= names
-    for package in ("autoshard/cli/__init__.py", "cost_models/model.py", "training/train.py",
-                    "envs/__init__.py"):
+    for package in ("autoshard/cli/__init__.py", "autoshard/cost_models/model.py",
+                    "autoshard/training/train.py", "autoshard/envs/__init__.py"):
         assert package in names
+    # Installing autoshard adds no other top-level name than the package and its metadata.
+    assert {n.split("/")[0] for n in names} == {"autoshard", wheel.name.split("-")[0]
+                                                + "-" + wheel.name.split("-")[1] + ".dist-info"}

@@ -11,12 +11,12 @@ import torch
 
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.evaluator import evaluate
-from autoshard.plan import TABLE_ROW_WISE
-from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS
-from autoshard.sharders.ppo_choice import GRIDS, ChoiceEpisode, choice_layout, split_offer
-from autoshard.sharders.ppo_episode import PlacementEpisode, PricedTask
-from autoshard.sharders.ppo_features import ObsLayout
-from autoshard.sharders.ppo_policy import PlacementNet, decode, decode_choice, regrid
+from autoshard.kinds import ShardingKind
+from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
+from autoshard.policy.choice import GRIDS, ChoiceEpisode, choice_layout, split_offer
+from autoshard.policy.episode import PlacementEpisode, PricedTask
+from autoshard.policy.features import ObsLayout
+from autoshard.policy.network import PlacementNet, decode, decode_choice, regrid
 from autoshard.shards import check_layout
 from autoshard.splitting import split_heavy_tables
 from autoshard.tables import Table
@@ -27,12 +27,12 @@ MODEL = AnalyticalCostModel()
 K = N_BUCKETS
 
 
-def dominated(devices: int = 4, overhead: str = "none") -> ShardingTask:
+def dominated(devices: int = 4, reservation: str = "none") -> ShardingTask:
     """Ten small tables and two whose lookups dwarf the rest (8 devices a node)."""
     tables = (*dlrm_tables(10, seed=3),
               Table("huge", rows=2_000_000, dim=128, pooling_factor=100.0, zipf_alpha=1.05),
               Table("big", rows=1_500_000, dim=128, pooling_factor=90.0, zipf_alpha=1.05))
-    return constrained_task(tables, devices, hbm_fraction=0.3, overhead=overhead)
+    return constrained_task(tables, devices, hbm_fraction=0.3, reservation=reservation)
 
 
 def episodes(task: ShardingTask, node_local: bool = False
@@ -86,7 +86,7 @@ def test_split_options_only_for_the_tables_that_dominate_and_only_before_they_sp
 
 @pytest.mark.parametrize("overhead", ["none", "torchrec"])
 def test_with_the_splits_not_taken_the_episode_is_the_whole_table_one(overhead: str) -> None:
-    task = dominated(overhead=overhead)
+    task = dominated(reservation=overhead)
     ep, base = episodes(task)
     rng = np.random.default_rng(0)
     while not base.done:
@@ -104,7 +104,7 @@ def test_with_the_splits_not_taken_the_episode_is_the_whole_table_one(overhead: 
 @pytest.mark.parametrize(("seed", "overhead"), [(0, "none"), (1, "none"), (2, "torchrec")])
 def test_a_chosen_split_gives_a_valid_plan_with_the_offered_shards(seed: int,
                                                                     overhead: str) -> None:
-    task = dominated(overhead=overhead)
+    task = dominated(reservation=overhead)
     ep, _ = episodes(task)
     assert ep.offer is not None
     rng = np.random.default_rng(seed)
@@ -133,9 +133,8 @@ def test_table_row_wise_shards_stay_on_one_node_one_per_device() -> None:
     ep, _ = episodes(task, node_local=True)
     assert ep.offer is not None
     kinds = set(ep.offer.geometry.kind.tolist())
-    from autoshard.shards import KIND
 
-    if KIND[TABLE_ROW_WISE] not in kinds:
+    if ShardingKind.TABLE_ROW_WISE.code not in kinds:
         pytest.skip("the split heuristic chose no table-row-wise split here")
     rng = np.random.default_rng(0)
     while not ep.done:
@@ -144,7 +143,7 @@ def test_table_row_wise_shards_stay_on_one_node_one_per_device() -> None:
     layout = ep.shard_layout()
     for t in ep.split_tables:
         on = layout.device[layout.geometry.table == t]
-        if layout.geometry.kind[layout.geometry.table == t][0] == KIND[TABLE_ROW_WISE]:
+        if layout.geometry.kind[layout.geometry.table == t][0] == ShardingKind.TABLE_ROW_WISE.code:
             assert len(set(on.tolist())) == on.size  # one per device
 
 
@@ -180,7 +179,7 @@ def test_the_environment_with_the_split_choice_passes_both_checkers() -> None:
     from gymnasium.utils.env_checker import check_env as gym_check
     from stable_baselines3.common.env_checker import check_env as sb3_check
 
-    from envs import ENV_ID
+    from autoshard.envs import ENV_ID
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -189,8 +188,8 @@ def test_the_environment_with_the_split_choice_passes_both_checkers() -> None:
 
 
 def test_the_environment_splits_on_request_and_maps_unmasked_actions() -> None:
-    from envs import PlacementEnv
-    from envs.placement import ILLEGAL_PENALTY
+    from autoshard.envs import PlacementEnv
+    from autoshard.envs.placement import ILLEGAL_PENALTY
 
     env = PlacementEnv(max_devices=8, split=True, report=True)
     task = dominated()
@@ -222,8 +221,8 @@ def test_a_one_grid_policy_of_format_1_loads_and_plans_with_the_split_choice(
         tmp_path: Path) -> None:
     import json
 
+    from autoshard.policy.network import load_policy, save_policy
     from autoshard.sharders.ppo import PPOSharder
-    from autoshard.sharders.ppo_policy import load_policy, save_policy
 
     torch.manual_seed(0)
     save_policy(PlacementNet(K, 16), tmp_path, MULTIPLIERS)
@@ -245,7 +244,7 @@ def test_a_policy_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
     import json
 
     from autoshard.errors import InputError
-    from autoshard.sharders.ppo_policy import load_policy, save_policy
+    from autoshard.policy.network import load_policy, save_policy
 
     save_policy(PlacementNet(K, 16, GRIDS), tmp_path, MULTIPLIERS)
     assert load_policy(tmp_path)[0].grids == GRIDS
@@ -261,9 +260,9 @@ def test_a_policy_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
 def test_training_with_the_split_choice_starts_from_a_one_grid_policy(tmp_path: Path) -> None:
     import json
 
-    from autoshard.sharders.ppo_policy import load_policy, save_policy
-    from training.config import TrainConfig
-    from training.train import train
+    from autoshard.policy.network import load_policy, save_policy
+    from autoshard.training.config import TrainConfig
+    from autoshard.training.train import train
 
     torch.manual_seed(0)
     start = PlacementNet(K, 16)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from autoshard.analytical import AnalyticalCostModel
-from autoshard.sharders.ppo_buckets import N_BUCKETS
-from autoshard.sharders.ppo_episode import PlacementEpisode, PricedTask
-from autoshard.sharders.ppo_features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
+from autoshard.policy.buckets import N_BUCKETS
+from autoshard.policy.episode import PlacementEpisode, PricedTask
+from autoshard.policy.features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
@@ -56,7 +56,7 @@ def test_a_layout_must_name_every_feature_once() -> None:
 
 def test_when_hbm_holds_every_useful_row_buckets_keep_the_used_rows_not_all() -> None:
     from autoshard.access import AccessCurve
-    from autoshard.sharders.ppo_buckets import MULTIPLIERS, bucket_rows
+    from autoshard.policy.buckets import MULTIPLIERS, bucket_rows
     from autoshard.tables import Table
 
     # 1% of each table's rows are ever touched; the cluster's HBM holds half of all the bytes,
@@ -83,7 +83,7 @@ def test_each_kind_of_device_is_priced_once_with_every_devices_price() -> None:
     # (every other one with a third of the HBM and half the host link).
     from dataclasses import replace
 
-    task = constrained_task(dlrm_tables(12, seed=5), 4, hbm_fraction=0.3, overhead="torchrec")
+    task = constrained_task(dlrm_tables(12, seed=5), 4, hbm_fraction=0.3, reservation="torchrec")
     hw = task.hardware
     devices = tuple(replace(d, hbm=replace(d.hbm, capacity_bytes=d.hbm.capacity_bytes // 3),
                             host=replace(d.host, bandwidth_gbps=d.host.bandwidth_gbps / 2))

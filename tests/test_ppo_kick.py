@@ -7,9 +7,9 @@ import pytest
 
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.evaluator import evaluate
+from autoshard.search.kick import kick_plan
+from autoshard.search.polish import polish_plan
 from autoshard.sharders import get_sharder
-from autoshard.sharders.ppo_kick import kick_plan
-from autoshard.sharders.ppo_polish import polish_plan
 from autoshard.shards import check_layout, one_per_device, plan_layout
 from autoshard.workloads import constrained_task, dlrm_tables
 
@@ -19,7 +19,7 @@ MODEL = AnalyticalCostModel()
 def test_escapes_the_polishs_local_optimum_with_torchrecs_room() -> None:
     # With TorchRec's buffers reserved per table a polished plan stops where no single move
     # helps; kicks find a cheaper one, within every capacity as the runtime counts it.
-    task = constrained_task(dlrm_tables(80, seed=21), 8, 0.1, overhead="torchrec")
+    task = constrained_task(dlrm_tables(80, seed=21), 8, 0.1, reservation="torchrec")
     plan, cost = polish_plan(get_sharder("lookup_greedy").shard(task, MODEL), task, MODEL)
     out, after = kick_plan(plan, task, MODEL, cost, seconds=60.0)
     check_layout(out, task)
@@ -28,7 +28,7 @@ def test_escapes_the_polishs_local_optimum_with_torchrecs_room() -> None:
 
 
 def test_same_seed_same_plan_and_never_worse() -> None:
-    task = constrained_task(dlrm_tables(30, seed=11), 8, 0.2, overhead="torchrec")
+    task = constrained_task(dlrm_tables(30, seed=11), 8, 0.2, reservation="torchrec")
     plan = get_sharder("split_lookup_greedy").shard(task, MODEL)
     cost = evaluate(plan, task, MODEL).step_cost_ms
     a, ca = kick_plan(plan, task, MODEL, cost, seed=3, seconds=60.0)

@@ -13,11 +13,12 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.bounds import lower_bound_ms
 from autoshard.evaluator import evaluate
 from autoshard.plan import Plan
+from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
+from autoshard.policy.network import PlacementNet, save_policy
+from autoshard.search.polish import Polisher, polish_plan
+from autoshard.search.waterfill import Curves
 from autoshard.sharders import get_sharder
 from autoshard.sharders.ppo import PPOSharder
-from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS
-from autoshard.sharders.ppo_policy import PlacementNet, save_policy
-from autoshard.sharders.ppo_polish import Curves, Polisher, polish_plan
 from autoshard.shards import check_layout
 from autoshard.workloads import constrained_task, dlrm_tables
 
@@ -47,7 +48,7 @@ def test_keeps_room_for_torchrecs_reservations(sharder: str) -> None:
     # With TorchRec's per-table HBM reserved, the re-chosen rows and moves still fit as the
     # runtime counts HBM (rows at its bytes per row, each item's reservation on its device),
     # and still improve plans that ignore costs.
-    task = constrained_task(dlrm_tables(60, seed=5), 4, 0.3, overhead="torchrec")
+    task = constrained_task(dlrm_tables(60, seed=5), 4, 0.3, reservation="torchrec")
     assert task.table_arrays.hbm_reserved_bytes.min() > 0
     plan = get_sharder(sharder).shard(task, MODEL)
     before = evaluate(plan, task, MODEL).step_cost_ms
@@ -169,7 +170,7 @@ def test_devices_of_several_kinds() -> None:
 def test_split_tables_keep_one_share_and_the_hbm_it_frees_goes_to_the_others() -> None:
     # On a task planned for TorchRec a split table's shards keep one HBM share (its one cache
     # load factor); the stage fills the rest of each device's HBM around them.
-    task = constrained_task(dlrm_tables(30, seed=38), 8, 0.3, overhead="torchrec")
+    task = constrained_task(dlrm_tables(30, seed=38), 8, 0.3, reservation="torchrec")
     plan = get_sharder("split_lookup_greedy").shard(task, MODEL)
     assert plan.is_split
     out, cost = polish_plan(plan, task, MODEL)
@@ -196,7 +197,7 @@ def test_split_tables_keep_one_share_and_the_hbm_it_frees_goes_to_the_others() -
 
 
 def test_fill_only_moves_nothing_and_is_never_below_the_full_stage() -> None:
-    task = constrained_task(dlrm_tables(40, seed=7), 4, 0.3, overhead="torchrec")
+    task = constrained_task(dlrm_tables(40, seed=7), 4, 0.3, reservation="torchrec")
     plan = get_sharder("random").shard(task, MODEL)
     filled, quick = polish_plan(plan, task, MODEL, fill_only=True)
     assert filled.arrays(task)[0].tolist() == plan.arrays(task)[0].tolist()
@@ -208,10 +209,11 @@ def test_fill_only_moves_nothing_and_is_never_below_the_full_stage() -> None:
 def test_a_split_tables_share_is_chosen_again_where_that_lowers_the_step_cost() -> None:
     # The share each shard got on its own device, made one per table, is a starting point:
     # the stage tries others (the rest water-filled around them) and keeps a cheaper one.
-    from autoshard.sharders.ppo_polish import _tune_shares, step_cost_ms
+    from autoshard.evaluator import step_cost_ms
+    from autoshard.search.polish import _tune_shares
     from autoshard.shards import ShardLayout, plan_layout, pricing_task
 
-    task = constrained_task(dlrm_tables(30, seed=38), 8, 0.3, overhead="torchrec")
+    task = constrained_task(dlrm_tables(30, seed=38), 8, 0.3, reservation="torchrec")
     plan, _ = polish_plan(get_sharder("split_lookup_greedy").shard(task, MODEL), task, MODEL)
     layout = plan_layout(plan, task)
     items = pricing_task(task, layout.geometry)
@@ -233,7 +235,7 @@ def test_a_split_tables_share_is_chosen_again_where_that_lowers_the_step_cost() 
 
 
 def test_the_steps_after_the_polish_get_a_time_guard_that_grows_with_the_task() -> None:
-    from autoshard.sharders.ppo_polish import step_seconds
+    from autoshard.search.polish import step_seconds
 
     assert step_seconds(10, 2) == pytest.approx(0.1)
     assert step_seconds(200, 8) < step_seconds(300, 16) < step_seconds(5000, 128)

@@ -11,8 +11,8 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.bounds import lower_bound_ms
 from autoshard.evaluator import evaluate
 from autoshard.model_tables import model_tables
+from autoshard.search.resplit import _variants, resplit_plan
 from autoshard.sharders import get_sharder
-from autoshard.sharders.ppo_resplit import _variants, resplit_plan
 from autoshard.shards import check_layout, one_per_device, plan_layout
 from autoshard.workloads import constrained_task, dlrm_tables
 
@@ -21,7 +21,7 @@ MODEL = AnalyticalCostModel()
 
 @pytest.mark.parametrize("overhead", ["none", "torchrec"])
 def test_splits_a_dominant_table_placed_whole(overhead: str) -> None:
-    task = constrained_task(model_tables("dcnv2"), 4, 0.3, overhead=overhead)
+    task = constrained_task(model_tables("dcnv2"), 4, 0.3, reservation=overhead)
     plan = get_sharder("lookup_greedy").shard(task, MODEL)  # table-wise
     assert not plan.is_split
     before = evaluate(plan, task, MODEL).step_cost_ms
@@ -51,7 +51,7 @@ def test_returns_its_input_when_no_table_is_heavy() -> None:
 
 
 def test_never_worse_and_variants_leave_the_other_items_alone() -> None:
-    task = constrained_task(dlrm_tables(30, seed=11), 8, 0.2, overhead="torchrec")
+    task = constrained_task(dlrm_tables(30, seed=11), 8, 0.2, reservation="torchrec")
     plan = get_sharder("split_lookup_greedy").shard(task, MODEL)
     cost = evaluate(plan, task, MODEL).step_cost_ms
     layout = plan_layout(plan, task)
@@ -69,7 +69,7 @@ def test_the_sharder_reports_a_resplit_winner() -> None:
     # On DCNv2's tables with TorchRec's room the decodes' split choice is not the best one: the
     # re-split plan wins, as '<name>+resplit' (kicked after, '+kick', where that lowers it
     # further), and is what the sharder returns.
-    task = constrained_task(model_tables("dcnv2"), 4, 0.3, overhead="torchrec")
+    task = constrained_task(model_tables("dcnv2"), 4, 0.3, reservation="torchrec")
     sharder = get_sharder("ppo")
     plan = sharder.shard(task, MODEL)
     choice = sharder.last_choice
@@ -84,9 +84,8 @@ def test_the_sharder_reports_a_resplit_winner() -> None:
 def test_quick_mode_tries_one_table_in_few_blocks_and_never_polishes() -> None:
     # Large tasks (over SMALL_TASK table-device pairs) get the quick mode: the dearest table
     # on the most loaded device only, at most QUICK_BLOCKS column blocks, water-filled only.
-    from autoshard.plan import COLUMN_WISE
-    from autoshard.sharders.ppo_resplit import QUICK_BLOCKS
-    from autoshard.shards import KIND
+    from autoshard.kinds import ShardingKind
+    from autoshard.search.resplit import QUICK_BLOCKS
 
     task = constrained_task(model_tables("dcnv2"), 16, 0.3)
     plan = get_sharder("lookup_greedy").shard(task, MODEL)
@@ -94,7 +93,7 @@ def test_quick_mode_tries_one_table_in_few_blocks_and_never_polishes() -> None:
     variants = _variants(plan, task, MODEL, quick=True)
     assert variants and len({int(v.geometry.table[-1]) for v in variants}) == 1
     blocks = [v.geometry.num_shards - (task.num_tables - 1) for v in variants
-              if int(v.geometry.kind[-1]) == KIND[COLUMN_WISE]]
+              if int(v.geometry.kind[-1]) == ShardingKind.COLUMN_WISE.code]
     assert blocks and max(blocks) <= QUICK_BLOCKS
     out, after = resplit_plan(plan, task, MODEL, cost, seconds=30.0, quick=True)
     check_layout(out, task)

@@ -262,7 +262,7 @@ def test_on_tasks_too_large_for_the_milp_one_split_choice_with_a_capped_search(
 
 
 def test_convex_shortcut_gives_the_monotone_chain_hulls() -> None:
-    from autoshard.sharders.milp_curves import _convex_hulls, _lower_hulls
+    from autoshard.milp.curves import _convex_hulls, _lower_hulls
 
     rng = np.random.default_rng(0)
     x = np.sort(rng.integers(0, 12, size=(200, 9)), axis=1).astype(float)

@@ -12,8 +12,8 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.bounds import DeadlineReached, price_total
 from autoshard.cost import Pricing
 from autoshard.evaluator import evaluate
+from autoshard.milp.curves import cost_curves, device_kinds
 from autoshard.sharders import get_sharder
-from autoshard.sharders.milp_curves import cost_curves, device_kinds
 from autoshard.sharders.recshard import DEADLINE_STATUS, NO_SPLIT_STATUS, RecShard
 from autoshard.shards import check_layout
 from autoshard.task import ShardingTask

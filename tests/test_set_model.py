@@ -10,14 +10,19 @@ import numpy as np
 import pytest
 
 from autoshard.cost import load_cost_model
+from autoshard.cost_models.evaluate import metrics
+from autoshard.cost_models.set_model import (
+    SET_FEATURES,
+    SetCostModel,
+    additive_design,
+    set_features,
+)
 from autoshard.errors import InputError
 from autoshard.evaluator import evaluate
 from autoshard.plan import Placement, Plan
 from autoshard.sharders import get_sharder
 from autoshard.suites import get_suite
 from autoshard.workloads import constrained_task, dlrm_tables
-from cost_models.evaluate import metrics
-from cost_models.set_model import SET_FEATURES, SetCostModel, additive_design, set_features
 
 
 def synthetic_sets(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -88,8 +93,8 @@ def test_damaged_set_model_is_refused(fitted: SetCostModel, tmp_path: Path) -> N
 
 
 def test_calibrate_writes_a_verified_model_recording_both_machines(tmp_path: Path) -> None:
+    from autoshard.cost_models.calibrate import CalibratedCostModel, calibrate
     from autoshard.machine import machine_record
-    from cost_models.calibrate import CalibratedCostModel, calibrate
 
     summary = calibrate(Path("autoshard/data/cost_model"), tmp_path / "cal", budget_s=60,
                         size=20, grid="tiny", progress=False)
@@ -112,7 +117,7 @@ def test_calibrate_writes_a_verified_model_recording_both_machines(tmp_path: Pat
 
 
 def test_environment_prices_the_episode_with_the_set_model(fitted: SetCostModel) -> None:
-    from envs.placement import PlacementEnv
+    from autoshard.envs.placement import PlacementEnv
 
     task = constrained_task(dlrm_tables(6, seed=0), 2, hbm_fraction=3.0, batch_size=512)
     ends = {}
@@ -175,8 +180,8 @@ def test_compare_cli_with_a_set_model_folder(fitted: SetCostModel, tmp_path: Pat
 
 
 def test_linear_correction_fits_a_known_log_error_and_refuses_damage() -> None:
-    from cost_models.features import partition_features
-    from cost_models.log_linear import apply_linear, check_linear, fit_linear
+    from autoshard.cost_models.features import partition_features
+    from autoshard.cost_models.log_linear import apply_linear, check_linear, fit_linear
 
     rng = np.random.default_rng(0)
     n = 400

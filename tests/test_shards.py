@@ -15,6 +15,7 @@ from autoshard.bounds import lower_bound_ms
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.hardware import Device, Tier
+from autoshard.kinds import ShardingKind
 from autoshard.plan import Placement, Plan, Shard
 from autoshard.shards import (
     ShardLayout,
@@ -119,13 +120,13 @@ def test_whole_tables_as_shards_price_exactly_as_tables(hand_task: ShardingTask)
 
 
 def test_even_split_covers_the_table(hand_task: ShardingTask) -> None:
-    g = even_split(hand_task, 0, "row_wise", 3)
+    g = even_split(hand_task, 0, ShardingKind.ROW_WISE, 3)
     assert g.row_start.tolist() == [0, 333, 666] and g.row_end.tolist() == [333, 666, 1000]
     assert g.cols.tolist() == [8, 8, 8]
-    g = even_split(hand_task, 0, "column_wise", 8)
+    g = even_split(hand_task, 0, ShardingKind.COLUMN_WISE, 8)
     assert g.cols.tolist() == [1] * 8 and g.rows.tolist() == [1000] * 8
     with pytest.raises(ValueError, match="into 9"):
-        even_split(hand_task, 0, "column_wise", 9)
+        even_split(hand_task, 0, ShardingKind.COLUMN_WISE, 9)
 
 
 # The bound against every plan of small split cases -------------------------------------------

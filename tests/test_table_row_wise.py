@@ -13,18 +13,19 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.bounds import lower_bound_ms
 from autoshard.cli import main
 from autoshard.evaluator import evaluate
-from autoshard.export_torchrec import torchrec_unavailable
-from autoshard.plan import ROW_WISE, TABLE_ROW_WISE
+from autoshard.kinds import ShardingKind
+from autoshard.policy.buckets import MULTIPLIERS
+from autoshard.policy.episode import PlacementEpisode, PricedTask
+from autoshard.policy.features import ObsLayout
+from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder
 from autoshard.sharders.ppo import split_geometries
-from autoshard.sharders.ppo_buckets import MULTIPLIERS
-from autoshard.sharders.ppo_episode import PlacementEpisode, PricedTask
-from autoshard.sharders.ppo_features import ObsLayout
 from autoshard.sharders.recshard import RecShard
-from autoshard.shards import KIND, check_layout, even_split, shard_task, split_pins
+from autoshard.shards import check_layout, even_split, shard_task, split_pins
 from autoshard.splitting import candidate_splits, split_heavy_tables
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
+from autoshard.torchrec import torchrec_unavailable
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
@@ -36,7 +37,7 @@ def _two_nodes(inter_gbps: float = 12.5) -> ShardingTask:
     tables = (*dlrm_tables(6, seed=3),
               Table("huge", rows=40_000_000, dim=36, pooling_factor=100.0, zipf_alpha=1.05))
     task = constrained_task(tables, 16, hbm_fraction=0.5, hardware="16xH100-80GB",
-                            overhead="torchrec")
+                            reservation="torchrec")
     return replace(task, hardware=replace(task.hardware, inter_node_gbps=inter_gbps))
 
 
@@ -50,17 +51,17 @@ def test_table_row_wise_comm_is_an_intra_node_reduce_and_a_share_of_the_all_to_a
     a2a = leaving * (7 / 15 / hw.intra_node_gbps + 8 / 15 / hw.inter_node_gbps) / 1e9
     for k in (2, 8):
         comm = {}
-        for kind in (ROW_WISE, TABLE_ROW_WISE):
+        for kind in (ShardingKind.ROW_WISE, ShardingKind.TABLE_ROW_WISE):
             g = even_split(task, huge, kind, k)
             p = MODEL.price(shard_task(task, g), np.arange(k), np.zeros(k, dtype=np.int64),
                             np.zeros(k))
             comm[kind] = p.comm_ms
         # Row-wise: every shard's full partial sums through the all-to-all.
-        assert comm[ROW_WISE] == pytest.approx(passes * batch * r * a2a * 1e3)
+        assert comm[ShardingKind.ROW_WISE] == pytest.approx(passes * batch * r * a2a * 1e3)
         # Table-row-wise: (k-1)/k of them reduced over intra-node links, 1/k all-to-all.
         want = passes * batch * r * (a2a / k + (k - 1) / k / (hw.intra_node_gbps * 1e9)) * 1e3
-        assert comm[TABLE_ROW_WISE] == pytest.approx(want)
-        assert (comm[TABLE_ROW_WISE] < comm[ROW_WISE]).all()
+        assert comm[ShardingKind.TABLE_ROW_WISE] == pytest.approx(want)
+        assert (comm[ShardingKind.TABLE_ROW_WISE] < comm[ShardingKind.ROW_WISE]).all()
 
 
 def test_candidates_include_table_row_wise_only_on_several_nodes_for_node_aware_sharders(
@@ -68,19 +69,19 @@ def test_candidates_include_table_row_wise_only_on_several_nodes_for_node_aware_
     task = _two_nodes()
     huge = task.num_tables - 1
     kinds = [(int(g.kind[0]), int(g.parts[0])) for g in candidate_splits(task, huge, 16, True)]
-    twrw = sorted(k for kind, k in kinds if kind == KIND[TABLE_ROW_WISE])
+    twrw = sorted(k for kind, k in kinds if kind == ShardingKind.TABLE_ROW_WISE.code)
     # Planned for TorchRec: the row splits its runtime routes, over every device of the world
     # (row-wise) or of a node (table-row-wise); for our own runner, 2..devices.
     assert twrw == [8]
-    assert sorted(k for kind, k in kinds if kind == KIND[ROW_WISE]) == [16]
-    ours = replace(task, overhead="none")
+    assert sorted(k for kind, k in kinds if kind == ShardingKind.ROW_WISE.code) == [16]
+    ours = task.with_reservation(NO_RESERVATION)
     kinds = [(int(g.kind[0]), int(g.parts[0])) for g in candidate_splits(ours, huge, 16, True)]
-    assert sorted(k for kind, k in kinds if kind == KIND[TABLE_ROW_WISE]) == list(range(2, 9))
-    assert sorted(k for kind, k in kinds if kind == KIND[ROW_WISE]) == list(range(2, 17))
-    assert KIND[TABLE_ROW_WISE] not in {int(g.kind[0]) for g in candidate_splits(task, huge, 16)}
-    one_node = constrained_task(task.tables, 8, hbm_fraction=0.5, overhead="torchrec")
-    assert KIND[TABLE_ROW_WISE] not in {int(g.kind[0])
-                                        for g in candidate_splits(one_node, huge, 8, True)}
+    twrw_code, rw_code = ShardingKind.TABLE_ROW_WISE.code, ShardingKind.ROW_WISE.code
+    assert sorted(k for kind, k in kinds if kind == twrw_code) == list(range(2, 9))
+    assert sorted(k for kind, k in kinds if kind == rw_code) == list(range(2, 17))
+    assert twrw_code not in {int(g.kind[0]) for g in candidate_splits(task, huge, 16)}
+    one_node = constrained_task(task.tables, 8, hbm_fraction=0.5, reservation="torchrec")
+    assert twrw_code not in {int(g.kind[0]) for g in candidate_splits(one_node, huge, 8, True)}
 
 
 def test_pins_put_each_row_split_table_on_every_device_of_its_node_or_world() -> None:
@@ -88,8 +89,8 @@ def test_pins_put_each_row_split_table_on_every_device_of_its_node_or_world() ->
     g = split_heavy_tables(task, MODEL, node_local=True).geometry
     pins = split_pins(task, g)
     assert pins is not None
-    twrw = g.kind == KIND[TABLE_ROW_WISE]
-    rw = g.kind == KIND[ROW_WISE]
+    twrw = g.kind == ShardingKind.TABLE_ROW_WISE.code
+    rw = g.kind == ShardingKind.ROW_WISE.code
     assert twrw.any()
     for t in np.unique(g.table[twrw]):
         on = pins[g.table == t]
@@ -105,10 +106,10 @@ def test_recshard_splits_the_dominant_table_within_a_node_where_that_is_cheaper(
     with_twrw = RecShard(time_limit=10).solve(task, MODEL)
     without = RecShard(time_limit=10, node_splits=False).solve(task, MODEL)
     huge = next(p for p in with_twrw.plan.placements if p.table == "huge")
-    assert huge.sharding == TABLE_ROW_WISE
+    assert huge.sharding == ShardingKind.TABLE_ROW_WISE
     devices = [s.device for s in huge.shards]
     assert len(set(devices)) == len(devices) and len({d // 8 for d in devices}) == 1
-    assert all(p.sharding != TABLE_ROW_WISE for p in without.plan.placements)
+    assert all(p.sharding != ShardingKind.TABLE_ROW_WISE for p in without.plan.placements)
     report = evaluate(with_twrw.plan, task, MODEL)
     assert report.step_cost_ms == pytest.approx(with_twrw.step_cost_ms)
     assert report.step_cost_ms < evaluate(without.plan, task, MODEL).step_cost_ms
@@ -130,17 +131,17 @@ def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
     task = _two_nodes()
     geometries = split_geometries(task, MODEL)
     node = [g for name, g in geometries.items() if name.startswith("ppo-node")]
-    assert node and any((g.kind == KIND[TABLE_ROW_WISE]).any() for g in node)
+    assert node and any((g.kind == ShardingKind.TABLE_ROW_WISE.code).any() for g in node)
     # The episode's mask: once a shard of such a table is placed, only the devices of its node
     # holding none of the table's shards are offered to the next.
-    g = next(g for g in node if (g.kind == KIND[TABLE_ROW_WISE]).any())
+    g = next(g for g in node if (g.kind == ShardingKind.TABLE_ROW_WISE.code).any())
     shards = shard_task(task, g)
     layout = ObsLayout(task.num_devices, len(MULTIPLIERS) + 1)
     episode = PlacementEpisode(PricedTask.prepare(shards, MODEL, layout), layout)
     dev = task.device_arrays.node
     while not episode.done:
         t = episode.order[episode.step_index]
-        if g.kind[t] == KIND[TABLE_ROW_WISE]:
+        if g.kind[t] == ShardingKind.TABLE_ROW_WISE.code:
             placed = episode.state.device[(g.table == g.table[t]) & (episode.state.device >= 0)]
             offered = episode.mask.reshape(-1, episode.buckets)[:task.num_devices].any(axis=1)
             if placed.size:
@@ -151,7 +152,7 @@ def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
     plan = get_sharder("ppo").shard(task, MODEL)
     check_layout(plan, task)
     for p in plan.placements:
-        if p.sharding == TABLE_ROW_WISE:
+        if p.sharding == ShardingKind.TABLE_ROW_WISE:
             devices = [s.device for s in p.shards]
             assert len(set(dev[devices].tolist())) == 1
     assert evaluate(plan, task, MODEL).step_cost_ms >= lower_bound_ms(task, MODEL) * (1 - 1e-9)
@@ -161,16 +162,16 @@ def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
 def test_row_splits_planned_for_torchrec_are_one_shard_per_device_and_export(name: str) -> None:
     # TorchRec routes a row-wise table's ids in even blocks over every rank (table-row-wise:
     # every rank of one node), so each such table must hold one shard on each of them.
-    from autoshard.export_torchrec import table_shardings
+    from autoshard.torchrec.shardings import table_shardings
 
     task = _two_nodes()
     options = {"time_limit": 10} if name == "recshard" else {}
     plan = get_sharder(name, **options).shard(task, MODEL)
-    split = [p for p in plan.placements if p.sharding in (ROW_WISE, TABLE_ROW_WISE)]
+    split = [p for p in plan.placements if p.sharding.splits_rows]
     assert split, f"{name} splits no table by rows"
     for p in split:
         devices = sorted(s.device for s in p.shards)
-        if p.sharding == ROW_WISE:
+        if p.sharding == ShardingKind.ROW_WISE:
             assert devices == list(range(task.num_devices))
         else:
             first = devices[0] // 8 * 8

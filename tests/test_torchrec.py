@@ -15,13 +15,14 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.cli import main
 from autoshard.errors import PlannerError
 from autoshard.evaluator import evaluate
-from autoshard.export_torchrec import SHARDING_TYPES, torchrec_unavailable
 from autoshard.sharders import get_sharder, sharder_info
-from autoshard.sharders.torchrec_planner import TorchRecSharder, offered_sharding_types
 from autoshard.splitting import dominant_tables
 from autoshard.suites import get_suite
 from autoshard.tables import save_tables
-from autoshard.torchrec_estimate import estimate_plan
+from autoshard.torchrec import torchrec_unavailable
+from autoshard.torchrec.estimate import estimate_plan
+from autoshard.torchrec.mapping import SHARDING_TYPES
+from autoshard.torchrec.sharder import TorchRecSharder, offered_sharding_types
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
@@ -142,7 +143,7 @@ def test_evaluate_prices_a_split_plan_with_torchrecs_estimators_too(
         sum(r["perf_ms"] for r in doc["torchrec"]["per_rank"]))
     assert sum(t["ours_ms"] for t in per_table) == pytest.approx(
         sum(d.total_ms for d in ours.per_device))
-    split = {p.table: p.sharding for p in plan.placements}
+    split = {p.table: p.sharding.value for p in plan.placements}
     assert all(t["sharding_type"] == split[t["table"]] for t in per_table)
     main(["evaluate", str(path), "-t", str(tables), "--devices", "2", "--hbm-gb", hbm_gb,
           "--estimator", "torchrec"])
@@ -154,14 +155,14 @@ def test_evaluate_prices_a_split_plan_with_torchrecs_estimators_too(
 @pytest.mark.parametrize(("mode", "overhead"), [("train", "none"), ("infer", "none"),
                                                 ("train", "torchrec-prefetch")])
 def test_our_mirror_of_torchrecs_hbm_count_is_exact(mode: str, overhead: str) -> None:
-    from autoshard.export_torchrec import table_shardings
-    from autoshard.torchrec_estimate import estimate_shardings
-    from autoshard.torchrec_memory import fit_shardings, rank_hbm
+    from autoshard.torchrec.estimate import estimate_shardings
+    from autoshard.torchrec.shardings import table_shardings
+    from autoshard.torchrec.storage import fit_shardings, rank_hbm
 
     # The storage estimate is for the pipeline the task's overhead names (prefetch: three
     # input and seven prefetch buffers per cached shard).
     task = constrained_task(dlrm_tables(10, seed=6), 2, hbm_fraction=0.3, mode=mode,
-                            overhead=overhead)
+                            reservation=overhead)
     for plan in (TorchRecSharder().shard(task, MODEL),  # splits and caches
                  get_sharder("lookup_greedy").shard(task, MODEL)):
         shardings = table_shardings(plan, task)
@@ -208,9 +209,9 @@ def test_the_856x128_suite_offers_splits_to_its_few_dominant_tables() -> None:
 def test_a_rank_whose_fixed_buffers_alone_exceed_its_hbm_is_not_exportable() -> None:
     import numpy as np
 
-    from autoshard.export_torchrec import table_shardings
     from autoshard.plan import Plan
-    from autoshard.torchrec_memory import fit_shardings
+    from autoshard.torchrec.shardings import table_shardings
+    from autoshard.torchrec.storage import fit_shardings
 
     # Every table on rank 0, wholly in host memory: only TorchRec's I/O buffers stay in HBM.
     task = constrained_task(dlrm_tables(12, seed=1), 2, hbm_fraction=0.002)
@@ -223,10 +224,10 @@ def test_a_rank_whose_fixed_buffers_alone_exceed_its_hbm_is_not_exportable() -> 
 
 @needs_torchrec
 def test_the_prefetch_pipeline_prices_caches_by_their_skew_and_sizes_its_buffers() -> None:
-    from autoshard.export_torchrec import table_shardings
     from autoshard.plan import Placement, Plan
     from autoshard.tables import Table
-    from autoshard.torchrec_estimate import estimate_shardings
+    from autoshard.torchrec.estimate import estimate_shardings
+    from autoshard.torchrec.shardings import table_shardings
 
     # Two tables alike but for their skew, each with a cache of 5% of its rows.
     tables = (Table("steep", 2_000_000, 64, pooling_factor=20, zipf_alpha=1.2),

@@ -14,14 +14,14 @@ from autoshard.compare import model_identity
 from autoshard.cost import load_cost_model
 from autoshard.errors import InputError
 from autoshard.evaluator import evaluate
-from autoshard.export_torchrec import torchrec_unavailable
-from autoshard.memory import PIPELINES
 from autoshard.plan import Plan
 from autoshard.sharders import get_sharder
 from autoshard.sharders.recshard import RecShard
-from autoshard.sharders.recshard_both import BlendedCostModel, choose
+from autoshard.sharders.recshard_blend import BlendedCostModel, choose
 from autoshard.suites import get_suite
 from autoshard.tables import save_tables
+from autoshard.torchrec import torchrec_unavailable
+from autoshard.torchrec.reservation import PIPELINES
 from autoshard.workloads import constrained_task, dlrm_tables
 from tests.cli_helpers import run_cli
 
@@ -33,7 +33,7 @@ needs_torchrec = pytest.mark.skipif(
 
 
 def _small_task() -> object:
-    return constrained_task(dlrm_tables(10, seed=3), 4, hbm_fraction=0.4, overhead="torchrec")
+    return constrained_task(dlrm_tables(10, seed=3), 4, hbm_fraction=0.4, reservation="torchrec")
 
 
 @needs_torchrec
@@ -42,8 +42,8 @@ def test_a_plans_step_under_the_model_is_torchrecs_estimate(pipeline: str) -> No
     """Every committed plan of the 16-device DCNv2 suite (whole tables, column blocks, row-wise
     and table-row-wise shards; fused, UVM and cached tables): the evaluator's step cost under
     the model equals TorchRec's own rating of the plan, and so does each rank's load."""
-    from autoshard.torchrec_cost import TorchRecCostModel
-    from autoshard.torchrec_estimate import estimate_plan
+    from autoshard.torchrec.cost import TorchRecCostModel
+    from autoshard.torchrec.estimate import estimate_plan
 
     spec = get_suite("dcnv2-16")[0]
     task = spec.build()
@@ -54,7 +54,7 @@ def test_a_plans_step_under_the_model_is_torchrecs_estimate(pipeline: str) -> No
     kinds = set()
     for path in plans:
         plan = Plan.load(path)
-        kinds |= {p.sharding for p in plan.placements if p.is_split}
+        kinds |= {p.sharding.value for p in plan.placements if p.is_split}
         report = evaluate(plan, task, model)
         estimate = estimate_plan(plan, task, pipeline=pipeline)
         assert report.step_cost_ms == pytest.approx(estimate.step_ms, rel=1e-9), path.name
@@ -67,7 +67,7 @@ def test_a_plans_step_under_the_model_is_torchrecs_estimate(pipeline: str) -> No
 def test_prices_do_not_depend_on_the_device_and_follow_the_kernel() -> None:
     """TorchRec's topology is uniform; all rows in HBM (fused) is cheapest, a cache dearer, the
     table in host memory dearest; compute is split between the tiers by the cache's rows."""
-    from autoshard.torchrec_cost import TorchRecCostModel
+    from autoshard.torchrec.cost import TorchRecCostModel
 
     task = _small_task()
     model = TorchRecCostModel()
@@ -84,7 +84,7 @@ def test_prices_do_not_depend_on_the_device_and_follow_the_kernel() -> None:
 
 @needs_torchrec
 def test_load_cost_model_names_torchrec_and_compare_identifies_it() -> None:
-    from autoshard.torchrec_cost import TorchRecCostModel
+    from autoshard.torchrec.cost import TorchRecCostModel
 
     assert isinstance(load_cost_model("torchrec"), TorchRecCostModel)
     assert model_identity("torchrec").startswith("torchrec@")
@@ -129,7 +129,7 @@ def test_choose_picks_the_least_worse_relative_cost() -> None:
 def test_planning_for_both_reports_both_figures() -> None:
     """recshard for our model and TorchRec's: a valid plan that fits TorchRec's storage
     estimate, its cost and bound ours, its status both models' figures."""
-    from autoshard.torchrec_estimate import estimate_plan
+    from autoshard.torchrec.estimate import estimate_plan
 
     task = _small_task()
     sharder = RecShard(time_limit=6.0, also_for="torchrec")

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from autoshard.cli import main
+from autoshard.envs import PlacementEnv, TaskSampler
 from autoshard.errors import InputError
-from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS
-from autoshard.sharders.ppo_features import ObsLayout
-from autoshard.sharders.ppo_policy import PADDED, PlacementNet, load_policy, save_policy
-from envs import PlacementEnv, TaskSampler
-from training.config import TrainConfig
-from training.tracking import offline_history
-from training.train import train
+from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
+from autoshard.policy.features import ObsLayout
+from autoshard.policy.network import PADDED, PlacementNet, load_policy, save_policy
+from autoshard.training.config import TrainConfig
+from autoshard.training.tracking import offline_history
+from autoshard.training.train import train
 
 TINY = {"timesteps": 256, "n_envs": 2, "n_steps": 64, "batch_size": 64, "n_epochs": 2,
         "train_tables": (4, 8), "eval_tables": (8,), "eval_devices": (2, 3),
@@ -213,7 +213,7 @@ class Marker:
 
 
 def test_resume_never_unpickles_a_crafted_checkpoint(tmp_path: Path) -> None:
-    from training.checkpoint import WEIGHTS, sha256
+    from autoshard.training.checkpoint import WEIGHTS, sha256
 
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", **TINY)  # type: ignore[arg-type]
     train(cfg)
@@ -245,7 +245,7 @@ def test_cli_exposes_every_config_field_with_its_documented_default(tmp_path: Pa
     import typer
 
     from autoshard.cli import app
-    from training.config import field_help
+    from autoshard.training.config import field_help
 
     command = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
     options = {opt: p for p in command.params for opt in p.opts}
@@ -275,7 +275,7 @@ def test_reservations_in_training_need_an_environment_that_models_them() -> None
         TrainConfig(overheads=("nvidia",), vec_env="dummy")
     with pytest.raises(InputError, match="overheads"):
         TrainConfig(overheads=(), vec_env="dummy")
-    from envs.batched import BatchedPlacementEnv
+    from autoshard.envs.batched import BatchedPlacementEnv
 
     with pytest.raises(InputError, match="overheads"):
         BatchedPlacementEnv(2, TaskSampler(overheads=("torchrec",)))

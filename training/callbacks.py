@@ -13,12 +13,12 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from autoshard.cost import CostModel
 from autoshard.evaluator import evaluate
-from autoshard.sharders.ppo_policy import save_policy
-from training.checkpoint import save_checkpoint
-from training.config import TrainConfig
-from training.evaluation import EvalTask, plan_task
-from training.sb3_policy import PlacementPolicy
-from training.tracking import Tracker
+from autoshard.policy.network import save_policy
+from autoshard.training.checkpoint import save_checkpoint
+from autoshard.training.config import TrainConfig
+from autoshard.training.evaluation import EvalTask, plan_task
+from autoshard.training.sb3_policy import PlacementPolicy
+from autoshard.training.tracking import Tracker
 
 
 @dataclass

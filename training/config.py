@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.errors import InputError
-from autoshard.memory import check_overheads
+from autoshard.reservation import check_reservation_names
 from autoshard.tracking import check_wandb_mode
 
 VEC_ENVS = ("batched", "dummy", "subproc")
@@ -71,7 +71,7 @@ class TrainConfig:
                      "checkpoint_every", "max_devices", "hidden"):
             if getattr(self, name) < 1:
                 raise InputError("must be >= 1", field=name, value=getattr(self, name))
-        check_overheads(self.overheads)
+        check_reservation_names(self.overheads)
         if self.vec_env == "batched" and set(self.overheads) != {"none"}:
             raise InputError("the batched environment plays tasks without HBM reserved per "
                              "table; use vec_env 'dummy' or 'subproc'", field="overheads",

@@ -10,12 +10,13 @@ import numpy as np
 
 from autoshard.compare import CompareRow, FixedTask, run_one
 from autoshard.cost import CostModel
+from autoshard.envs.sampler import TaskSampler, roomy
 from autoshard.plan import Plan
+from autoshard.policy.network import PlacementNet, decode, decode_choice
+from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options
 from autoshard.sharders.ppo import GREEDY
-from autoshard.sharders.ppo_policy import PlacementNet, decode, decode_choice
 from autoshard.task import ShardingTask
-from envs.sampler import TaskSampler, roomy
 
 __all__ = ["BENCH_SEED", "EVAL_SEED", "GREEDY", "EvalTask", "compare", "eval_tasks",
            "plan_task"]
@@ -41,13 +42,14 @@ def eval_tasks(tables: tuple[int, ...], devices: tuple[int, ...], hbm_fraction: 
                seed: int = EVAL_SEED, mode: str = "train", batch_size: int = 65536,
                styles: tuple[str, ...] = ("mixed",), overheads: tuple[str, ...] = ("none",)
                ) -> list[EvalTask]:
-    """Tasks drawing only tables of ``family`` (see :mod:`envs.families`): every (tables,
+    """Tasks drawing only tables of ``family`` (see :mod:`autoshard.envs.families`): every (tables,
     devices) pair, ``repeats`` draws, each in one of ``styles`` (in turn).
 
     Training selects its best policy on the ``validation`` family; the benchmark reports on
     ``test`` and on the suites' pool, which no training sees. With several ``overheads``
     (HBM reserved per table), every task is also given with each of the others where its
-    reservations leave episodes room (:func:`envs.sampler.roomy`), named ``<name>-<overhead>``.
+    reservations leave episodes room (:func:`autoshard.envs.sampler.roomy`), named
+    ``<name>-<overhead>``.
     """
     sampler = TaskSampler(family=family, hardware=hardware, styles=styles)
     rng = np.random.default_rng(seed)
@@ -60,7 +62,7 @@ def eval_tasks(tables: tuple[int, ...], devices: tuple[int, ...], hbm_fraction: 
                 task = sampler.build(idx, n_dev, hbm_fraction, batch_size, mode)
                 name = f"{style}-T{count}-D{n_dev}-r{r}"
                 for overhead in overheads:
-                    reserved = task.with_overhead(overhead)
+                    reserved = task.with_reservation(get_reservation(overhead))
                     if roomy(reserved):  # (always, without a reservation)
                         suffix = "" if overhead == overheads[0] else f"-{overhead}"
                         out.append(EvalTask(name + suffix, count, n_dev, reserved))

@@ -1,4 +1,4 @@
-"""The :class:`autoshard.sharders.ppo_policy.PlacementNet` as an sb3-contrib MaskablePPO policy.
+"""The :class:`autoshard.policy.network.PlacementNet` as an sb3-contrib MaskablePPO policy.
 
 The network is the features extractor; its output is [option logits | value latent]. The
 "MLP extractor" only splits the two, the action head is the identity (the logits are final) and
@@ -15,8 +15,8 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from autoshard.sharders.ppo_buckets import N_BUCKETS
-from autoshard.sharders.ppo_policy import PlacementNet
+from autoshard.policy.buckets import N_BUCKETS
+from autoshard.policy.network import PlacementNet
 
 
 class PlacementExtractor(BaseFeaturesExtractor):

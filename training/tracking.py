@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.tracking import Tracker
-from training.config import TrainConfig
+from autoshard.training.config import TrainConfig
 
 __all__ = ["Tracker", "offline_history", "offline_records", "training_tracker"]
 

@@ -23,19 +23,24 @@ import torch
 
 from autoshard.compare import COLUMNS, CompareRow
 from autoshard.cost import load_cost_model
+from autoshard.envs import ENV_ID, TaskSampler
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
-from autoshard.sharders.ppo_buckets import MULTIPLIERS, N_BUCKETS
-from autoshard.sharders.ppo_choice import GRIDS
-from autoshard.sharders.ppo_policy import load_policy, regrid, save_policy
-from envs import ENV_ID, TaskSampler
-from training.callbacks import CheckpointCallback, CurveCallback, HeldOutEvalCallback, RunState
-from training.checkpoint import load_checkpoint, read_state, save_checkpoint
-from training.config import TrainConfig
-from training.evaluation import GREEDY, compare, eval_tasks
-from training.plots import comparison, training_curve
-from training.tracking import Tracker, training_tracker
+from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
+from autoshard.policy.choice import GRIDS
+from autoshard.policy.network import load_policy, regrid, save_policy
+from autoshard.training.callbacks import (
+    CheckpointCallback,
+    CurveCallback,
+    HeldOutEvalCallback,
+    RunState,
+)
+from autoshard.training.checkpoint import load_checkpoint, read_state, save_checkpoint
+from autoshard.training.config import TrainConfig
+from autoshard.training.evaluation import GREEDY, compare, eval_tasks
+from autoshard.training.plots import comparison, training_curve
+from autoshard.training.tracking import Tracker, training_tracker
 
 #: Fields that may differ between a run and its resumption (the vectorised environments all
 #: play the same episodes).
@@ -58,7 +63,7 @@ class TrainResult:
 def make_env(sampler: TaskSampler, cost_model: str, max_devices: int, split: bool = False
              ) -> gym.Env:
     """One training environment through the registered id (importable in subprocesses)."""
-    import envs  # noqa: F401  (registers the id)
+    import autoshard.envs  # noqa: F401  (registers the id)
 
     return gym.make(ENV_ID, sampler=sampler, cost_model=cost_model, max_devices=max_devices,
                     report=False, split=split)
@@ -72,7 +77,7 @@ def make_vec(cfg: TrainConfig, sampler: TaskSampler, seed: int) -> Any:
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor
 
     if cfg.vec_env == "batched":
-        from envs.batched import BatchedPlacementEnv
+        from autoshard.envs.batched import BatchedPlacementEnv
 
         vec = VecMonitor(BatchedPlacementEnv(cfg.n_envs, sampler, cfg.cost_model,
                                              cfg.max_devices, report=False, split=cfg.split))
@@ -106,7 +111,7 @@ def _build_model(cfg: TrainConfig, vec: Any, resume: bool, seed: int) -> Any:
     from the run's tensor checkpoint (never from a pickle)."""
     from sb3_contrib import MaskablePPO
 
-    from training.sb3_policy import PlacementPolicy
+    from autoshard.training.sb3_policy import PlacementPolicy
 
     grids = GRIDS if cfg.split else 1
     model = MaskablePPO(
@@ -159,14 +164,7 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         atomic_write_text(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=1) + "\n")
-
-    # Seeding: everything random below derives from this one seed (a resumed run moves on).
-    seed = cfg.seed + done_steps
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.set_num_threads(cfg.torch_threads)
-
+    seed = _seed_everything(cfg, done_steps)
     name = f"{cfg.experiment}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     tracker = training_tracker(cfg, run_dir, name)
     cost_model = load_cost_model(cfg.cost_model)
@@ -178,11 +176,7 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
                        cfg.eval_repeats, family="validation", styles=cfg.eval_styles,
                        overheads=cfg.overheads)
     greedy_results = compare(tasks, cost_model, GREEDY)
-    greedy: dict[str, dict[str, float]] = {}
-    for r in greedy_results:
-        greedy.setdefault(r.task, {})[r.sharder] = (
-            r.cost_ratio if r.status == "ok" else float("inf"))
-
+    greedy = _ratios(greedy_results)
     model = _build_model(cfg, vec, resume, seed)
     policy_dir = run_dir / "policy"
     evaluator = HeldOutEvalCallback(cfg, state, tracker, tasks, greedy, cost_model, MULTIPLIERS,
@@ -216,6 +210,24 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
     if export_policy is not None:
         copy_policy(policy_dir, export_policy)
     return result
+
+
+def _seed_everything(cfg: TrainConfig, done_steps: int) -> int:
+    """Seeds every generator from one seed (a resumed run moves on) and returns it."""
+    seed = cfg.seed + done_steps
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(cfg.torch_threads)
+    return seed
+
+
+def _ratios(rows: list[CompareRow]) -> dict[str, dict[str, float]]:
+    """Each task's cost / bound per sharder (infinite where it failed)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        out.setdefault(r.task, {})[r.sharder] = r.cost_ratio if r.status == "ok" else float("inf")
+    return out
 
 
 def _finish(cfg: TrainConfig, result: TrainResult, tasks: list, greedy_results: list[CompareRow],

@@ -9,7 +9,10 @@ import sys
 import click
 import typer
 
+from autoshard.cli.app import app
 from autoshard.errors import InputError, PlannerError
+
+__all__ = ["app", "main"]
 
 
 def _click_errors() -> tuple[type[Exception], ...]:
@@ -22,15 +25,8 @@ def _click_errors() -> tuple[type[Exception], ...]:
 
 _CLICK_ERRORS = _click_errors()
 
-app = typer.Typer(
-    name="autoshard",
-    help="Place DLRM embedding tables on devices and memory tiers, and compare sharders.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-
-# Command modules register themselves on ``app`` when imported (one line each).
+# Command modules register themselves on ``app`` when imported (one line each), in the order
+# ``--help`` lists them.
 # isort: off
 from autoshard.cli import core_cmds  # noqa: E402,F401
 from autoshard.cli import export_cmds  # noqa: E402,F401

@@ -22,7 +22,7 @@ from autoshard.limits import (
     int_in,
     number_in,
 )
-from autoshard.memory import check_overhead
+from autoshard.reservation import get_reservation
 from autoshard.tables import Table, load_tables
 from autoshard.task import MODES, ShardingTask, Workload
 
@@ -71,8 +71,8 @@ def build_task(tables: str, hardware: str, devices: int | None = None, nodes: in
                mode: str | None = None, default: Workload | None = None,
                overhead: str = "torchrec") -> ShardingTask:
     """Loads tables and hardware and assembles a task; CLI values override ``default``; the
-    task reserves ``overhead`` in HBM (:mod:`autoshard.memory`)."""
-    check_overhead(overhead, field="--overhead", source="command line")
+    task keeps the reservation named ``overhead`` in HBM (:mod:`autoshard.reservation`)."""
+    reservation = get_reservation(overhead, field="--overhead", source="command line")
     check_options(devices=devices, nodes=nodes, hbm_gb=hbm_gb, batch_size=batch_size,
                   mode=mode)
     base = default or Workload()
@@ -80,7 +80,7 @@ def build_task(tables: str, hardware: str, devices: int | None = None, nodes: in
                         mode=mode if mode is not None else base.mode)
     with options_named():
         profile = load_hardware(hardware, devices=devices, nodes=nodes, hbm_gb=hbm_gb)
-    return ShardingTask(read_tables(tables), profile, workload, overhead=overhead)
+    return ShardingTask(read_tables(tables), profile, workload, reservation)
 
 
 def check_options(devices: int | None = None, nodes: int | None = None,

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autoshard.cli import app
+from autoshard.cli.app import app
 from autoshard.cli.common import CostModelOpt, OptOpt, console, options_named, parse_opts
 from autoshard.compare import CompareRow, model_identity, read_rows, run_suite, sharder_options
 from autoshard.compare_report import markdown_table, summarize, write_plots
@@ -65,16 +65,10 @@ def compare(
                       {"suite": suite, "cost_model": model.name, "cost_model_id": model_id,
                        "sharders": names, "time_limit": time_limit, "seed": seed,
                        "options": given}, job_type="compare")
-
-    def show(row: CompareRow) -> None:
-        ratio = "" if row.status != "ok" else f"cost/bound {row.cost_ratio:.3f}"
-        console.print(f"  {row.task:<18} {row.sharder:<20} {row.status:<8} {ratio} "
-                      f"{row.reason[:80]}", markup=False, highlight=False)
-
     start = time.perf_counter()
     console.print(f"suite {suite}: {len(specs)} task(s) x {len(names)} sharder(s)")
     rows = run_suite(suite, specs, model, out, names,
-                     {"seed": seed, "time_limit": time_limit}, on_row=show, fresh=fresh,
+                     {"seed": seed, "time_limit": time_limit}, on_row=_show_row, fresh=fresh,
                      given=given, cost_model_id=model_id, save_plans=torchrec)
     rows = [r for r in read_rows(out / f"{suite}.csv") if r.cost_model_id == model_id]
     breakdown = read_structured(out / f"{suite}.devices.json") if (
@@ -92,9 +86,15 @@ def compare(
         _log_wandb(tracker, rows, plots)
 
 
+def _show_row(row: CompareRow) -> None:
+    ratio = "" if row.status != "ok" else f"cost/bound {row.cost_ratio:.3f}"
+    console.print(f"  {row.task:<18} {row.sharder:<20} {row.status:<8} {ratio} "
+                  f"{row.reason[:80]}", markup=False, highlight=False)
+
+
 def _torchrec_opinions(suite: str, specs: Any, out: Path, names: list[str], model: Any,
                        fresh: bool) -> None:
-    from autoshard.torchrec_compare import opinions_markdown, run_opinions
+    from autoshard.torchrec.opinion import opinions_markdown, run_opinions
 
     path = out / f"{suite}.torchrec.csv"
     if fresh and path.is_file():
@@ -130,11 +130,17 @@ def _markdown(suite: str, model: str, table: str, rows: list[CompareRow], second
     per_task = ["| task | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     per_task += [f"| {t} | " + " | ".join(cell.get((t, n), "") for n in names) + " |"
                  for t in tasks]
+    found = [f"| {r.task} | {r.sharder} | {r.found_by} |" for r in rows if r.found_by]
+    how = ("\n## How the plans were found\n\nThe winning candidate of each sharder that "
+           "weighs several (its source: the learned policy, the policy over a split of the "
+           "dominant tables, a rival sharder, the MILP) and what each search step took off "
+           "its step cost.\n\n| task | sharder | found by |\n|---|---|---|\n"
+           + "\n".join(found) + "\n") if found else ""
     return (f"# Comparison: suite `{suite}`\n\nCommand: `{command}`  \n"
             f"Machine: {describe_machine()}  \nCost model: {model}; this run took "
             f"{seconds:.1f} s (rows kept from earlier runs are not re-timed).\n\n"
             f"## Per sharder\n\n{table}\n## Step cost / lower bound per task\n\n"
-            + "\n".join(per_task) + "\n")
+            + "\n".join(per_task) + "\n" + how)
 
 
 def _log_wandb(tracker: Tracker, rows: list[CompareRow], plots: list[Path]) -> None:

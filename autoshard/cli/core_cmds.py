@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table as RichTable
 
-from autoshard.cli import app
+from autoshard.cli.app import app
 from autoshard.cli.common import (
     BatchOpt,
     CostModelOpt,
@@ -37,8 +37,7 @@ from autoshard.cost import CostModel, load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.hardware import BUNDLED, load_hardware
-from autoshard.limits import check_finite_costs
-from autoshard.memory import check_pipeline
+from autoshard.limits import check_finite_costs, one_of
 from autoshard.plan import Plan
 from autoshard.sharders import (
     accepted_options,
@@ -48,6 +47,7 @@ from autoshard.sharders import (
     list_sharders,
 )
 from autoshard.task import ShardingTask
+from autoshard.torchrec.reservation import check_pipeline
 
 
 @app.command()
@@ -77,24 +77,12 @@ def plan(
     options it takes.
     """
     check_output_path(output)
-    if not (math.isfinite(time_limit) and time_limit > 0):
-        raise InputError("must be > 0", source="command line", field="--time-limit",
-                         value=time_limit)
-    with options_named():
-        options = common_options(sharder, {"seed": seed, "time_limit": time_limit})
-    given = parse_opts(opt, [sharder]).get(sharder, {})
-    if policy is not None:
-        if "policy" not in accepted_options(sharder):
-            raise InputError(f"sharder '{sharder}' takes no policy (the ppo sharder does)",
-                             source="command line", field="--policy", value=str(policy))
-        given["policy"] = str(policy)
-    with options_named(sharder_options=True):
-        check_sharder_options(sharder, given)
+    options = _sharder_options(sharder, seed, time_limit, opt, policy)
     task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
                       overhead=overhead)
     with options_named():
         model = load_cost_model(cost_model)
-        chosen = get_sharder(sharder, **{**options, **given})
+        chosen = get_sharder(sharder, **options)
     if note := machine_warning(model):
         typer.echo(f"warning: {note}", err=True)
     start = time.perf_counter()
@@ -108,11 +96,35 @@ def plan(
                         "lower_bound_ms": report.lower_bound_ms}, f"{tables}: {sharder}'s plan")
     result.save(output)
     if json_out:
-        print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output)))
+        found = None if result.provenance is None else result.provenance.to_dict()
+        print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output),
+                        provenance=found))
         return
     show_report(report)
+    if result.provenance is not None:
+        console.print(f"found by {result.provenance.summary()}", markup=False)
     console.print(f"planned {task.num_tables} tables on {task.num_devices} devices in "
                   f"{seconds:.3f} s; wrote {output}")
+
+
+def _sharder_options(sharder: str, seed: int, time_limit: float, opt: list[str] | None,
+                     policy: Path | None) -> dict[str, object]:
+    """The options ``plan`` makes its sharder with: the common settings it takes, then those
+    given for it (checked strictly)."""
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        raise InputError("must be > 0", source="command line", field="--time-limit",
+                         value=time_limit)
+    with options_named():
+        options = common_options(sharder, {"seed": seed, "time_limit": time_limit})
+    given = parse_opts(opt, [sharder]).get(sharder, {})
+    if policy is not None:
+        if "policy" not in accepted_options(sharder):
+            raise InputError(f"sharder '{sharder}' takes no policy (the ppo sharder does)",
+                             source="command line", field="--policy", value=str(policy))
+        given["policy"] = str(policy)
+    with options_named(sharder_options=True):
+        check_sharder_options(sharder, given)
+    return {**options, **given}
 
 
 @app.command("evaluate")
@@ -150,11 +162,7 @@ def evaluate_cmd(
     if loaded.hardware and loaded.hardware != task.hardware.name:
         typer.echo(f"note: {plan_file} was planned for '{loaded.hardware}', evaluated on "
                    f"'{task.hardware.name}'", err=True)
-    if bound not in ("simple", "lp"):
-        raise InputError("must be 'simple' or 'lp'", field="--bound", value=bound)
-    if estimator not in ("ours", "torchrec"):
-        raise InputError("must be 'ours' or 'torchrec'", field="--estimator", value=estimator)
-    check_pipeline(torchrec_pipeline, "--torchrec-pipeline")
+    _check_choices(bound, estimator, torchrec_pipeline)
     bound_ms = None
     if bound == "lp" and not loaded.is_split:
         from autoshard.sharders.recshard import recshard_bound
@@ -165,7 +173,7 @@ def evaluate_cmd(
                         "lower_bound_ms": report.lower_bound_ms}, f"{plan_file}")
     second = None
     if estimator == "torchrec":
-        from autoshard.torchrec_estimate import estimate_plan
+        from autoshard.torchrec.estimate import estimate_plan
 
         second = estimate_plan(loaded, task, pipeline=torchrec_pipeline)
         ours = per_table_ms(loaded, task, model)
@@ -180,6 +188,13 @@ def evaluate_cmd(
     show_report(report)
     if second is not None:
         show_torchrec_estimate(report, second, ours)
+
+
+def _check_choices(bound: str, estimator: str, pipeline: str) -> None:
+    """Rejects an unknown ``--bound``, ``--estimator`` or ``--torchrec-pipeline``."""
+    one_of(bound, ("simple", "lp"), "--bound", "command line")
+    one_of(estimator, ("ours", "torchrec"), "--estimator", "command line")
+    check_pipeline(pipeline, "--torchrec-pipeline", "command line")
 
 
 def per_table_ms(plan: Plan, task: ShardingTask, model: CostModel) -> dict[str, float]:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autoshard.cli import app
+from autoshard.cli.app import app
 from autoshard.cli.common import check_output_path, console, print_json
 from autoshard.errors import InputError
 
@@ -27,7 +27,7 @@ def bench(
     """Time embedding operators over a grid; resumes a partly written CSV."""
     import torch
 
-    from cost_models.microbench import device_configs, sweep
+    from autoshard.cost_models.microbench import device_configs, sweep
 
     check_output_path(output)
     if device not in ("cpu", "cuda"):
@@ -92,9 +92,9 @@ def fit_cmd(
     stat: StatOpt = "p10",
 ) -> None:
     """Fit the LightGBM cost model on all rows of the data and save it (text model + JSON)."""
-    from cost_models.evaluate import metrics
-    from cost_models.features import dataset
-    from cost_models.model import LightGBMCostModel
+    from autoshard.cost_models.evaluate import metrics
+    from autoshard.cost_models.features import dataset
+    from autoshard.cost_models.model import LightGBMCostModel
 
     if wandb_mode not in ("disabled", "offline"):
         raise InputError("must be disabled or offline", field="wandb_mode", value=wandb_mode)
@@ -160,9 +160,9 @@ def eval_cmd(
     The report is printed, and written to ``--output`` when given; the model directory is only
     read.
     """
+    from autoshard.cost_models.evaluate import metrics
+    from autoshard.cost_models.features import FEATURE_NAMES, dataset
     from autoshard.fileio import write_structured
-    from cost_models.evaluate import metrics
-    from cost_models.features import FEATURE_NAMES, dataset
 
     if output is not None:
         if output.resolve().is_relative_to(model_dir.resolve()):
@@ -202,9 +202,9 @@ def compare_cmd(
     """
     import torch
 
-    from cost_models.evaluate import compare, plot
-    from cost_models.features import dataset
-    from cost_models.report import write_report
+    from autoshard.cost_models.evaluate import compare, plot
+    from autoshard.cost_models.features import dataset
+    from autoshard.cost_models.report import write_report
 
     if not 0.0 < test_share < 1.0:
         raise InputError("must be in (0, 1)", field="test_share", value=test_share)
@@ -220,7 +220,7 @@ def compare_cmd(
          f"held-out configurations, {', '.join(info.get('hardware', []))}")  # type: ignore
     info["stat"] = stat
     if len(frames) >= 2:
-        from cost_models.evaluate import repeatability
+        from autoshard.cost_models.evaluate import repeatability
 
         result["repeatability"] = dict(repeatability(frames[0], frames[1], stat),
                                        data=f"{data[0]} vs {data[1]}")
@@ -246,7 +246,7 @@ def calibrate_cmd(
     corrected to it (per-operator scale + small residual correction); resumes its sample."""
     import torch
 
-    from cost_models.calibrate import BUDGET_S, calibrate
+    from autoshard.cost_models.calibrate import BUDGET_S, calibrate
 
     budget_s = BUDGET_S if budget_s is None else budget_s
     if not budget_s > 0 or size < 10:

@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
-from autoshard.cli import app
+from autoshard.cli.app import app
 from autoshard.cli.common import check_output_path, check_trace_size, console, print_json
 from autoshard.errors import InputError
 

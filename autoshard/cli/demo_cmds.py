@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table as RichTable
 
-from autoshard.cli import app
+from autoshard.cli.app import app
 from autoshard.cli.common import PolicyOpt, check_trace_size, console
 from autoshard.compare import CompareRow, FixedTask, model_identity, read_rows, run_suite
 from autoshard.compare_report import markdown_table, summarize, write_plots

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autoshard.cli import app
+from autoshard.cli.app import app
 from autoshard.cli.common import (
     BatchOpt,
     DevicesOpt,
@@ -61,12 +61,8 @@ def export(
     state, for the training pipeline ``--overhead`` names: with ``torchrec-prefetch`` the
     caches are exported prefetched, for TorchRec's prefetch pipeline); by default the caches of
     ranks it would overfill are lowered until they fit, and the tables changed are listed.
-    Load the file in Python with ``autoshard.export_torchrec.load_sharding_plan(path)``.
+    Load the file in Python with ``autoshard.torchrec.export.load_sharding_plan(path)``.
     """
-    from autoshard.export_torchrec import export_doc, table_shardings, to_plan
-    from autoshard.fileio import write_structured
-    from autoshard.torchrec_memory import fit_shardings
-
     if to not in TARGETS:
         raise InputError(f"must be one of {', '.join(TARGETS)}", field="--to", value=to)
     check_output_path(output)
@@ -75,6 +71,17 @@ def export(
     loaded = Plan.load(plan_file)
     task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
                       default=loaded.workload, overhead=overhead)
+    _export(plan_file, loaded, task, output, fitted_plan, fit, check)
+
+
+def _export(plan_file: Path, loaded: Plan, task: Any, output: Path, fitted_plan: Path | None,
+            fit: bool, check: bool) -> None:
+    """Writes the description of ``loaded`` (and the fitted plan) and says what it holds."""
+    from autoshard.fileio import write_structured
+    from autoshard.torchrec.export import export_doc
+    from autoshard.torchrec.shardings import table_shardings, to_plan
+    from autoshard.torchrec.storage import fit_shardings
+
     try:
         shardings = table_shardings(loaded, task)
         changed: list[str] = []
@@ -105,13 +112,13 @@ def _check(doc: dict[str, Any], task: Any) -> None:
     """TorchRec loads the description, its sharder accepts every table's sharding, and its
     storage estimator fits every rank; else a PlannerError naming what fails."""
     from autoshard.errors import gib
-    from autoshard.export_torchrec import (
+    from autoshard.torchrec.estimate import estimate_shardings
+    from autoshard.torchrec.export import (
         check_sharding_plan,
         load_sharding_plan,
         meta_collection,
         read_export,
     )
-    from autoshard.torchrec_estimate import estimate_shardings
 
     sharding_plan = load_sharding_plan(doc)
     _, shardings = read_export(doc)

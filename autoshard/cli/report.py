@@ -6,7 +6,7 @@ from rich.table import Table as RichTable
 
 from autoshard.cli.common import console
 from autoshard.evaluator import CostReport
-from autoshard.torchrec_estimate import TorchRecEstimate
+from autoshard.torchrec.estimate import TorchRecEstimate
 
 
 def show_report(report: CostReport, title: str = "") -> None:

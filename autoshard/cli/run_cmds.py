@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table as RichTable
 
-from autoshard.cli import app
+from autoshard.cli.app import app
 from autoshard.cli.common import (
     BatchOpt,
     CostModelOpt,

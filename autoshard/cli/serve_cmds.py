@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table as RichTable
 
-from autoshard.cli import app
+from autoshard.cli.app import app
 from autoshard.cli.common import JsonOpt, check_output_path, console, print_json
 from autoshard.errors import InputError
 

@@ -1,6 +1,6 @@
 """`autoshard train`: trains the `ppo` sharder's policy.
 
-Every :class:`training.config.TrainConfig` field is an option (``--learning-rate``,
+Every :class:`autoshard.training.config.TrainConfig` field is an option (``--learning-rate``,
 ``--train-devices 2 --train-devices 8``, ...), generated from the dataclass itself: its type,
 its one-line documentation and its default, so nothing is declared twice.
 """
@@ -15,9 +15,9 @@ from typing import Annotated, Any
 
 import typer
 
-from autoshard.cli import app
+from autoshard.cli.app import app
 from autoshard.cli.common import console
-from training.config import TrainConfig, field_help
+from autoshard.training.config import TrainConfig, field_help
 
 
 def _option_type(hint: Any) -> Any:
@@ -47,7 +47,7 @@ def _config_parameters() -> list[inspect.Parameter]:
 def train(resume: bool = False, export: Path | None = None, export_policy: Path | None = None,
           **values: Any) -> None:
     """Train the `ppo` sharder's policy with MaskablePPO on autoshard/Placement-v0."""
-    from training.train import train as run_training
+    from autoshard.training.train import train as run_training
 
     given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                              for k, v in values.items() if v is not None}

@@ -62,7 +62,7 @@ def run_plan(plan: Plan, task: ShardingTask, config: RunConfig,
         check_trace(config.trace, task, config.batch_size)
     spec: dict[str, Any] = {
         "tables": [t.to_dict() for t in task.tables],
-        "placements": plan.to_dict()["placements"],
+        "plan": plan.to_dict(),
         "config": config.to_dict(),
     }
     launched = torchrun_env()

@@ -46,7 +46,7 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
     """Runs ``world`` ranks of ``spec`` here; returns rank 0's gathered results.
 
     Args:
-        spec: What every rank runs (tables, placements, config).
+        spec: What every rank runs (tables, plan, config).
         world: Number of ranks.
         timeout_s: Longest time a rank may go without progress.
         logs: Folder for the ranks' logs (a temporary one if None); kept when the run fails,

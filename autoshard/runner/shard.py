@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autoshard.plan import Plan
 from autoshard.runner.config import RunConfig, ShardTable
 from autoshard.runner.data import TableBatch, split_tier
 from autoshard.runner.kernels import FbgemmTier, TierTable, TorchTier
@@ -13,30 +14,28 @@ from autoshard.runner.kernels import FbgemmTier, TierTable, TorchTier
 TIERS = ("hbm", "uvm")
 
 
-def rank_tables(placements: Sequence[dict[str, Any]], table_dims: dict[str, tuple[int, int, int]],
-                rank: int) -> list[ShardTable]:
+def rank_tables(plan: Plan, table_dims: dict[str, tuple[int, int, int]], rank: int
+                ) -> list[ShardTable]:
     """The tables and shards the plan puts on ``rank``, in task order (a table's shards in row,
     then column order).
 
     Args:
-        placements: The plan document's placements: ``{table, device, hbm_rows}`` or ``{table,
-            sharding, shards: [{device, rows: [start, end], cols: [start, end], hbm_rows}]}``.
+        plan: The plan.
         table_dims: Table name -> (position in the task, rows, dim).
         rank: This rank.
     """
     mine = []
-    for p in placements:
-        position, rows, dim = table_dims[p["table"]]
-        if "shards" not in p:
-            if int(p["device"]) == rank:
-                mine.append(ShardTable(p["table"], position, rows, dim, int(p["hbm_rows"])))
-            continue
-        for s in p["shards"]:
-            if int(s["device"]) != rank:
+    for p in plan.placements:
+        position, rows, dim = table_dims[p.table]
+        for s in p.pieces(rows, dim):
+            if s.device != rank:
                 continue
-            (r0, r1), (c0, c1) = s["rows"], s["cols"]
-            mine.append(ShardTable(p["table"], position, r1 - r0, c1 - c0, int(s["hbm_rows"]),
-                                   table_rows=rows, table_dim=dim, row_start=r0, col_start=c0))
+            if not p.is_split:
+                mine.append(ShardTable(p.table, position, rows, dim, s.hbm_rows))
+                continue
+            mine.append(ShardTable(p.table, position, s.rows, s.cols, s.hbm_rows,
+                                   table_rows=rows, table_dim=dim, row_start=s.row_start,
+                                   col_start=s.col_start))
     return sorted(mine, key=lambda t: (t.position, t.row_start, t.col_start))
 
 
@@ -49,7 +48,7 @@ class PreparedBatch:
     uvm_lookups: int
 
 
-class Shard:
+class RankShard:
     """The rank's tables: hottest ``hbm_rows`` rows of each in the fast tier, the rest in host
     memory (on CPU both tiers are host DRAM; the split is kept so that both run as planned).
 

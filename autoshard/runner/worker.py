@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 
 from autoshard.fileio import atomic_write_text
+from autoshard.plan import Plan
 from autoshard.runner.config import FAULT_ENV, RunConfig, ShardTable
 from autoshard.runner.data import TableBatch, shard_lookups, synthetic_batch, trace_batches
 from autoshard.runner.exchange import Assembly, Exchange
-from autoshard.runner.shard import PreparedBatch, Shard
+from autoshard.runner.shard import PreparedBatch, RankShard
 from autoshard.tables import Table
 
 Progress = Callable[[str], None]
@@ -93,8 +94,9 @@ def run_rank(spec: dict[str, Any], rank: int, world: int, init_method: str,
         progress("connected")
         dims = {d["name"]: (i, int(d["rows"]), int(d["dim"]))
                 for i, d in enumerate(spec["tables"])}
-        layout = [rank_tables(spec["placements"], dims, r) for r in range(world)]
-        shard = Shard(layout[rank], config, device)
+        plan = Plan.from_dict(spec["plan"], source="run spec")
+        layout = [rank_tables(plan, dims, r) for r in range(world)]
+        shard = RankShard(layout[rank], config, device)
         progress("built")
         prepared = [shard.prepare(b) for b in make_batches(spec, layout[rank], config)]
         exchange = Exchange([sum(t.dim for t in ts) for ts in layout], config.batch_size,
@@ -109,7 +111,7 @@ def run_rank(spec: dict[str, Any], rank: int, world: int, init_method: str,
         dist.destroy_process_group()
 
 
-def run_steps(shard: Shard, exchange: Exchange, assembly: Assembly,
+def run_steps(shard: RankShard, exchange: Exchange, assembly: Assembly,
               prepared: list[PreparedBatch], config: RunConfig, rank: int,
               progress: Progress) -> dict[str, list[float]]:
     """Warm-up and timed steps; each part's time per timed step, ms (the assembly of split
@@ -173,7 +175,7 @@ def record(times: dict[str, list[float]], wall: list[float], cpu: list[float]) -
     times["step"].append((wall[-1] - wall[0]) * 1e3)
 
 
-def summarise(rank: int, shard: Shard, prepared: list[PreparedBatch],
+def summarise(rank: int, shard: RankShard, prepared: list[PreparedBatch],
               times: dict[str, list[float]], device: Any, backend: str) -> dict[str, Any]:
     """Per-rank medians of every part, and of the derived components."""
     t = {k: np.asarray(v) for k, v in times.items()}

@@ -23,8 +23,9 @@ _ENTRIES: dict[str, str] = {
     "size_lookup_greedy": "autoshard.sharders.greedy:SizeLookupGreedy",
     "split_lookup_greedy": "autoshard.sharders.greedy:SplitLookupGreedy",
     "recshard": "autoshard.sharders.recshard:RecShard",
-    "torchrec": "autoshard.sharders.torchrec_planner:TorchRecSharder",
+    "torchrec": "autoshard.torchrec.sharder:TorchRecSharder",
     "ppo": "autoshard.sharders.ppo:PPOSharder",
+    "ppo-policy": "autoshard.sharders.ppo:PPOPolicySharder",
 }
 
 

@@ -6,7 +6,7 @@ split as ``split_lookup_greedy`` and ``recshard`` split them
 (:func:`autoshard.splitting.split_heavy_tables`), and the policy also places the resulting shards
 as items (each shard priced like a table through the cost model); its split decodes compete with
 its whole-table ones. In one more decode the policy chooses the splits itself
-(:mod:`autoshard.sharders.ppo_choice`): at each dominant table it either places the table whole
+(:mod:`autoshard.policy.choice`): at each dominant table it either places the table whole
 or splits it as the heuristic would and places its shards (``ppo-choice-greedy``).
 
 The policy is read safely: a JSON config and a plain state dict of tensors
@@ -25,9 +25,13 @@ from typing import Any, ClassVar
 import autoshard
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
+from autoshard.evaluator import plan_cost_ms, step_cost_ms
 from autoshard.plan import Plan
-from autoshard.sharders.ppo_polish import Curves, plan_cost_ms, polish_plan, step_cost_ms
-from autoshard.shards import ShardGeometry, ShardLayout, for_torchrec, pricing_task
+from autoshard.provenance import Provenance
+from autoshard.search.polish import polish_plan
+from autoshard.search.stage import refine
+from autoshard.search.waterfill import Curves
+from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.task import ShardingTask
 
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).
@@ -96,15 +100,15 @@ class PPOSharder:
     with the split choice in the policy's actions (``ppo-choice-greedy``,
     ``ppo-choice-sample-i``: the policy decides, table by table, which dominant tables to split).
     Each is priced by the cost model; with ``polish``, the cheapest then goes through the
-    improvement stage of :mod:`autoshard.sharders.ppo_polish` (HBM rows re-chosen per device,
+    improvement stage of :mod:`autoshard.search.polish` (HBM rows re-chosen per device,
     tables and shards moved off the most loaded device), competing as ``<name>+polish`` if
     that improves it (the stage stops after a number of rounds, so plans stay deterministic,
     unless its time guard ends it first, as on large tasks); on tasks with fewer than
     :data:`FINE_TABLES_PER_DEVICE` tables per device the decodes also run over a finer split
     (``ppo-fine-greedy``, ...), whose best is polished too, and so is the best whole-table
     plan. Where tables dominate (the split decodes ran) the cheapest then has its heaviest
-    tables' splits re-chosen (:mod:`autoshard.sharders.ppo_resplit`) and kicks around it
-    (:mod:`autoshard.sharders.ppo_kick`), winning as ``<name>+resplit`` / ``+kick`` where
+    tables' splits re-chosen (:mod:`autoshard.search.resplit`) and kicks around it
+    (:mod:`autoshard.search.kick`), winning as ``<name>+resplit`` / ``+kick`` where
     that lowers its cost; on tasks over :data:`SMALL_TASK` pairs only the re-split's quick
     mode runs (the dearest table on the most loaded device split into a few column blocks or
     by rows). The cheapest step cost wins (ties: the earlier candidate).
@@ -150,8 +154,8 @@ class PPOSharder:
         reason = _missing(self.policy)
         if reason:
             raise InputError(reason, field="policy", value=str(self.policy))
-        from autoshard.sharders.ppo_choice import GRIDS
-        from autoshard.sharders.ppo_policy import load_policy, regrid
+        from autoshard.policy.choice import GRIDS
+        from autoshard.policy.network import load_policy, regrid
 
         net, self._multipliers, _ = load_policy(self.policy)
         # The policy on one option grid (whole tables) and on two (with the split choice).
@@ -166,9 +170,14 @@ class PPOSharder:
         winner = min(costs, key=costs.__getitem__)
         large = not _small(task)
         if self.polish and (dominated or (large and self.split)):
-            winner = self._search(task, cost_model, costs, plans, winner, large)
+            refined = refine(plans[winner], task, cost_model, costs[winner], large=large,
+                             seed=self.seed)
+            for tag, cost in refined.steps:
+                winner = f"{winner}+{tag}"
+                costs[winner], plans[winner] = cost, refined.plan
         self.last_choice = Choice(winner, costs)
-        return replace(plans[winner], sharder=self.name)
+        return replace(plans[winner], sharder=self.name,
+                       provenance=provenance(winner, costs))
 
     def _policy_plans(self, task: ShardingTask, cost_model: CostModel
                       ) -> tuple[dict[str, float], dict[str, Plan], bool]:
@@ -211,7 +220,7 @@ class PPOSharder:
                        samples: int, costs: dict[str, float], plans: dict[str, Plan]) -> None:
         """Adds the decodes in which the policy chooses which tables of ``geometry``'s split to
         split (``ppo-choice-greedy``, ``ppo-choice-sample-i``)."""
-        from autoshard.sharders.ppo_policy import decode_choice
+        from autoshard.policy.network import decode_choice
 
         try:
             episodes = decode_choice(self._choice_net, self._multipliers, task, cost_model,
@@ -228,7 +237,7 @@ class PPOSharder:
     def _decode(self, task: ShardingTask, cost_model: CostModel, samples: int, prefix: str
                 ) -> list[tuple[str, Any]]:
         """The policy's greedy and ``samples`` sampled episodes on ``task``, named."""
-        from autoshard.sharders.ppo_policy import decode
+        from autoshard.policy.network import decode
 
         episodes = decode(self._net, self._multipliers, task, cost_model, samples, self.seed)
         names = [f"{prefix}-greedy"] + [f"{prefix}-sample-{i}" for i in range(samples)]
@@ -237,7 +246,7 @@ class PPOSharder:
     @staticmethod
     def _polish(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
                 plans: dict[str, Plan]) -> None:
-        """Polishes the cheapest candidate (:func:`autoshard.sharders.ppo_polish.polish_plan`)
+        """Polishes the cheapest candidate (:func:`autoshard.search.polish.polish_plan`)
         and the cheapest of each group of :data:`POLISHED_GROUPS` and :data:`WHOLE_GROUP`
         (split pieces a polish can balance better than their raw cost shows, and on a task
         planned for TorchRec row shards stay one per device, which a whole-table plan's polish
@@ -258,27 +267,6 @@ class PPOSharder:
             if cost < costs[name]:
                 costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
 
-    def _search(self, task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
-                plans: dict[str, Plan], winner: str, large: bool = False) -> str:
-        """The winner's heaviest tables split again (:mod:`autoshard.sharders.ppo_resplit`),
-        then kicks around it (:mod:`autoshard.sharders.ppo_kick`); each step that lowers the
-        cost adds ``+resplit`` / ``+kick`` to the winner's name, which is returned. On a
-        ``large`` task only the re-split's quick mode runs."""
-        from functools import partial
-
-        from autoshard.sharders.ppo_kick import kick_plan
-        from autoshard.sharders.ppo_resplit import resplit_plan
-
-        steps = [("resplit", partial(resplit_plan, quick=large))]
-        if not large:
-            steps.append(("kick", partial(kick_plan, seed=self.seed)))
-        for tag, step in steps:
-            plan, cost = step(plans[winner], task, cost_model, costs[winner])
-            if cost < costs[winner]:
-                winner = f"{winner}+{tag}"
-                costs[winner], plans[winner] = cost, plan
-        return winner
-
     @staticmethod
     def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
                     plans: dict[str, Plan]) -> None:
@@ -293,6 +281,39 @@ class PPOSharder:
                 continue
             costs[name] = plan_cost_ms(plan, task, cost_model)
             plans[name] = plan
+
+
+class PPOPolicySharder(PPOSharder):
+    """The learned policy alone: its greedy decodes (whole tables, shards of the dominant
+    tables, and the decode in which it chooses the splits), without rival sharders or the
+    search stage; the cheapest decode wins. ``ppo`` adds those to it; comparing the two shows
+    what the policy contributes.
+
+    Args:
+        policy, threads, samples, seed, split: As for :class:`PPOSharder`.
+    """
+
+    name: ClassVar[str] = "ppo-policy"
+    summary: ClassVar[str] = "learned placement policy alone: its decodes, no rivals, no search"
+
+    def __init__(self, policy: str | Path | None = None, threads: int = 1,
+                 samples: int | None = None, seed: int = 0, split: bool = True) -> None:
+        super().__init__(policy, threads, samples, candidates=False, seed=seed, split=split,
+                         polish=False)
+
+
+def provenance(winner: str, costs: dict[str, float]) -> Provenance:
+    """How the winning candidate ``winner`` (``<candidate>+<step>+...``) was found, from every
+    candidate's step cost (each step's result is a candidate of its own name)."""
+    base, *stages = winner.split("+")
+    steps, name = [], base
+    for stage in stages:
+        name = f"{name}+{stage}"
+        steps.append((stage, costs[name]))
+    source = ("rival sharder" if base in CANDIDATES else
+              "policy" if base.startswith(("ppo-greedy", "ppo-sample")) else
+              "policy over splits")
+    return Provenance(base, source, costs[base], tuple(steps), tuple(costs.items()))
 
 
 def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = True
@@ -315,7 +336,7 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
         tag = "ppo-node" if local else "ppo"
         choice = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=local)
         found = [("split", choice.geometry)] if choice.split_tables.size else []
-        if for_torchrec(task) and found:
+        if task.reservation.keeps_room and found:
             rows = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=local,
                                       rows_only=True)
             found.append(("rows", rows.geometry))

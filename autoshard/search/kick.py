@@ -1,12 +1,12 @@
 """Kicks: an iterated local search around the improvement stage's result.
 
-The polish (:mod:`autoshard.sharders.ppo_polish`) stops where no single move or swap off the
+The polish (:mod:`autoshard.search.polish`) stops where no single move or swap off the
 most loaded device helps: a local optimum, and with HBM reserved per table (TorchRec's buffers)
 often a poor one, since moving one table there moves its reservation too. Each kick moves
 :data:`MOVED` items drawn at random from the two most loaded devices to devices drawn at random
 (items a split pins to a device or a node stay), clears every HBM row and polishes the result
 again; the cheapest plan found is kept. Kicks run until :data:`KICKS` of them or the time guard
-(:func:`autoshard.sharders.ppo_polish.step_seconds`) is spent; the generator is seeded, so a
+(:func:`autoshard.search.polish.step_seconds`) is spent; the generator is seeded, so a
 run on the same machine is repeatable unless the guard ends it first. The result is never worse
 than the input.
 """
@@ -17,12 +17,12 @@ import time
 
 import numpy as np
 
+from autoshard import kinds
 from autoshard.cost import CostModel
 from autoshard.plan import Plan
-from autoshard.sharders.ppo_polish import Curves, polish_plan, step_seconds
+from autoshard.search.polish import polish_plan, step_seconds
+from autoshard.search.waterfill import Curves
 from autoshard.shards import (
-    KIND,
-    TABLE_ROW_WISE,
     ShardLayout,
     fixed_shards,
     plan_layout,
@@ -47,7 +47,7 @@ def kick_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float
         cost: The plan's step cost.
         seed: Seeds the draws.
         kicks: Kicks at most.
-        seconds: Time guard (default: :func:`autoshard.sharders.ppo_polish.step_seconds` of
+        seconds: Time guard (default: :func:`autoshard.search.polish.step_seconds` of
             the plan's items).
     """
     layout = plan_layout(plan, task)
@@ -55,7 +55,7 @@ def kick_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float
     items = pricing_task(task, g)
     stop = time.perf_counter() + (seconds if seconds is not None
                                   else step_seconds(g.num_shards, task.num_devices))
-    pinned = fixed_shards(task, g) | (g.kind == KIND[TABLE_ROW_WISE])
+    pinned = fixed_shards(task, g) | kinds.node_local(g.kind)
     movable = np.flatnonzero(~pinned)
     rng = np.random.default_rng(seed)
     curves: dict[bytes, Curves] = {}

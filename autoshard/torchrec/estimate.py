@@ -39,24 +39,21 @@ from typing import Any
 import numpy as np
 
 from autoshard.errors import PlannerError
-from autoshard.export_torchrec import (
-    FUSED_UVM_CACHING,
-    TableSharding,
-    meta_collection,
-    table_shardings,
-    torchrec_unavailable,
-)
-from autoshard.memory import check_pipeline, pipeline_of
 from autoshard.plan import Plan
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
+from autoshard.torchrec import torchrec_unavailable
+from autoshard.torchrec.export import meta_collection
+from autoshard.torchrec.mapping import FUSED_UVM_CACHING
+from autoshard.torchrec.reservation import check_pipeline, pipeline_of
+from autoshard.torchrec.shardings import TableSharding, table_shardings
 
 _BYTES_PER_MS_PER_GBPS = 1e6  # 1 GB/s = 1e9 bytes/s = 1e6 bytes/ms (TorchRec's unit)
 
 
 def task_pipeline(task: ShardingTask, pipeline: str | None = None) -> str:
-    """``pipeline`` checked, or (None) the one the task's ``overhead`` reserves HBM for."""
-    return pipeline_of(task.overhead) if pipeline is None else check_pipeline(pipeline)
+    """``pipeline`` checked, or (None) the one the task's reservation keeps HBM for."""
+    return pipeline_of(task.reservation) if pipeline is None else check_pipeline(pipeline)
 
 
 @dataclass(frozen=True)
@@ -126,8 +123,9 @@ class TorchRecEstimate:
 def estimate_plan(plan: Plan, task: ShardingTask, use_stats: bool = True,
                   pipeline: str | None = None) -> TorchRecEstimate:
     """``plan`` priced and sized by TorchRec's estimators on the task's topology, for a run in
-    TorchRec's training ``pipeline`` (:data:`autoshard.memory.PIPELINES`; None: the one the
-    task's ``overhead`` is for, :func:`autoshard.memory.pipeline_of`)."""
+    TorchRec's training ``pipeline`` (:data:`autoshard.torchrec.reservation.PIPELINES`; None:
+    the one the task's reservation is for, :func:`autoshard.torchrec.reservation.pipeline_of`).
+    """
     return estimate_shardings(table_shardings(plan, task), task, use_stats, pipeline)
 
 

@@ -3,7 +3,7 @@ improvement stage.
 
 The split choice the decodes place (:func:`autoshard.splitting.split_heavy_tables`) is made
 before any table is placed, from each table's price alone. Where HBM is reserved per shard
-(TorchRec's buffers, ``overhead="torchrec"``) or a table-row-wise split spreads a table's work
+(TorchRec's buffers, the ``torchrec`` reservation) or a table-row-wise split spreads a table's work
 where a column split would not, the best split of a table depends on what else is on its
 devices. This step revisits it on the plan itself:
 
@@ -13,12 +13,12 @@ devices. This step revisits it on the plan itself:
 - Each such table is tried in every other sharding :func:`autoshard.splitting.candidate_splits`
   offers (whole too); its new shards go where the split fixes them (one per device of the
   world or of a node) or on the least loaded devices, with no HBM row.
-- Every variant's HBM is water-filled (:func:`autoshard.sharders.ppo_polish.polish_plan` with no
+- Every variant's HBM is water-filled (:func:`autoshard.search.polish.polish_plan` with no
   move); the :data:`FINALISTS` cheapest are polished in full and the cheapest of those replaces
   the plan when it lowers the step cost.
 
 Rounds repeat until none does or the time guard
-(:func:`autoshard.sharders.ppo_polish.step_seconds`) runs out; the result is never worse than
+(:func:`autoshard.search.polish.step_seconds`) runs out; the result is never worse than
 the input. On large tasks (where the sharder skips the split decodes) a quick mode keeps the
 planning time: the dearest table on the most loaded device only, column blocks of at most
 :data:`QUICK_BLOCKS`, the water-filled variants competing as they are, within
@@ -31,12 +31,12 @@ import time
 
 import numpy as np
 
+from autoshard import kinds
 from autoshard.cost import CostModel
-from autoshard.plan import COLUMN_WISE, Plan
-from autoshard.sharders.ppo_polish import Curves, polish_plan, step_seconds
+from autoshard.plan import Plan
+from autoshard.search.polish import polish_plan, step_seconds
+from autoshard.search.waterfill import Curves
 from autoshard.shards import (
-    KIND,
-    TABLE_ROW_WISE,
     ShardGeometry,
     ShardLayout,
     one_per_device,
@@ -67,7 +67,7 @@ def resplit_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: fl
         task: The task.
         cost_model: Prices the variants.
         cost: The plan's step cost.
-        seconds: Time guard (default: :func:`autoshard.sharders.ppo_polish.step_seconds` of
+        seconds: Time guard (default: :func:`autoshard.search.polish.step_seconds` of
             the plan's tables; in the quick mode at most :data:`QUICK_SECONDS`).
         quick: For large tasks: only the dearest table on the most loaded device, column
             blocks of at most :data:`QUICK_BLOCKS`, and the water-filled variants compete as
@@ -138,7 +138,7 @@ def _variants(plan: Plan, task: ShardingTask, cost_model: CostModel, quick: bool
                   whole_tables(task, np.array([t]))]:
             if (int(v.kind[0]), v.num_shards) == current or not _worth_trying(v, n_d):
                 continue
-            if quick and int(v.kind[0]) == KIND[COLUMN_WISE] and v.num_shards > QUICK_BLOCKS:
+            if quick and kinds.splits_cols(v.kind[0]) and v.num_shards > QUICK_BLOCKS:
                 continue
             out.append(ShardLayout(
                 ShardGeometry.concat([g.take(rest), v]),
@@ -156,12 +156,12 @@ def _worth_trying(v: ShardGeometry, devices: int) -> bool:
 
 def _devices(task: ShardingTask, v: ShardGeometry, load: np.ndarray) -> np.ndarray:
     """Devices of a table's new shards ``v`` beside ``load`` (the other items' load per
-    device): where the split fixes them one per device (row-wise planned for TorchRec: shard j
-    on device j; table-row-wise: consecutive devices of the least loaded node), else the least
+    device): where the split fixes them one per device (row ranges planned for TorchRec: shard j
+    on device j; node-local ones: consecutive devices of the least loaded node), else the least
     loaded devices, one shard each."""
     k, n_d = v.num_shards, task.num_devices
     if one_per_device(task, v).all() and k > 1:
-        if int(v.kind[0]) != KIND[TABLE_ROW_WISE]:
+        if not kinds.node_local(v.kind[0]):
             return np.arange(k) % n_d
         local = min(task.hardware.devices_per_node, n_d)
         node = int(np.argmin(load[:n_d // local * local].reshape(-1, local).sum(axis=1)))

@@ -16,14 +16,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoshard import kinds
 from autoshard.bounds import device_kinds, lower_bound_ms
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError, gib
 from autoshard.placement import PlacementState
-from autoshard.plan import TABLE_ROW_WISE, Plan
-from autoshard.sharders.ppo_buckets import MULTIPLIERS, bucket_rows
-from autoshard.sharders.ppo_features import ObsLayout
-from autoshard.shards import KIND, ShardGeometry, one_per_device
+from autoshard.plan import Plan
+from autoshard.policy.buckets import MULTIPLIERS, bucket_rows
+from autoshard.policy.features import ObsLayout
+from autoshard.shards import ShardGeometry, one_per_device
 from autoshard.task import ShardingTask
 
 #: Costs and bytes in the observation are clipped to this magnitude (in units of the bound or
@@ -66,7 +67,7 @@ class PricedTask:
 
         ``lower_bound`` (ms) and ``mean_lookups`` are the units of its cost and lookup
         features (default: this task's own), so that the shards of another task's tables can be
-        priced in that task's units (:mod:`autoshard.sharders.ppo_choice`).
+        priced in that task's units (:mod:`autoshard.policy.choice`).
         """
         n_t, n_d, n_k = task.num_tables, task.num_devices, len(multipliers) + 1
         n_v = n_k - 1
@@ -165,11 +166,11 @@ class PlacementEpisode:
     """Places the tables of one priced task, costliest first, one action per table.
 
     An action is ``device * buckets + bucket``. The buckets are the value buckets of
-    :mod:`autoshard.sharders.ppo_buckets` (no row, ..., all rows in HBM) and a last "fill"
+    :mod:`autoshard.policy.buckets` (no row, ..., all rows in HBM) and a last "fill"
     bucket: as many hottest rows as the device's free HBM holds (at most the rows ever used).
     :attr:`mask` says which
     actions fit; :attr:`obs` is the observation of the next table (see
-    :mod:`autoshard.sharders.ppo_features`). The reward of a step is the increase of the step
+    :mod:`autoshard.policy.features`). The reward of a step is the increase of the step
     cost (max over devices) over the task's lower bound, negated, so an episode's return is
     -(step cost / lower bound).
 
@@ -405,8 +406,8 @@ class PlacementEpisode:
         return fits
 
     def _node_devices(self, t: int) -> np.ndarray:
-        """[D]: where table-row-wise shard ``t`` may go: any device while none of its table's
-        shards is placed, then the devices of their node that hold none of them (a row-wise
+        """[D]: where node-local shard ``t`` may go: any device while none of its table's
+        shards is placed, then the devices of their node that hold none of them (another row
         shard: any device that holds none of them)."""
         g = self._geometry
         assert g is not None
@@ -415,7 +416,7 @@ class PlacementEpisode:
         node = self.task.device_arrays.node
         if not placed.size:
             return np.ones(node.size, dtype=bool)
-        ok = (node == node[placed[0]] if g.kind[t] == KIND[TABLE_ROW_WISE]
+        ok = (node == node[placed[0]] if kinds.node_local(g.kind[t])
               else np.ones(node.size, dtype=bool))
         ok[placed] = False
         return ok

@@ -1,7 +1,8 @@
 """HBM as TorchRec counts it, and plans fitted to that count before they are handed over.
 
 TorchRec's storage estimate (``EmbeddingStorageEstimator`` of torchrec 1.8.0, CUDA, for the
-training pipeline the task's ``overhead`` names, :func:`autoshard.memory.pipeline_of`) charges
+training pipeline the task's reservation names,
+:func:`autoshard.torchrec.reservation.pipeline_of`) charges
 each shard more HBM than our memory model's weights and optimizer state:
 
 - ``fused_uvm_caching``: 16 bytes of cache state per cached row and 4 bytes of index per row
@@ -13,8 +14,8 @@ each shard more HBM than our memory model's weights and optimizer state:
   prefetch pipeline, three input buffers and, for a cached shard, seven prefetch buffers;
 - in inference, only the weights.
 
-Sharders keep room for it on tasks that reserve it (``overhead="torchrec"``,
-:mod:`autoshard.memory`, which bounds this count); a plan made without that room may overfill
+Sharders keep room for it on tasks that reserve it (:mod:`autoshard.torchrec.reservation`,
+which bounds this count); a plan made without that room may overfill
 HBM under TorchRec. :func:`fit_shardings` lowers the HBM caches on the ranks that overfill
 (their tables' cache load factors, coldest rows first, which is what a cache load factor
 drops; across tables, the rows that serve the fewest looked-up bytes per byte freed) until
@@ -31,14 +32,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from autoshard.export_torchrec import (
-    FUSED,
-    FUSED_UVM,
-    FUSED_UVM_CACHING,
-    ShardSpec,
-    TableSharding,
-)
-from autoshard.memory import (
+from autoshard.kinds import id_parts
+from autoshard.tables import Table
+from autoshard.task import ShardingTask
+from autoshard.torchrec.mapping import FUSED, FUSED_UVM, FUSED_UVM_CACHING
+from autoshard.torchrec.reservation import (
     CACHE_INDEX_BYTES,
     CACHE_SLOT_BYTES,
     INDEX_BYTES,
@@ -47,8 +45,7 @@ from autoshard.memory import (
     pipeline_buffers,
     pipeline_of,
 )
-from autoshard.tables import Table
-from autoshard.task import ShardingTask
+from autoshard.torchrec.shardings import ShardSpec, TableSharding
 
 
 def _optimizer_multiplier(table: Table, train: bool) -> float:
@@ -92,14 +89,12 @@ def _buffers(s: TableSharding, x: ShardSpec, table: Table, task: ShardingTask) -
     world = task.num_devices
     batch = max(task.workload.batch_size // world, 1)
     lookups = table.lookups_per_sample * batch
-    if s.sharding_type == "row_wise":
-        lookups /= world
-    elif s.sharding_type == "table_row_wise":
-        lookups /= min(task.hardware.devices_per_node, world)
+    local = min(task.hardware.devices_per_node, world)
+    lookups /= int(id_parts(s.kind.code, world, local))
     outputs = min(1.0, table.lookups_per_sample) * batch
     return int(pipeline_buffers(np.array(math.ceil(lookups * world * INDEX_BYTES)),
                                 np.array(math.ceil(outputs * world * x.cols * OUTPUT_BYTES)),
-                                pipeline_of(task.overhead),
+                                pipeline_of(task.reservation),
                                 s.compute_kernel == FUSED_UVM_CACHING))
 
 

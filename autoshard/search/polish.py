@@ -2,7 +2,7 @@
 shards) moved and swapped between devices.
 
 Both steps work on each item's cost curve per kind of device: the lower hull of its cost
-against HBM bytes from :func:`autoshard.sharders.milp_curves.cost_curves` (vertices at whole
+against HBM bytes from :func:`autoshard.milp.curves.cost_curves` (vertices at whole
 rows where the access curve bends), priced by the task's cost model.
 
 - **Rows.** Given every item's device, each device's HBM is water-filled: the hull segments of
@@ -13,7 +13,7 @@ rows where the access curve bends), priced by the task's cost model.
   there, while that lowers it with the other device below the old maximum; when none does,
   moves and swaps from the devices whose HBM is worth most (the highest water levels) that lower
   the two devices' total work without raising the maximum. Candidates are scored on the
-  water-filled curves (:class:`_Lists`: the source's load without the item exactly, the
+  water-filled curves (:class:`SegmentLists`: the source's load without the item exactly, the
   target's with it as an upper bound, a swap partner's leaving at its device's level); the best
   few are re-filled on the two devices and priced by the cost model, and the best that
   qualifies is applied. The search stops after a number of rounds that grows with the devices,
@@ -31,22 +31,18 @@ stage never returns a worse plan.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autoshard.bounds import device_kinds
-from autoshard.cost import CostModel, device_compute
-from autoshard.evaluator import evaluate
+from autoshard import kinds
+from autoshard.cost import CostModel
+from autoshard.evaluator import evaluate, step_cost_ms
+from autoshard.milp.plans import feasible
 from autoshard.plan import Plan
-from autoshard.sharders.milp_curves import UNIT_BYTES, cost_curves
-from autoshard.sharders.milp_plans import feasible, hbm_terms
+from autoshard.search.waterfill import Curves, SegmentLists, by_device
 from autoshard.shards import (
-    KIND,
-    TABLE_ROW_WISE,
     ShardLayout,
     fixed_shards,
-    for_torchrec,
     plan_layout,
     pricing_task,
 )
@@ -70,8 +66,8 @@ MARGIN = 1e-9
 #: :data:`TUNED_TABLES` dearest split tables, then refined this many times.
 SHARE_STEPS, FIRST_SHARES = (0.5, 0.75, 1.25, 1.5, 2.0, 3.0), (0.01, 0.05, 0.2)
 TUNED_TABLES, REFINE = 3, 3
-#: The time guard of each step after the polish (:mod:`autoshard.sharders.ppo_resplit`,
-#: :mod:`autoshard.sharders.ppo_kick`): seconds per (item, device) pair, within bounds.
+#: The time guard of each step after the polish (:mod:`autoshard.search.resplit`,
+#: :mod:`autoshard.search.kick`): seconds per (item, device) pair, within bounds.
 STEP_SECONDS_PER_PAIR, STEP_MIN_SECONDS, STEP_MAX_SECONDS = 5e-5, 0.1, 0.5
 
 
@@ -87,61 +83,6 @@ def budget(items: int, devices: int) -> tuple[int, float]:
     seconds, whichever runs out first."""
     seconds = float(np.clip(SECONDS_PER_PAIR * items * devices, MIN_SECONDS, MAX_SECONDS))
     return max(MIN_ROUNDS, ROUNDS_PER_DEVICE * devices), seconds
-
-
-@dataclass(frozen=True)
-class Curves:
-    """Every item's cost curve on every kind of device, and its segments' worth.
-
-    Args:
-        kind: Kind of each device ([D]).
-        cost: Cost (ms) at each grid point, [K, N, G].
-        used: HBM bytes at each grid point, [K, N, G].
-        extra: HBM bytes of each segment, [K, N, G - 1].
-        worth: Saving per byte of each segment, at most that of any hotter one, [K, N, G - 1].
-        segments: Per kind, the (owner item, bytes, worth, saving in ms) of every segment
-            that saves anything, the largest worth first (ties: hotter segments first).
-    """
-
-    kind: np.ndarray
-    cost: np.ndarray
-    used: np.ndarray
-    extra: np.ndarray
-    worth: np.ndarray
-    segments: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
-
-    @classmethod
-    def price(cls, items: ShardingTask, cost_model: CostModel) -> Curves:
-        """Prices the curves of ``items`` on one device of each kind: the lower hulls of
-        :func:`autoshard.sharders.milp_curves.cost_curves` (vertices at whole rows, where the
-        access curve can bend), padded to one length by repeating the last vertex."""
-        kinds = device_kinds(items)
-        hulls = cost_curves(items, cost_model, kinds).hulls
-        width = max(h[0].size for h in hulls)
-        shape = (items.num_tables, kinds.count, width)
-        used, cost = np.empty(shape), np.empty(shape)
-        for i, (hx, hy) in enumerate(hulls):
-            t, k = divmod(i, kinds.count)
-            used[t, k, :hx.size], used[t, k, hx.size:] = hx * UNIT_BYTES, hx[-1] * UNIT_BYTES
-            cost[t, k, :hy.size], cost[t, k, hy.size:] = hy, hy[-1]
-        # The curves count a row's memory; the water-filling counts the HBM it takes as the
-        # runtime counts it (autoshard.memory), which may be more per row: the MILP's scale.
-        scale, _ = hbm_terms(items, np.arange(items.num_tables))
-        used *= scale[:, None, None]
-        used, cost = used.transpose(1, 0, 2).copy(), cost.transpose(1, 0, 2).copy()
-        saving = cost[:, :, :-1] - cost[:, :, 1:]
-        extra = used[:, :, 1:] - used[:, :, :-1]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(extra > 0, saving / extra, np.inf)
-        worth = np.maximum(np.minimum.accumulate(ratio, axis=2), 0.0)
-        segments = []
-        for k in range(kinds.count):
-            keep = (worth[k] > 0) & (extra[k] > 0)
-            owner, _ = np.nonzero(keep)
-            w, e, gain = worth[k][keep], extra[k][keep], saving[k][keep]
-            order = np.argsort(-w, kind="stable")
-            segments.append((owner[order], e[order], w[order], gain[order]))
-        return cls(kinds.kind, cost, used, extra, worth, tuple(segments))
 
 
 class Polisher:
@@ -176,6 +117,7 @@ class Polisher:
         self.reserved, self.all_rows = a.hbm_reserved_bytes, a.rows
         self.capacity, self.host_cap, self.node = dev.hbm_capacity, dev.host_capacity, dev.node
         self.hbm_cap = self._caps(self.device)  # HBM left for rows, per device
+        self.curves = curves
         self.kind = curves.kind
         self.cost, self.used, self.worth = curves.cost, curves.used, curves.worth
         self.extra = curves.extra
@@ -186,7 +128,7 @@ class Polisher:
         self.price = self._price(np.arange(n), self.device, self.rows)
         self.load = np.bincount(self.device, weights=self.price, minlength=items.num_devices)
         self.level = np.zeros(items.num_devices)  # each device's water level, ms per byte
-        self._lists: _Lists | None = None  # segments by device, until the next change
+        self._lists: SegmentLists | None = None  # segments by device, until the next change
 
     # -- rows ----------------------------------------------------------------------------------
 
@@ -225,7 +167,7 @@ class Polisher:
             mine = wanted[d] & ~self.locked[owner]
             o, e, w, d = owner[mine], extra[mine], worth[mine], d[mine]
             if devs.size > 1:
-                order = _by_device(d)  # worth order kept within each device
+                order = by_device(d)  # worth order kept within each device
                 o, e, w, d = o[order], e[order], w[order], d[order]
             cum = np.cumsum(e)
             starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]]) if d.size else np.zeros(0, int)
@@ -241,7 +183,7 @@ class Polisher:
         rows[keep] = self.rows[keep]
         return np.minimum(rows, self.all_rows), level
 
-    def _fill_pair(self, lists: _Lists, pair: tuple[int, int], device: np.ndarray
+    def _fill_pair(self, lists: SegmentLists, pair: tuple[int, int], device: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_fill` of two devices after items changed places between them: each
         device's segments from ``lists`` (built before the change) less those of the items
@@ -303,7 +245,7 @@ class Polisher:
         if mine.size == 0:
             return False
         if self._lists is None:
-            self._lists = _Lists.build(self)
+            self._lists = SegmentLists.build(self.curves, self.device, self.hbm_cap)
         lists = self._lists
         here = lists.load - self.load  # curve-level minus priced load, per device
         out_s = self._removal(lists, s, mine) - here[s]  # [n_s]
@@ -336,7 +278,7 @@ class Polisher:
             ok &= score < self.load[s] * (1 - MARGIN)
         return self._try(lists, s, mine, others, np.where(ok, score, np.inf), work)
 
-    def _removal(self, lists: _Lists, a: int, mine: np.ndarray) -> np.ndarray:
+    def _removal(self, lists: SegmentLists, a: int, mine: np.ndarray) -> np.ndarray:
         """[n_a]: device ``a``'s curve-level load without each of its items ``mine``, its HBM
         water-filled again (the cut only moves on, by at most the item's bytes, so only that
         window of the device's segments is scanned per item)."""
@@ -372,7 +314,7 @@ class Polisher:
         part = np.where(first + p < o.size, (cap - got_x) * gain[nxt] / e[nxt], 0.0)
         return lists.base[a] - base0 - got_v - part
 
-    def _arrival(self, lists: _Lists, sel: np.ndarray, devices: np.ndarray) -> np.ndarray:
+    def _arrival(self, lists: SegmentLists, sel: np.ndarray, devices: np.ndarray) -> np.ndarray:
         """[n, len(devices)]: curve-level load of each device with item ``sel[i]`` added, HBM
         split between the item's grid points and the device's water-filled segments (at most
         the best split: an upper bound of the load)."""
@@ -400,8 +342,8 @@ class Polisher:
             ok[fixed] = np.arange(self.load.size)[None, :] == at[fixed, None]
         return ok
 
-    def _try(self, lists: _Lists, s: int, mine: np.ndarray, others: np.ndarray, score: np.ndarray,
-             work: bool) -> bool:
+    def _try(self, lists: SegmentLists, s: int, mine: np.ndarray, others: np.ndarray,
+             score: np.ndarray, work: bool) -> bool:
         """Prices the :data:`VERIFY` best-scored changes exactly (columns of ``score``: moves
         of ``mine[i]`` to every device, then swaps with every item of ``others``); applies the
         best that meets :meth:`_improve`'s condition."""
@@ -490,7 +432,7 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
     if key not in cache:
         cache[key] = Curves.price(items, cost_model)
     polisher = Polisher(items, cost_model, cache[key], layout.device, layout.hbm_rows,
-                        g.kind == KIND[TABLE_ROW_WISE], fixed_shards(task, g))
+                        kinds.node_local(g.kind), fixed_shards(task, g))
     polisher.refill()
     if not fill_only:
         polisher.search(*(budget(items.num_tables, task.num_devices) if limit is None
@@ -504,7 +446,7 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
         rest.refill()
         out = ShardLayout(g, rest.device, rest.rows)
     after = step_cost_ms(items, cost_model, out.device, out.hbm_rows)
-    if for_torchrec(task) and (g.parts > 1).any() and not fill_only:
+    if task.reservation.one_share_per_table and (g.parts > 1).any() and not fill_only:
         out, after = _tune_shares(items, cost_model, cache[key], out, after)
     if not after < before or not feasible(items, out.device, out.hbm_rows):
         return plan, before
@@ -554,91 +496,3 @@ def _tune_shares(items: ShardingTask, cost_model: CostModel, curves: Curves, lay
             steps = tuple((grid[at] + grid[j]) / 2 for j in (at - 1, at + 1)
                           if 0 <= j < len(grid))
     return ShardLayout(g, device, best), best_cost
-
-
-def plan_cost_ms(plan: Plan, task: ShardingTask, cost_model: CostModel) -> float:
-    """A plan's step cost as :func:`autoshard.evaluator.evaluate` prices it, without its
-    capacity checks and lower bound (for plans valid by construction)."""
-    layout = plan_layout(plan, task)
-    items = pricing_task(task, layout.geometry)
-    return step_cost_ms(items, cost_model, layout.device, layout.hbm_rows)
-
-
-def step_cost_ms(items: ShardingTask, cost_model: CostModel, device: np.ndarray,
-                 rows: np.ndarray) -> float:
-    """The step cost of items on ``device`` with ``rows`` in HBM, as the evaluator prices it
-    (a model that prices a device's whole table set included)."""
-    p = cost_model.price(items, np.arange(items.num_tables), device, rows)
-    n = items.num_devices
-    hbm, uvm, comm = (np.bincount(device, weights=v, minlength=n)
-                      for v in (p.hbm_ms, p.uvm_ms, p.comm_ms))
-    hbm, uvm = device_compute(items, cost_model, device, rows, hbm, uvm)
-    return float((hbm + uvm + comm).max())
-
-
-
-def _by_device(device: np.ndarray) -> np.ndarray:
-    """The stable order of segments by device (a radix sort on 16-bit device numbers)."""
-    small = device.astype(np.int16) if device.size and device.max() < 2**15 else device
-    return np.argsort(small, kind="stable")
-
-
-@dataclass(frozen=True)
-class _Lists:
-    """Every device's segments in water-filling order (the largest worth first), with
-    cumulative bytes and savings, so that a device's best saving for any HBM budget is one
-    search (:meth:`saving_at`)."""
-
-    start: np.ndarray  # [D] first segment of each device
-    end: np.ndarray  # [D] past its last
-    owner: np.ndarray
-    extra: np.ndarray
-    worth: np.ndarray
-    saving: np.ndarray
-    bytes_in: np.ndarray  # cumulative bytes within the device, through each segment
-    saved_in: np.ndarray  # cumulative saving within the device, through each segment
-    key: np.ndarray  # bytes_in + the device's offset: one increasing array for all devices
-    offset: np.ndarray  # [D]
-    base: np.ndarray  # [D] load with no row in HBM (curve level)
-    load: np.ndarray  # [D] load with HBM water-filled (curve level)
-
-    @classmethod
-    def build(cls, p: Polisher) -> _Lists:
-        n_d = p.load.size
-        parts = []
-        for k, (owner, extra, worth, saving) in enumerate(p.segments):
-            d = p.device[owner]
-            m = p.kind[d] == k
-            parts.append((d[m], owner[m], extra[m], worth[m], saving[m]))
-        d, o, e, w, g = (np.concatenate(x) for x in zip(*parts, strict=True))
-        order = _by_device(d)
-        d, o, e, w, g = d[order], o[order], e[order], w[order], g[order]
-        counts = np.bincount(d, minlength=n_d)
-        end = np.cumsum(counts)
-        start = end - counts
-        x, v = np.cumsum(e), np.cumsum(g)
-        bytes_in = x - np.r_[0.0, x][start][d]
-        saved_in = v - np.r_[0.0, v][start][d]
-        width = float(max(bytes_in.max(initial=0.0), p.hbm_cap.max())) * 2.0 + 1.0
-        offset = np.arange(n_d) * width
-        index = np.arange(p.device.size)
-        base = np.bincount(p.device, weights=p.cost[p.kind[p.device], index, 0], minlength=n_d)
-        lists = cls(start, end, o, e, w, g, bytes_in, saved_in, bytes_in + offset[d], offset,
-                    base, base)
-        full = lists.saving_at(np.arange(n_d), p.hbm_cap)
-        return replace(lists, load=base - full)
-
-    def saving_at(self, dev: np.ndarray, budget: np.ndarray) -> np.ndarray:
-        """Best saving (ms) of devices ``dev`` with ``budget`` bytes of HBM (same shapes)."""
-        pos = np.searchsorted(self.key, budget + self.offset[dev], side="right")
-        start, end = self.start[dev], self.end[dev]
-        has = pos > start
-        prev = np.maximum(pos - 1, 0)
-        got_x = np.where(has, self.bytes_in[prev] if self.key.size else 0.0, 0.0)
-        got_v = np.where(has, self.saved_in[prev] if self.key.size else 0.0, 0.0)
-        more = pos < end
-        nxt = np.minimum(pos, max(self.key.size - 1, 0))
-        if not self.key.size:
-            return np.zeros(np.shape(budget))
-        part = np.where(more, (budget - got_x) * self.saving[nxt] / self.extra[nxt], 0.0)
-        return got_v + part

@@ -14,7 +14,7 @@ An action is ``device * (2 x buckets) + grid * buckets + bucket``. The shards ar
 with the task (:class:`SplitOffer`), so every step stays numpy. Items are indices into the
 offer's union task: the task's tables, then the shards; the one not chosen of each pair (the
 table, or its shards) is never placed. Shards of a table split table-row-wise stay on one node,
-one per device, as in :class:`autoshard.sharders.ppo_episode.PlacementEpisode`.
+one per device, as in :class:`autoshard.policy.episode.PlacementEpisode`.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.placement import PlacementState
 from autoshard.plan import Plan
-from autoshard.sharders.ppo_episode import (
+from autoshard.policy.episode import (
     PlacementEpisode,
     PricedTask,
     bound_shards,
     fill_parts,
 )
-from autoshard.sharders.ppo_features import ObsLayout
+from autoshard.policy.features import ObsLayout
 from autoshard.shards import (
     ShardGeometry,
     ShardLayout,
@@ -112,7 +112,7 @@ def _union(task: ShardingTask, shards: ShardTask) -> ShardTask:
     a, b = task.table_arrays, shards.table_arrays
     arrays = TableArrays(**{f.name: np.concatenate([getattr(a, f.name), getattr(b, f.name)])
                             for f in fields(TableArrays)})
-    union = ShardTask(task.tables + shards.tables, task.hardware, task.workload, task.overhead,
+    union = ShardTask(task.tables + shards.tables, task.hardware, task.workload, task.reservation,
                       parent=task, geometry=ShardGeometry.concat([whole_tables(task),
                                                                   shards.geometry]),
                       a2a_scale=np.concatenate([np.ones(n), shards.a2a_scale]),
@@ -131,7 +131,7 @@ class ChoiceEpisode(PlacementEpisode):
     it whole or split (see the module docstring); one action per placed item.
 
     Without an offer (no table dominates) it plays the episode of
-    :class:`~autoshard.sharders.ppo_episode.PlacementEpisode` with grid 1 masked: the same
+    :class:`~autoshard.policy.episode.PlacementEpisode` with grid 1 masked: the same
     observations in grid 0, the same rewards.
 
     Args:

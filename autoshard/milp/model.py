@@ -12,7 +12,7 @@ t on d (GB), ``c`` cost of t on d (ms); and ``C``, the step cost. Constraints::
 
 where ``m`` counts a table's rows at their weights and optimizer state (its cost curves' axis),
 ``s_t`` is the ratio of a row's HBM bytes as the runtime counts them to that, and ``R_t`` the
-HBM reserved for the table wherever it lives (:mod:`autoshard.memory`); minimising C (plus
+HBM reserved for the table wherever it lives (:mod:`autoshard.reservation`); minimising C (plus
 ``spread`` times the total cost, to break ties towards less work). With fixed devices, ``tied``
 tables keep equal shares: m[a] / F_a = m[b] / F_b. A "device" of weight w_d > 1 stands for w_d
 identical devices: the aggregated LP of a cluster, whose optimum equals the LP relaxation of the
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.sharders.milp_curves import CostLines
+from autoshard.milp.curves import CostLines
 
 _TOLERANCE = 1e-9
 _BANNER_SHOWN = False

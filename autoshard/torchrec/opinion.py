@@ -48,10 +48,10 @@ COLUMNS = [f.name for f in fields(OpinionRow)]
 def opinion(suite: str, task_name: str, sharder: str, plan: Plan, task: object,
             cost_model: CostModel) -> OpinionRow:
     """TorchRec's estimates of ``plan`` as planned and as exported (fitted)."""
-    from autoshard.export_torchrec import table_shardings, to_plan
     from autoshard.task import ShardingTask
-    from autoshard.torchrec_estimate import estimate_shardings
-    from autoshard.torchrec_memory import fit_shardings
+    from autoshard.torchrec.estimate import estimate_shardings
+    from autoshard.torchrec.shardings import table_shardings, to_plan
+    from autoshard.torchrec.storage import fit_shardings
 
     assert isinstance(task, ShardingTask)
     base = dict(suite=suite, task=task_name, sharder=sharder)

@@ -1,7 +1,7 @@
 """``recshard`` planning for two cost models at once: ours, and a second opinion.
 
 A plan handed to TorchRec is judged twice: by our cost model and by TorchRec's own estimator
-(:class:`autoshard.torchrec_cost.TorchRecCostModel`), which prices an HBM cache by its load
+(:class:`autoshard.torchrec.cost.TorchRecCostModel`), which prices an HBM cache by its load
 factor and not by the skew of the lookups. Each model's best plan can be poor under the other.
 :func:`solve_both` looks for one plan good under both:
 
@@ -19,20 +19,24 @@ its status gives each model's figure for the plan and for that model's own best 
 
 from __future__ import annotations
 
-import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from autoshard.cost import CostModel, Pricing
+from autoshard.evaluator import plan_cost_ms
 from autoshard.plan import Plan
-from autoshard.sharders.ppo_polish import plan_cost_ms
+from autoshard.sharders.recshard_tables import RecShardResult
 from autoshard.task import ShardingTask
 
-if TYPE_CHECKING:
-    from autoshard.sharders.recshard import RecShard, RecShardResult
+
+class Solver(Protocol):
+    """``recshard`` planning for one cost model."""
+
+    def solve(self, task: ShardingTask, cost_model: CostModel) -> RecShardResult: ...
 
 #: Share of the time limit for each model's own solve (the blend gets the rest).
 OWN_SHARE = 1.0 / 3.0
@@ -56,20 +60,20 @@ class BlendedCostModel:
                          for f in ("hbm_ms", "uvm_ms", "comm_ms")))
 
 
-def solve_both(sharder: RecShard, task: ShardingTask, models: tuple[CostModel, CostModel]
-               ) -> RecShardResult:
-    """The plan of the module docstring; ``sharder`` gives the time limit and every other
-    setting of each solve."""
+def solve_both(with_limit: Callable[[float], Solver], task: ShardingTask,
+               models: tuple[CostModel, CostModel], limit: float, name: str) -> RecShardResult:
+    """The plan of the module docstring within ``limit`` seconds; ``with_limit(seconds)`` gives
+    the solver of each step (``recshard`` with its settings and that time limit), ``name`` the
+    sharder's name for the plan."""
     start = time.perf_counter()
-    limit = sharder.time_limit
-    own = _with_limit(sharder, OWN_SHARE * limit)
+    own = with_limit(OWN_SHARE * limit)
     first = own.solve(task, models[0])
     second = own.solve(task, models[1])
     plans = [first.plan, second.plan]
     best = [min(plan_cost_ms(p, task, m) for p in plans) for m in models]
     left = max(limit - (time.perf_counter() - start), 0.1 * limit)
     blend = BlendedCostModel(models, tuple(1.0 / max(b, 1e-12) for b in best))
-    plans.append(_with_limit(sharder, left).solve(task, blend).plan)
+    plans.append(with_limit(left).solve(task, blend).plan)
     choice = choose(plans, task, models)
     pick, costs, least = choice.index, choice.costs, choice.least
     names = ("own", "second", "blend")
@@ -78,7 +82,7 @@ def solve_both(sharder: RecShard, task: ShardingTask, models: tuple[CostModel, C
         for i, m in enumerate(models)))
     step = costs[pick][0]
     bound = min(first.bound_ms, step)
-    return replace(first, plan=replace(plans[pick], sharder=sharder.name), step_cost_ms=step,
+    return replace(first, plan=replace(plans[pick], sharder=name), step_cost_ms=step,
                    bound_ms=bound, gap=(step - bound) / step if step > 0 else 0.0,
                    seconds=time.perf_counter() - start, method=f"both-{names[pick]}",
                    status=status)
@@ -107,12 +111,3 @@ def choose(plans: list[Plan], task: ShardingTask, models: tuple[CostModel, ...])
     least = [min(c[i] for c in costs) for i in range(len(models))]
     scores = [max(c[i] / max(least[i], 1e-12) for i in range(len(models))) for c in costs]
     return Choice(int(np.argmin(scores)), costs, least, scores)
-
-
-def _with_limit(sharder: RecShard, time_limit: float) -> RecShard:
-    """A copy of ``sharder`` with another time limit and no second model."""
-    out = copy.copy(sharder)
-    out.time_limit = time_limit
-    out.also_for = None
-    out.last_result = None
-    return out

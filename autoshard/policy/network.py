@@ -29,9 +29,9 @@ from torch import nn
 from autoshard.cost import CostModel
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text
-from autoshard.sharders.ppo_choice import GRIDS, ChoiceEpisode, SplitOffer, choice_layout
-from autoshard.sharders.ppo_episode import LIMIT, PlacementEpisode, PricedTask
-from autoshard.sharders.ppo_features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
+from autoshard.policy.choice import GRIDS, ChoiceEpisode, SplitOffer, choice_layout
+from autoshard.policy.episode import LIMIT, PlacementEpisode, PricedTask
+from autoshard.policy.features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
 from autoshard.shards import ShardGeometry
 from autoshard.task import ShardingTask
 
@@ -51,13 +51,13 @@ def _mlp(inputs: int, hidden: int) -> nn.Sequential:
 
 class PlacementNet(nn.Module):
     """Option logits and a value latent from the flat observation of
-    :mod:`autoshard.sharders.ppo_features`.
+    :mod:`autoshard.policy.features`.
 
     Args:
         buckets: HBM-split buckets per device (per grid).
         hidden: Width of every hidden layer.
         grids: Option grids per device: 1 (place the next table), or 2 (also: split it, see
-            :mod:`autoshard.sharders.ppo_choice`); each (grid, bucket) has its own embedding.
+            :mod:`autoshard.policy.choice`); each (grid, bucket) has its own embedding.
     """
 
     def __init__(self, buckets: int, hidden: int = 64, grids: int = 1) -> None:
@@ -203,7 +203,7 @@ def decode_choice(net: PlacementNet, multipliers: tuple[float, ...], task: Shard
                   cost_model: CostModel, geometry: ShardGeometry, samples: int = 0,
                   seed: int = 0) -> list[ChoiceEpisode]:
     """Like :func:`decode`, with the split choice: the policy may split each table that
-    ``geometry`` splits, as it splits it (:mod:`autoshard.sharders.ppo_choice`). A policy of
+    ``geometry`` splits, as it splits it (:mod:`autoshard.policy.choice`). A policy of
     one grid is widened (:func:`regrid`)."""
     buckets = len(multipliers) + 1
     base = ObsLayout(task.num_devices, buckets)

@@ -17,7 +17,7 @@ row-wise option as one shard per rank, so otherwise its options grow with tables
 Our statistics go where TorchRec takes them: lookups per sample (pooling factor x coverage) as
 pooling factors, the access curve as cache statistics, the profile's bandwidths and capacities
 into the topology, the optimizer state into its storage estimate
-(:mod:`autoshard.torchrec_estimate`). The plan converts shard by shard: row ranges, column
+(:mod:`autoshard.torchrec.estimate`). The plan converts shard by shard: row ranges, column
 blocks and ranks as TorchRec placed them, a cache of load factor f over a shard of n rows as its
 round(f * n) hottest rows in HBM. The same evaluator then prices it with our cost model.
 """
@@ -30,21 +30,21 @@ from typing import Any, ClassVar
 
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.export_torchrec import (
+from autoshard.plan import Plan
+from autoshard.splitting import dominant_tables
+from autoshard.task import ShardingTask
+from autoshard.torchrec import torchrec_unavailable
+from autoshard.torchrec.export import meta_collection
+from autoshard.torchrec.mapping import (
     DEFAULT_CACHE_LOAD_FACTOR,
     FUSED,
     FUSED_UVM,
     FUSED_UVM_CACHING,
     SHARDING_TYPES,
-    from_parameter_sharding,
-    meta_collection,
-    to_plan,
-    torchrec_unavailable,
+    WHOLE_TYPE,
+    data_type,
 )
-from autoshard.plan import Plan
-from autoshard.splitting import dominant_tables
-from autoshard.tables import Table
-from autoshard.task import ShardingTask
+from autoshard.torchrec.shardings import from_parameter_sharding, to_plan
 
 #: Share of the cluster's HBM the starting caches may fill, leaving the partitioner room.
 _START_FILL = 0.9
@@ -52,7 +52,6 @@ _TINY_CACHE = 1e-3  # the smallest starting load factor tried
 #: Tasks of up to this many tables x devices offer every table every sharding type; larger ones
 #: offer the split types only to dominant tables (:func:`offered_sharding_types`).
 FULL_STRENGTH_CELLS = 4096
-_TABLE_WISE = "table_wise"
 _log = logging.getLogger(__name__)
 _FIRST_START_SHARE = 0.75  # of the time limit, for the fitting cache start of two
 
@@ -71,10 +70,10 @@ def offered_sharding_types(task: ShardingTask, cost_model: CostModel,
     without this the options grow with tables x devices and the search with them.
     """
     types = list(sharding_types)
-    if task.num_tables * task.num_devices <= full_strength_cells or _TABLE_WISE not in types:
+    if task.num_tables * task.num_devices <= full_strength_cells or WHOLE_TYPE not in types:
         return {t.name: types for t in task.tables}
     heavy = dominant_tables(task, cost_model)
-    return {t.name: types if heavy[i] else [_TABLE_WISE] for i, t in enumerate(task.tables)}
+    return {t.name: types if heavy[i] else [WHOLE_TYPE] for i, t in enumerate(task.tables)}
 
 
 class _SearchSpace:
@@ -84,11 +83,11 @@ class _SearchSpace:
                  use_stats: bool, pipeline: str) -> None:
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
-        from autoshard.torchrec_estimate import declare_optimizers, torchrec_topology
+        from autoshard.torchrec.estimate import declare_optimizers, torchrec_topology
 
         self.task, self.offered, self.use_stats = task, offered, use_stats
         self.pipeline = pipeline
-        self.module = meta_collection([(t.name, t.rows, t.dim, _data_type(t))
+        self.module = meta_collection([(t.name, t.rows, t.dim, data_type(t))
                                        for t in task.tables])
         if task.workload.train:
             declare_optimizers(self.module, task.tables)
@@ -99,7 +98,7 @@ class _SearchSpace:
         """TorchRec's enumerator at starting cache load factor ``clf``, and its constraints."""
         from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 
-        from autoshard.torchrec_estimate import (
+        from autoshard.torchrec.estimate import (
             per_rank_batch,
             torchrec_constraints,
             torchrec_estimators,
@@ -137,8 +136,8 @@ class TorchRecSharder:
             options.
         pipeline: The TorchRec training pipeline the plan is for (``"none"``, TorchRec's
             default, or ``"prefetch"``: caches prefetched, priced and sized as TorchRec's
-            prefetch pipeline, :mod:`autoshard.torchrec_estimate`); None: the one the task's
-            ``overhead`` reserves HBM for.
+            prefetch pipeline, :mod:`autoshard.torchrec.estimate`); None: the one the task's
+            reservation keeps HBM for.
 
     After :meth:`shard`, ``last_sharding_plan`` holds TorchRec's own ShardingPlan,
     ``last_cache_load_factor`` the starting load factor it came from and ``last_rating_ms``
@@ -154,7 +153,7 @@ class TorchRecSharder:
                  time_limit: float | None = None,
                  full_strength_cells: int = FULL_STRENGTH_CELLS,
                  pipeline: str | None = None) -> None:
-        from autoshard.memory import check_pipeline
+        from autoshard.torchrec.reservation import check_pipeline
 
         self.pipeline = None if pipeline is None else check_pipeline(pipeline)
         self.full_strength_cells = full_strength_cells
@@ -181,7 +180,7 @@ class TorchRecSharder:
         )
         from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
 
-        from autoshard.torchrec_estimate import per_rank_batch, quiet_torchrec, task_pipeline
+        from autoshard.torchrec.estimate import per_rank_batch, quiet_torchrec, task_pipeline
 
         began = time.monotonic()
         self.last_notes = []
@@ -223,7 +222,7 @@ class TorchRecSharder:
     def search_space(self, task: ShardingTask, cost_model: CostModel,
                      cache_load_factor: float = DEFAULT_CACHE_LOAD_FACTOR) -> list[Any]:
         """TorchRec's enumerated sharding options for ``task``, as :meth:`shard` offers them."""
-        from autoshard.torchrec_estimate import quiet_torchrec, task_pipeline
+        from autoshard.torchrec.estimate import quiet_torchrec, task_pipeline
 
         space = _SearchSpace(task, self._offered(task, cost_model), self.use_stats,
                              task_pipeline(task, self.pipeline))
@@ -268,11 +267,11 @@ class TorchRecSharder:
 
 def _rating(sharding_plan: Any, task: ShardingTask, pipeline: str) -> float:
     """TorchRec's rating of its plan: its perf estimate of the slowest rank, ms."""
-    from autoshard.torchrec_estimate import estimate_shardings
+    from autoshard.torchrec.estimate import estimate_shardings
 
     module_plan = sharding_plan.get_plan_for_module("")
     return estimate_shardings([from_parameter_sharding(t.name, module_plan[t.name], t.rows,
-                                                       t.dim, _data_type(t))
+                                                       t.dim, data_type(t))
                                for t in task.tables], task, pipeline=pipeline).step_ms
 
 
@@ -317,9 +316,6 @@ def convert_plan(sharding_plan: Any, task: ShardingTask, sharder: str = "torchre
         if t.name not in module_plan:
             raise PlannerError("torchrec", f"TorchRec's plan leaves table '{t.name}' out")
         shardings.append(from_parameter_sharding(t.name, module_plan[t.name], t.rows, t.dim,
-                                                 _data_type(t)))
+                                                 data_type(t)))
     return to_plan(shardings, task, sharder)
 
-
-def _data_type(table: Table) -> str:
-    return {4: "FP32", 2: "FP16", 1: "INT8"}.get(table.bytes_per_element, "FP32")

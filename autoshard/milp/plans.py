@@ -7,10 +7,10 @@ import numpy as np
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.evaluator import device_totals, price_plan
+from autoshard.milp import model as milp_model
+from autoshard.milp.curves import UNIT_BYTES, CostLines, DeviceKinds
 from autoshard.placement import PlacementState
 from autoshard.plan import hbm_use, memory_use
-from autoshard.sharders import milp_model
-from autoshard.sharders.milp_curves import UNIT_BYTES, CostLines, DeviceKinds
 from autoshard.task import ShardingTask
 
 

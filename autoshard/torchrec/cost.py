@@ -2,15 +2,16 @@
 
 :class:`TorchRecCostModel` prices each (table or shard, device, HBM rows) row by running
 TorchRec's ``EmbeddingPerfEstimator`` on it, on the task's topology as
-:mod:`autoshard.torchrec_estimate` describes it to TorchRec: the shard's table, sharding type
+:mod:`autoshard.torchrec.estimate` describes it to TorchRec: the shard's table, sharding type
 and sibling shards (TorchRec's even blocks), its compute kernel and cache load factor from its
-HBM rows (:func:`autoshard.export_torchrec.table_kernel`: all rows in HBM ``fused``, none
+HBM rows (:func:`autoshard.torchrec.mapping.table_kernel`: all rows in HBM ``fused``, none
 ``fused_uvm``, else ``fused_uvm_caching`` at the shard's share of rows), for the training
-pipeline the task reserves HBM for (:func:`autoshard.memory.pipeline_of`) unless one is given.
+pipeline the task reserves HBM for (:func:`autoshard.torchrec.reservation.pipeline_of`) unless
+one is given.
 
 A device's sum of these prices is TorchRec's rank figure and the plan's maximum its rating, so
 any sharder given this model plans for TorchRec's estimate, as TorchRec's own planner does;
-:func:`autoshard.torchrec_estimate.estimate_plan` gives the same step figure for the plan
+:func:`autoshard.torchrec.estimate.estimate_plan` gives the same step figure for the plan
 (tested), as long as the shards of each split table keep one share of rows in HBM (TorchRec's
 one load factor per table, which every sharder keeps on tasks planned for TorchRec).
 
@@ -31,20 +32,19 @@ import numpy as np
 
 from autoshard.cost import Pricing
 from autoshard.errors import PlannerError
-from autoshard.export_torchrec import (
-    FUSED,
-    FUSED_UVM,
-    ShardSpec,
-    TableSharding,
-    data_type,
-    even_blocks,
-    table_kernel,
-    torchrec_unavailable,
-)
-from autoshard.memory import check_pipeline
-from autoshard.plan import ROW_SHARDINGS, SHARDINGS, TABLE_WISE
+from autoshard.kinds import WHOLE, ShardingKind
 from autoshard.shards import ShardTask, even_split, whole_tables
 from autoshard.task import ShardingTask
+from autoshard.torchrec import torchrec_unavailable
+from autoshard.torchrec.mapping import (
+    data_type,
+    even_blocks,
+    host_share,
+    table_kernel,
+    torchrec_name,
+)
+from autoshard.torchrec.reservation import check_pipeline
+from autoshard.torchrec.shardings import ShardSpec, TableSharding
 
 #: Tasks whose prices are kept (a sharder works on one task and its shard tasks at a time).
 CACHED_TASKS = 4
@@ -56,13 +56,18 @@ class TorchRecCostModel:
     """Prices rows with TorchRec's ``EmbeddingPerfEstimator`` (see the module docstring).
 
     Args:
-        pipeline: TorchRec's training pipeline (:data:`autoshard.memory.PIPELINES`); None: the
-            one each task's ``overhead`` reserves HBM for.
+        pipeline: TorchRec's training pipeline (:data:`autoshard.torchrec.reservation.PIPELINES`);
+            None: the one each task's reservation keeps HBM for.
         use_stats: Give TorchRec the access curves as cache statistics (as the ``torchrec``
             sharder does).
     """
 
     name = "torchrec"
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why TorchRec's estimator cannot run here (None when it can)."""
+        return torchrec_unavailable(load=True)
 
     def __init__(self, pipeline: str | None = None, use_stats: bool = True) -> None:
         reason = torchrec_unavailable(load=True)
@@ -106,7 +111,7 @@ class _Priced:
     """One task's TorchRec setting (topology, constraints, estimator) and its priced keys."""
 
     def __init__(self, task: ShardingTask, pipeline: str | None, use_stats: bool) -> None:
-        from autoshard.torchrec_estimate import (
+        from autoshard.torchrec.estimate import (
             task_pipeline,
             torchrec_constraints,
             torchrec_estimators,
@@ -122,7 +127,7 @@ class _Priced:
 
     def fill(self, keys: list[_Key]) -> None:
         """Prices the keys not yet priced, in one estimator call."""
-        from autoshard.torchrec_estimate import quiet_torchrec, sharding_options
+        from autoshard.torchrec.estimate import quiet_torchrec, sharding_options
 
         todo = [k for k in keys if k not in self.prices]
         if not todo:
@@ -141,12 +146,12 @@ class _Priced:
         with the shard's kernel and cache load factor."""
         table, kind, parts, rows, _, hbm = key
         t = self.task.tables[table]
-        sharding = SHARDINGS[kind]
+        sharding = ShardingKind.of(kind)
         kernel, clf = table_kernel(np.array([rows]), np.ones(1), np.array([hbm]), t.rows)
         shards: tuple[ShardSpec, ...]
         if parts == 1:
             shards = (ShardSpec(0, 0, t.rows, 0, t.dim),)
-        elif sharding in ROW_SHARDINGS:
+        elif sharding.splits_rows:
             blocks = even_blocks(t.rows, parts)
             starts = np.concatenate(([0], np.cumsum(blocks)[:-1]))
             shards = tuple(ShardSpec(r, int(s), n, 0, t.dim)
@@ -156,7 +161,8 @@ class _Priced:
             shards = tuple(ShardSpec(r, 0, t.rows, int(c), int(n))
                            for r, (c, n) in enumerate(zip(g.col_start, g.cols, strict=True)))
         return TableSharding(t.name, t.rows, t.dim, data_type(t),
-                             sharding if parts > 1 else TABLE_WISE, kernel, clf, shards)
+                             torchrec_name(sharding if parts > 1 else WHOLE), kernel, clf,
+                             shards)
 
 
 def _as_key(row: np.ndarray) -> _Key:
@@ -175,6 +181,6 @@ def _split_perf(shard: Any, kernel: str, clf: float | None) -> tuple[float, floa
     """(HBM compute, host compute, communication) ms of a shard's TorchRec perf."""
     perf = shard.perf
     compute = perf.fwd_compute + perf.bwd_compute + perf.prefetch_compute
-    host = 0.0 if kernel == FUSED else 1.0 if kernel == FUSED_UVM else 1.0 - float(clf or 0.0)
+    host = host_share(kernel, clf)
     return compute * (1.0 - host), compute * host, perf.fwd_comms + perf.bwd_comms
 

@@ -1,0 +1,68 @@
+"""The search stage: polish, re-split and kicks around a finished plan.
+
+Each step runs on the best plan so far and is kept only where it lowers the step cost (as
+:func:`autoshard.evaluator.evaluate` prices it), so the stage never returns a worse plan; the
+result says what each kept step brought (:class:`Searched`), which a plan's provenance records
+(:class:`autoshard.plan.Provenance`).
+
+1. **polish** (:mod:`autoshard.search.polish`): HBM rows water-filled per device, then items
+   moved and swapped off the most loaded device;
+2. **resplit** (:mod:`autoshard.search.resplit`): the heaviest tables' splits chosen again; on
+   large tasks only its quick mode (the dearest table on the most loaded device);
+3. **kick** (:mod:`autoshard.search.kick`): moves out of the polish's local optimum (not on
+   large tasks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from autoshard.cost import CostModel
+from autoshard.plan import Plan
+from autoshard.search.kick import kick_plan
+from autoshard.search.polish import polish_plan
+from autoshard.search.resplit import resplit_plan
+from autoshard.task import ShardingTask
+
+
+@dataclass(frozen=True)
+class Searched:
+    """A plan after the search stage.
+
+    Args:
+        plan: The best plan found (the input when no step lowered its cost).
+        cost_ms: Its step cost.
+        steps: Each step that lowered the cost, as (stage name, step cost after it), in order.
+    """
+
+    plan: Plan
+    cost_ms: float
+    steps: tuple[tuple[str, float], ...] = ()
+
+
+def refine(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float, *,
+           large: bool = False, seed: int = 0) -> Searched:
+    """Steps 2 and 3 of the module docstring on a polished plan; on a ``large`` task only the
+    re-split's quick mode."""
+    steps = [("resplit", partial(resplit_plan, quick=large))]
+    if not large:
+        steps.append(("kick", partial(kick_plan, seed=seed)))
+    kept: list[tuple[str, float]] = []
+    for tag, step in steps:
+        better, better_cost = step(plan, task, cost_model, cost)
+        if better_cost < cost:
+            plan, cost = better, better_cost
+            kept.append((tag, cost))
+    return Searched(plan, cost, tuple(kept))
+
+
+def search(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float, *,
+           large: bool = False, seed: int = 0) -> Searched:
+    """The whole stage (module docstring) on ``plan``, whose step cost is ``cost``."""
+    polished, polished_cost = polish_plan(plan, task, cost_model, cost)
+    steps: tuple[tuple[str, float], ...] = ()
+    if polished_cost < cost:
+        plan, cost, steps = polished, polished_cost, (("polish", polished_cost),)
+    refined = refine(plan, task, cost_model, cost, large=large, seed=seed)
+    return Searched(refined.plan, refined.cost_ms, steps + refined.steps)

@@ -1,0 +1,146 @@
+"""Every item's cost curve on every kind of device, and its segments in water-filling order.
+
+An item (a table, or a shard priced as one) has, on each kind of device, the lower hull of its
+cost against HBM bytes (:func:`autoshard.milp.curves.cost_curves`, vertices at whole rows
+where the access curve bends). Water-filling a device's HBM takes its items' hull segments by
+worth (saving per byte), the largest first; :class:`SegmentLists` keeps every device's
+segments in that order with running sums, so that a device's best saving for any HBM budget is
+one search. The polish (:mod:`autoshard.search.polish`) works on these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autoshard.bounds import device_kinds
+from autoshard.cost import CostModel
+from autoshard.milp.curves import UNIT_BYTES, cost_curves
+from autoshard.milp.plans import hbm_terms
+from autoshard.task import ShardingTask
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Every item's cost curve on every kind of device, and its segments' worth.
+
+    Args:
+        kind: Kind of each device ([D]).
+        cost: Cost (ms) at each grid point, [K, N, G].
+        used: HBM bytes at each grid point, [K, N, G].
+        extra: HBM bytes of each segment, [K, N, G - 1].
+        worth: Saving per byte of each segment, at most that of any hotter one, [K, N, G - 1].
+        segments: Per kind, the (owner item, bytes, worth, saving in ms) of every segment
+            that saves anything, the largest worth first (ties: hotter segments first).
+    """
+
+    kind: np.ndarray
+    cost: np.ndarray
+    used: np.ndarray
+    extra: np.ndarray
+    worth: np.ndarray
+    segments: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+
+    @classmethod
+    def price(cls, items: ShardingTask, cost_model: CostModel) -> Curves:
+        """Prices the curves of ``items`` on one device of each kind: the lower hulls of
+        :func:`autoshard.milp.curves.cost_curves` (vertices at whole rows, where the
+        access curve can bend), padded to one length by repeating the last vertex."""
+        kinds = device_kinds(items)
+        hulls = cost_curves(items, cost_model, kinds).hulls
+        width = max(h[0].size for h in hulls)
+        shape = (items.num_tables, kinds.count, width)
+        used, cost = np.empty(shape), np.empty(shape)
+        for i, (hx, hy) in enumerate(hulls):
+            t, k = divmod(i, kinds.count)
+            used[t, k, :hx.size], used[t, k, hx.size:] = hx * UNIT_BYTES, hx[-1] * UNIT_BYTES
+            cost[t, k, :hy.size], cost[t, k, hy.size:] = hy, hy[-1]
+        # The curves count a row's memory; the water-filling counts the HBM it takes as the
+        # runtime counts it (its reservation), which may be more per row: the MILP's scale.
+        scale, _ = hbm_terms(items, np.arange(items.num_tables))
+        used *= scale[:, None, None]
+        used, cost = used.transpose(1, 0, 2).copy(), cost.transpose(1, 0, 2).copy()
+        saving = cost[:, :, :-1] - cost[:, :, 1:]
+        extra = used[:, :, 1:] - used[:, :, :-1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(extra > 0, saving / extra, np.inf)
+        worth = np.maximum(np.minimum.accumulate(ratio, axis=2), 0.0)
+        segments = []
+        for k in range(kinds.count):
+            keep = (worth[k] > 0) & (extra[k] > 0)
+            owner, _ = np.nonzero(keep)
+            w, e, gain = worth[k][keep], extra[k][keep], saving[k][keep]
+            order = np.argsort(-w, kind="stable")
+            segments.append((owner[order], e[order], w[order], gain[order]))
+        return cls(kinds.kind, cost, used, extra, worth, tuple(segments))
+
+
+def by_device(device: np.ndarray) -> np.ndarray:
+    """The stable order of segments by device (a radix sort on 16-bit device numbers)."""
+    small = device.astype(np.int16) if device.size and device.max() < 2**15 else device
+    return np.argsort(small, kind="stable")
+
+
+@dataclass(frozen=True)
+class SegmentLists:
+    """Every device's segments in water-filling order (the largest worth first), with
+    cumulative bytes and savings, so that a device's best saving for any HBM budget is one
+    search (:meth:`saving_at`)."""
+
+    start: np.ndarray  # [D] first segment of each device
+    end: np.ndarray  # [D] past its last
+    owner: np.ndarray
+    extra: np.ndarray
+    worth: np.ndarray
+    saving: np.ndarray
+    bytes_in: np.ndarray  # cumulative bytes within the device, through each segment
+    saved_in: np.ndarray  # cumulative saving within the device, through each segment
+    key: np.ndarray  # bytes_in + the device's offset: one increasing array for all devices
+    offset: np.ndarray  # [D]
+    base: np.ndarray  # [D] load with no row in HBM (curve level)
+    load: np.ndarray  # [D] load with HBM water-filled (curve level)
+
+    @classmethod
+    def build(cls, curves: Curves, device: np.ndarray, hbm_cap: np.ndarray) -> SegmentLists:
+        """The lists of items on ``device`` with ``hbm_cap`` bytes of HBM for rows per
+        device."""
+        n_d = hbm_cap.size
+        parts = []
+        for k, (owner, extra, worth, saving) in enumerate(curves.segments):
+            d = device[owner]
+            m = curves.kind[d] == k
+            parts.append((d[m], owner[m], extra[m], worth[m], saving[m]))
+        d, o, e, w, g = (np.concatenate(x) for x in zip(*parts, strict=True))
+        order = by_device(d)
+        d, o, e, w, g = d[order], o[order], e[order], w[order], g[order]
+        counts = np.bincount(d, minlength=n_d)
+        end = np.cumsum(counts)
+        start = end - counts
+        x, v = np.cumsum(e), np.cumsum(g)
+        bytes_in = x - np.r_[0.0, x][start][d]
+        saved_in = v - np.r_[0.0, v][start][d]
+        width = float(max(bytes_in.max(initial=0.0), hbm_cap.max())) * 2.0 + 1.0
+        offset = np.arange(n_d) * width
+        index = np.arange(device.size)
+        base = np.bincount(device, weights=curves.cost[curves.kind[device], index, 0],
+                           minlength=n_d)
+        lists = cls(start, end, o, e, w, g, bytes_in, saved_in, bytes_in + offset[d], offset,
+                    base, base)
+        full = lists.saving_at(np.arange(n_d), hbm_cap)
+        return replace(lists, load=base - full)
+
+    def saving_at(self, dev: np.ndarray, budget: np.ndarray) -> np.ndarray:
+        """Best saving (ms) of devices ``dev`` with ``budget`` bytes of HBM (same shapes)."""
+        pos = np.searchsorted(self.key, budget + self.offset[dev], side="right")
+        start, end = self.start[dev], self.end[dev]
+        has = pos > start
+        prev = np.maximum(pos - 1, 0)
+        got_x = np.where(has, self.bytes_in[prev] if self.key.size else 0.0, 0.0)
+        got_v = np.where(has, self.saved_in[prev] if self.key.size else 0.0, 0.0)
+        more = pos < end
+        nxt = np.minimum(pos, max(self.key.size - 1, 0))
+        if not self.key.size:
+            return np.zeros(np.shape(budget))
+        part = np.where(more, (budget - got_x) * self.saving[nxt] / self.extra[nxt], 0.0)
+        return got_v + part

@@ -1,0 +1,392 @@
+"""Placing every table (or shard) whole with its HBM rows: the solve behind ``recshard``.
+
+One placement solve (the sharder's steps 1-4, :mod:`autoshard.sharders.recshard`): the
+aggregated LP relaxation, warm starts (the greedy family and an LP-guided packing, each with its
+row splits re-optimised), a large-neighbourhood search re-solving the MILP a few devices at a
+time, and on tasks small enough the whole MILP, each within its share of the deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autoshard.bounds import DeadlineReached, lower_bound_ms
+from autoshard.cost import CostModel
+from autoshard.errors import PlannerError
+from autoshard.milp import model as milp_model
+from autoshard.milp.curves import CostLines, DeviceKinds, cost_curves, device_kinds
+from autoshard.milp.plans import (
+    aggregated,
+    device_loads,
+    device_subproblem,
+    feasible,
+    fit_hbm,
+    lp_packing,
+    pin,
+    polish,
+    single_bound,
+    step_cost,
+    to_memory,
+    to_rows,
+)
+from autoshard.plan import Plan
+from autoshard.task import ShardingTask
+
+#: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
+#: :data:`LARGE_TASK_LINES` evenly spaced ones (a weaker but still valid relaxation).
+FULL_LINES_LIMIT = 200_000
+LARGE_TASK_LINES = 32
+
+#: Greedy sharders tried as warm starts (the best feasible one is kept); the first is built
+#: before anything else and returned when the deadline comes before any better plan.
+WARM_STARTS = ("lookup_greedy", "size_lookup_greedy", "size_greedy", "dim_greedy")
+
+#: Shares of one placement solve's budget by which its setup phases must finish: the pricing
+#: of the MILP's cost curves (past it, the first warm start is returned) and the table-wise
+#: spread bound (past it, skipped).
+CURVES_SHARE = 0.6
+BOUND_SHARE = 0.3
+#: The aggregated LP starts only with this share of a placement solve's budget left; a warm
+#: start's row splits are re-optimised only with this share of the time limit left.
+LP_SHARE = 0.5
+POLISH_SHARE = 0.1
+#: Cost lines per second that building and presolving an LP over every table gets through (a
+#: conservative figure from a 2-core Xeon; HiGHS's time limit leaves that work out): such an
+#: LP starts only when the time left covers it too.
+LP_LINES_PER_SECOND = 100_000
+
+#: Seconds the search runs before it may stop for lack of progress (``stall``).
+MIN_SEARCH_S = 1.0
+#: Status reported when the deadline came before the MILP's curves were priced.
+DEADLINE_STATUS = f"deadline: {WARM_STARTS[0]} plan, cost curves not priced in time"
+
+
+@dataclass(frozen=True)
+class RecShardResult:
+    """What the MILP sharder found.
+
+    Args:
+        plan: The plan returned.
+        step_cost_ms: Its step cost under the cost model (max over devices).
+        bound_ms: A lower bound on the step cost of every feasible plan (with ``split=False``:
+            of every plan that places tables whole; see the module docstring).
+        gap: (step cost - bound) / step cost: the proven distance from optimal.
+        seconds: Wall time of the whole solve.
+        method: ``milp`` (the whole MILP gave the plan), ``lns`` (the search did) or ``warm``
+            (the best warm start, splits re-optimised, was not improved on).
+        status: HiGHS's status of the whole MILP, or ``search`` when it did not run.
+        warm_start: Name of the warm-start plan.
+        warm_cost_ms: Its step cost.
+    """
+
+    plan: Plan
+    step_cost_ms: float
+    bound_ms: float
+    gap: float
+    seconds: float
+    method: str
+    status: str
+    warm_start: str
+    warm_cost_ms: float
+
+
+@dataclass(frozen=True)
+class SolveSettings:
+    """The settings of a placement solve (see :class:`autoshard.sharders.recshard.RecShard`,
+    whose options they are)."""
+
+    time_limit: float
+    mip_rel_gap: float
+    max_lines: int | None
+    max_pairs: int
+    group_devices: int
+    seed: int
+    stall: float
+
+
+def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostModel,
+                 deadline: float, pins: np.ndarray | None = None,
+                 search_cap: float | None = None) -> Found:
+    """Places every table (or shard, for a shard task) whole, with its HBM rows; ``pins``:
+    a device per table (shard), -1 where free; ``search_cap``: on a task too large for the
+    whole MILP, the search runs at most that many times as long as the solve before it."""
+    start = time.perf_counter()
+    budget = max(deadline - start, 0.01)
+    kinds = device_kinds(task)
+    # The cheapest warm start first: the plan returned if the deadline comes before any
+    # better one exists (None when it cannot place the task; then no phase is cut short).
+    fallback = _cheap_start(task, cost_model, pins)
+    cut = None if fallback is None else start + CURVES_SHARE * budget
+    try:
+        curves = cost_curves(task, cost_model, kinds, deadline=cut)
+    except DeadlineReached:
+        assert fallback is not None
+        cost = step_cost(task, cost_model, *fallback[1:])
+        return Found(*fallback[1:], cost, 0.0, "warm", DEADLINE_STATUS, fallback[0], cost)
+    full = curves.lines()
+    if int(full.count.sum()) > FULL_LINES_LIMIT:  # keep the LPs small enough to stop in time
+        full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
+    relaxed, bound = _relaxation(task, cost_model, kinds, full, start, deadline)
+    focus = None
+    if relaxed.memory is not None:
+        focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
+    pairs = task.num_tables * task.num_devices
+    whole = pairs <= settings.max_pairs
+    lines_budget = int(np.clip(20000 // pairs, 8, 48)) if whole else 24
+    lines = curves.lines(settings.max_lines or lines_budget, focus,
+                         deadline=start + 0.2 * budget)
+    search_end = start + budget * (0.5 if whole else 1.0)
+    ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound, pins)
+    name, device, rows = _warm_start(settings, ctx, relaxed, fallback, time.perf_counter() - start)
+    warm_cost = step_cost(task, cost_model, device, rows)
+    if search_cap is not None and not whole:
+        now = time.perf_counter()
+        ctx = replace(ctx, deadline=min(ctx.deadline, now + max(
+            MIN_SEARCH_S, search_cap * (now - start))))
+    # With the whole MILP to follow (to the deadline), stopping the search early saves
+    # nothing: it runs while it improves at all.
+    device, rows = _search(settings, ctx, device, rows, 0.0 if whole else settings.stall)
+    cost = step_cost(task, cost_model, device, rows)
+    method, status = ("lns" if cost < warm_cost else "warm"), "search"
+    if whole and (cost - bound) > settings.mip_rel_gap * cost:
+        ctx = _Context(task, cost_model, kinds, lines, full, deadline, bound, pins)
+        status, found, mip_bound = _whole(settings, ctx, device, rows, bound)
+        bound = max(bound, mip_bound)
+        if found is not None and feasible(task, *found):
+            new_cost = step_cost(task, cost_model, *found)
+            if new_cost < cost:
+                (device, rows), cost, method = found, new_cost, "milp"
+    tied = _tied(task)
+    if tied is not None:  # one share of rows in HBM per split table (TorchRec's one)
+        even = polish(task, kinds, full, np.arange(task.num_tables),
+                      np.arange(task.num_devices), device, max(left(deadline), 2.0), tied)
+        if even is not None and feasible(task, device, even):
+            rows, cost = even, step_cost(task, cost_model, device, even)
+    return Found(device, rows, cost, bound, method, status, name, warm_cost)
+
+
+def _relaxation(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds,
+                full: CostLines, start: float, deadline: float
+                ) -> tuple[milp_model.Solution, float]:
+    """The aggregated LP relaxation (skipped when too little time is left) and the best bound
+    in time: the LP's, the dearest single table's, and the table-wise spread bound."""
+    budget = max(deadline - start, 0.01)
+    # HiGHS's limit leaves out building the model: started only with half the budget left.
+    relaxed = milp_model.Solution(None, None, np.inf, np.inf, "skipped", 0.0)
+    if left(deadline) > LP_SHARE * budget + _lp_seconds(full):
+        relaxed = milp_model.solve(aggregated(task, kinds), full,
+                                   time_limit=min(0.5 * left(deadline), 0.3 * budget))
+    bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full))
+    with contextlib.suppress(DeadlineReached):  # the spread bound too, while time allows
+        bound = max(bound, lower_bound_ms(task, cost_model, whole_tables=True,
+                                          deadline=start + BOUND_SHARE * budget))
+    return relaxed, bound
+
+
+def _warm_start(settings: SolveSettings, ctx: _Context, relaxed: milp_model.Solution,
+                first: tuple[str, np.ndarray, np.ndarray] | None, first_s: float
+                ) -> tuple[str, np.ndarray, np.ndarray]:
+    """The cheapest feasible plan among the greedy family (``first``: the first of
+    :data:`WARM_STARTS`, already built in about ``first_s`` seconds) and the LP-guided
+    packing, each with its row splits re-optimised for its devices."""
+    from autoshard.sharders import get_sharder
+
+    task, model = ctx.task, ctx.cost_model
+    starts = [] if first is None else [first]
+    for name in WARM_STARTS[1:]:
+        # Another greedy takes about as long as the first: started only if it can finish.
+        if starts and left(ctx.deadline) < 2 * first_s:
+            break
+        try:
+            placed = pin(task, ctx.pins, *get_sharder(name).shard(task, model).arrays(task))
+        except PlannerError:
+            continue
+        if placed is not None:
+            starts.append((name, *placed))
+    packed = None if starts and _past(ctx.deadline) else lp_packing(
+        task, model, ctx.kinds, ctx.full, relaxed)
+    if packed is not None:
+        packed = pin(task, ctx.pins, *packed)
+    if packed is not None:
+        starts.append(("lp_packing", *packed))
+    if not starts:
+        raise PlannerError("capacity", f"no feasible start: every greedy sharder and the LP "
+                           f"packing failed to place {task.num_tables} tables on "
+                           f"{task.num_devices} devices")
+    scored = []
+    everything, devices = np.arange(task.num_tables), np.arange(task.num_devices)
+    for name, device, rows in starts:
+        scored.append((step_cost(task, model, device, rows), name, device, rows))
+        if left(ctx.deadline) < POLISH_SHARE * settings.time_limit + _lp_seconds(ctx.full):
+            continue
+        better = polish(task, ctx.kinds, ctx.full, everything, devices, device,
+                        min(left(ctx.deadline), 10.0))
+        if better is not None and feasible(task, device, better):
+            scored.append((step_cost(task, model, device, better), name, device, better))
+    best = min(scored, key=lambda c: c[0])
+    return best[1], best[2], best[3]
+
+
+def _whole(settings: SolveSettings, ctx: _Context, device: np.ndarray, rows: np.ndarray,
+           bound: float) -> tuple[str, tuple[np.ndarray, np.ndarray] | None, float]:
+    """The whole task as one MILP, then its splits polished on the full curves."""
+    task = ctx.task
+    tables, devices = np.arange(task.num_tables), np.arange(task.num_devices)
+    sub = device_subproblem(task, ctx.kinds, tables, devices, pins=ctx.pins)
+    sol = milp_model.solve(sub, ctx.lines, warm=(device, to_memory(task, rows)), lower=bound,
+                           mip_rel_gap=settings.mip_rel_gap, time_limit=left(ctx.deadline))
+    if sol.device is None or sol.memory is None:
+        return sol.status, None, sol.bound
+    new_rows = fit_hbm(task, sol.device, to_rows(task, sol.memory))
+    better = polish(task, ctx.kinds, ctx.full, tables, devices, sol.device,
+                    max(left(ctx.deadline), 2.0))
+    if better is not None and feasible(task, sol.device, better) and step_cost(
+            task, ctx.cost_model, sol.device, better) < step_cost(
+            task, ctx.cost_model, sol.device, new_rows):
+        new_rows = better
+    return sol.status, (sol.device, new_rows), sol.bound
+
+
+def _search(settings: SolveSettings, ctx: _Context, device: np.ndarray, rows: np.ndarray,
+            stall: float) -> tuple[np.ndarray, np.ndarray]:
+    """Large-neighbourhood search: re-solve the most loaded device with a few others (until
+    it stalls: :func:`_stalled`)."""
+    task = ctx.task
+    rng = np.random.default_rng(settings.seed)
+    device, rows = device.copy(), rows.copy()
+    loads = device_loads(task, ctx.cost_model, device, rows)
+    group = min(settings.group_devices, task.num_devices)
+    if group < 2:
+        return device, rows
+    stale, patience = 0, max(3 * task.num_devices // group, 6)
+    history = [(time.perf_counter(), float(loads.max()))]
+    while left(ctx.deadline) > 0.2 and stale < patience:
+        if loads.max() - ctx.bound <= settings.mip_rel_gap * loads.max():
+            break
+        if _stalled(history, stall):
+            break
+        order = np.argsort(loads)
+        worst = int(order[-1])
+        lighter = order[: max(task.num_devices // 2, group - 1)]
+        pool = lighter[lighter != worst]
+        if stale == 0:  # the lightest first, then random lighter ones
+            partners = pool[: group - 1]
+        else:
+            partners = rng.choice(pool, size=group - 1, replace=False)
+        devs = np.unique(np.append(partners, worst))
+        stale = 0 if _improve(settings, ctx, devs, device, rows, loads) else stale + 1
+        history.append((time.perf_counter(), float(loads.max())))
+    return device, rows
+
+
+def _improve(settings: SolveSettings, ctx: _Context, devs: np.ndarray, device: np.ndarray,
+             rows: np.ndarray, loads: np.ndarray) -> bool:
+    """Re-solves the tables of ``devs``; updates the arrays in place if their max drops."""
+    task = ctx.task
+    tables = np.flatnonzero(np.isin(device, devs))
+    if tables.size == 0:
+        return False
+    sub = device_subproblem(task, ctx.kinds, tables, devs, pins=ctx.pins)
+    position = np.searchsorted(devs, device[tables])
+    limit = min(left(ctx.deadline), 5.0)
+    sol = milp_model.solve(sub, ctx.lines, warm=(position, to_memory(task, rows[tables],
+                                                                      tables)),
+                           spread=1e-3, mip_rel_gap=settings.mip_rel_gap, time_limit=limit)
+    if sol.device is None or sol.memory is None:
+        return False
+    split = polish(task, ctx.kinds, ctx.full, tables, devs, sol.device,
+                   min(left(ctx.deadline), 5.0))
+    new_device, new_rows = device.copy(), rows.copy()
+    new_device[tables] = devs[sol.device]
+    new_rows[tables] = split if split is not None else to_rows(task, sol.memory, tables)
+    new_rows = fit_hbm(task, new_device, new_rows)
+    if not feasible(task, new_device, new_rows):
+        return False
+    new_loads = device_loads(task, ctx.cost_model, new_device, new_rows)
+    if new_loads[devs].max() >= loads[devs].max() * (1 - 1e-9):
+        return False
+    device[:], rows[:], loads[:] = new_device, new_rows, new_loads
+    return True
+
+
+@dataclass(frozen=True)
+class Found:
+    """One placement solve: devices and HBM rows per table (or shard), its cost, the bound
+    proven for plans of the same tables (or shards), and how it was found."""
+
+    device: np.ndarray
+    rows: np.ndarray
+    cost: float
+    bound: float
+    method: str
+    status: str
+    warm_start: str
+    warm_cost: float
+
+
+def _cheap_start(task: ShardingTask, cost_model: CostModel, pins: np.ndarray | None = None
+                 ) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """The first of :data:`WARM_STARTS`' plan (name, devices, HBM rows), its ``pins`` kept;
+    None if it fails."""
+    from autoshard.sharders import get_sharder
+
+    name = WARM_STARTS[0]
+    try:
+        placed = pin(task, pins, *get_sharder(name).shard(task, cost_model).arrays(task))
+    except PlannerError:
+        return None
+    return None if placed is None else (name, *placed)
+
+
+def _tied(task: ShardingTask) -> np.ndarray | None:
+    """For a task of shards whose runtime keeps one HBM share per split table, each shard's
+    table when it is split (-1 when whole); else None."""
+    g = getattr(task, "geometry", None)
+    if g is None or not task.reservation.one_share_per_table or not (g.parts > 1).any():
+        return None
+    return np.where(g.parts > 1, g.table, -1)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every stage of one solve shares."""
+
+    task: ShardingTask
+    cost_model: CostModel
+    kinds: DeviceKinds
+    lines: CostLines
+    full: CostLines
+    deadline: float
+    bound: float
+    pins: np.ndarray | None = None
+
+
+def _stalled(history: list[tuple[float, float]], stall: float) -> bool:
+    """True once the search has run :data:`MIN_SEARCH_S` and its last half lowered the step cost
+    by less than ``stall`` of it (``history``: (instant, step cost) after each step)."""
+    begun, now = history[0][0], time.perf_counter()
+    if stall <= 0 or now - begun < MIN_SEARCH_S:
+        return False
+    halfway = begun + (now - begun) / 2
+    before = next(cost for at, cost in reversed(history) if at <= halfway)
+    return before - history[-1][1] < stall * history[-1][1]
+
+
+def _lp_seconds(lines: CostLines) -> float:
+    """Seconds to set up an LP over every table's ``lines`` (:data:`LP_LINES_PER_SECOND`)."""
+    return float(lines.count.sum()) / LP_LINES_PER_SECOND
+
+
+def _past(deadline: float) -> bool:
+    return time.perf_counter() >= deadline
+
+
+def left(deadline: float) -> float:
+    """Seconds left before ``deadline`` (at least 0.01)."""
+    return max(deadline - time.perf_counter(), 0.01)
+
+

@@ -1,0 +1,197 @@
+"""The TorchRec sharding-plan description a plan is exported as, and TorchRec's objects from it.
+
+The description (JSON or YAML, kind ``torchrec_sharding_plan``) lists every table's sharding
+type, compute kernel, cache load factor and shards (rank, offsets, sizes), with the world and
+node sizes and the training pipeline it is for. Writing it needs no TorchRec; turning it into a
+``ShardingPlan`` (:func:`load_sharding_plan`) and checking that against TorchRec's sharder
+(:func:`check_sharding_plan`) do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autoshard.errors import InputError, PlannerError
+from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.plan import Plan
+from autoshard.task import ShardingTask
+from autoshard.torchrec import torchrec_unavailable
+from autoshard.torchrec.mapping import FUSED_UVM_CACHING, KERNELS, SHARDING_TYPES, WHOLE_TYPE
+from autoshard.torchrec.reservation import check_pipeline, pipeline_of
+from autoshard.torchrec.shardings import (
+    ShardSpec,
+    TableSharding,
+    check_shards,
+    shard_doc,
+    table_shardings,
+)
+
+
+def export_doc(plan: Plan, task: ShardingTask) -> dict[str, Any]:
+    """A JSON/YAML-ready description of the TorchRec ShardingPlan of ``plan``."""
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": "torchrec_sharding_plan",
+        "sharder": plan.sharder, "world_size": task.num_devices,
+        "local_world_size": min(task.hardware.devices_per_node, task.num_devices),
+        "device_type": "cuda", "module_path": "", "pipeline": pipeline_of(task.reservation),
+        "tables": [{"table": s.table, "rows": s.rows, "dim": s.dim, "data_type": s.data_type,
+                    "sharding_type": s.sharding_type, "compute_kernel": s.compute_kernel,
+                    "cache_load_factor": s.cache_load_factor,
+                    "shards": [shard_doc(x) for x in s.shards]}
+                   for s in table_shardings(plan, task)],
+    }
+
+
+def write_export(path: str | Path, plan: Plan, task: ShardingTask) -> dict[str, Any]:
+    doc = export_doc(plan, task)
+    write_structured(path, doc)
+    return doc
+
+
+def read_export(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any],
+                                                              list[TableSharding]]:
+    """An exported description (a file or its parsed content) and its table shardings.
+
+    Raises:
+        InputError: A field is missing or malformed, a kernel or sharding type unknown, a rank
+            outside the world, or shards that do not tile their table exactly (the field
+            named).
+    """
+    where = str(source) if not isinstance(source, dict) else "<torchrec plan>"
+    doc = read_structured(source) if not isinstance(source, dict) else source
+    doc = check_schema(doc, "torchrec_sharding_plan", where)
+    world = doc.get("world_size")
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise InputError("must be an integer >= 1", source=where, field="world_size", value=world)
+    local = doc.get("local_world_size") or world
+    check_pipeline(doc.get("pipeline", "none"), "pipeline", where)
+    out = []
+    for i, t in enumerate(doc.get("tables") or []):
+        s = _read_table(t, f"tables[{i}]", where)
+        check_shards(s, world, int(local), where, f"tables[{i}]")
+        out.append(s)
+    if not out:
+        raise InputError("no tables", source=where, field="tables")
+    return doc, out
+
+
+def _read_table(t: Any, field: str, where: str) -> TableSharding:
+    try:
+        rows, dim = int(t["rows"]), int(t["dim"])
+        if "shards" in t:
+            shards = tuple(ShardSpec(int(x["rank"]), int(x["row_offset"]), int(x["rows"]),
+                                     int(x["col_offset"]), int(x["cols"]))
+                           for x in t["shards"])
+        else:  # table-wise descriptions written before shards were described
+            shards = (ShardSpec(int(t["rank"]), 0, rows, 0, dim),)
+        clf = t.get("cache_load_factor")
+        s = TableSharding(str(t["table"]), rows, dim, str(t.get("data_type", "FP32")),
+                          str(t.get("sharding_type", WHOLE_TYPE)), str(t["compute_kernel"]),
+                          None if clf is None else float(clf), shards)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"bad table entry ({exc})", source=where, field=field) from exc
+    if s.compute_kernel not in KERNELS:
+        raise InputError(f"compute kernel must be one of {', '.join(KERNELS)}",
+                         source=where, field=f"{field}.compute_kernel", value=s.compute_kernel)
+    if s.sharding_type not in SHARDING_TYPES:
+        raise InputError(f"sharding type must be one of {', '.join(SHARDING_TYPES)}",
+                         source=where, field=f"{field}.sharding_type", value=s.sharding_type)
+    if s.compute_kernel == FUSED_UVM_CACHING and not 0 < (s.cache_load_factor or 0) < 1:
+        raise InputError("fused_uvm_caching needs a cache load factor in (0, 1)",
+                         source=where, field=f"{field}.cache_load_factor",
+                         value=s.cache_load_factor)
+    return s
+
+
+def meta_collection(tables: list[tuple[str, int, int, str]]) -> Any:
+    """A TorchRec EmbeddingBagCollection on the meta device (no memory) of (name, rows, dim,
+    data type) tables, one feature per table named like the table."""
+    import torch
+    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    configs = [EmbeddingBagConfig(name=n, embedding_dim=d, num_embeddings=r,
+                                  feature_names=[n], data_type=DataType[dt])
+               for n, r, d, dt in tables]
+    return EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+
+
+def load_sharding_plan(source: str | Path | dict[str, Any]) -> Any:
+    """The exported description as a ``torchrec.distributed.types.ShardingPlan``.
+
+    Each table becomes a ``ParameterSharding`` with its sharding type, compute kernel, ranks, an
+    ``EnumerableShardingSpec`` of its shards (offsets, sizes and placements as TorchRec's own
+    ``construct_module_sharding_plan`` writes them) and its cache load factor.
+    """
+    reason = torchrec_unavailable(load=True)
+    if reason:
+        raise PlannerError("unavailable", reason)
+    from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
+    from torchrec.distributed.sharding_plan import placement
+    from torchrec.distributed.types import (
+        CacheParams,
+        EmbeddingModuleShardingPlan,
+        ParameterSharding,
+        ShardingPlan,
+    )
+
+    doc, shardings = read_export(source)
+    local = int(doc.get("local_world_size") or doc["world_size"])
+    device_type = str(doc.get("device_type", "cuda"))
+    module_plan = EmbeddingModuleShardingPlan()
+    for s in shardings:
+        spec = EnumerableShardingSpec([
+            ShardMetadata(shard_offsets=[x.row_offset, x.col_offset],
+                          shard_sizes=[x.rows, x.cols],
+                          placement=placement(device_type, x.rank, local))
+            for x in s.shards])
+        cache = (CacheParams(load_factor=s.cache_load_factor,
+                             prefetch_pipeline=doc.get("pipeline") == "prefetch")
+                 if s.compute_kernel == FUSED_UVM_CACHING else None)
+        module_plan[s.table] = ParameterSharding(
+            sharding_type=s.sharding_type, compute_kernel=s.compute_kernel, ranks=s.ranks,
+            sharding_spec=spec, cache_params=cache)
+    return ShardingPlan({str(doc.get("module_path", "")): module_plan})
+
+
+def check_sharding_plan(plan: Any, module: Any, world_size: int,
+                        local_world_size: int | None = None) -> None:
+    """Checks a ShardingPlan against a module with TorchRec's sharder for it: every parameter
+    planned, sharding type and compute kernel among those the sharder offers on CUDA, ranks in
+    range, and shards tiling the parameter exactly as the sharding type says.
+
+    Raises:
+        PlannerError: The first mismatch found.
+    """
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+    sharder = EmbeddingBagCollectionSharder()
+    params = sharder.shardable_parameters(module)
+    module_plan = plan.get_plan_for_module("")
+    if module_plan is None or set(module_plan) != set(params):
+        raise PlannerError("invalid_plan", "the TorchRec plan does not cover the module's "
+                           "tables exactly")
+    for name, ps in module_plan.items():
+        allowed = sharder.compute_kernels(ps.sharding_type, "cuda")
+        if ps.sharding_type not in sharder.sharding_types("cuda") or ps.compute_kernel not in (
+                allowed):
+            raise PlannerError("invalid_plan", f"table '{name}': {ps.sharding_type} with "
+                               f"{ps.compute_kernel} is not offered (kernels: {allowed})")
+        rows, dim = (int(v) for v in params[name].shape)
+        metas = ps.sharding_spec.shards
+        ranks = [int(m.placement.rank()) for m in metas]
+        if list(ps.ranks) != ranks:
+            raise PlannerError("invalid_plan", f"table '{name}': ranks {ps.ranks} differ from "
+                               f"its shards' placements {ranks}")
+        shards = tuple(ShardSpec(r, int(m.shard_offsets[0]), int(m.shard_sizes[0]),
+                                 int(m.shard_offsets[1]), int(m.shard_sizes[1]))
+                       for r, m in zip(ranks, metas, strict=True))
+        try:
+            check_shards(TableSharding(name, rows, dim, "FP32", ps.sharding_type,
+                                       ps.compute_kernel, None, shards),
+                         world_size, local_world_size or world_size, "<torchrec plan>",
+                         name)
+        except InputError as exc:
+            raise PlannerError("invalid_plan", f"table '{name}': {exc.reason} "
+                               f"(shape {[rows, dim]}, {world_size} ranks)") from exc

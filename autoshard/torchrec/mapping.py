@@ -1,0 +1,100 @@
+"""Our plans in TorchRec's terms: its sharding types, compute kernels and data types.
+
+Every name TorchRec gives a sharding kind, a kernel or an element type is said here once:
+
+- sharding types: each of our kinds (:mod:`autoshard.kinds`) is the TorchRec sharding type of
+  the same name; TorchRec's ``table_column_wise`` (column blocks over one node's ranks) is
+  column-wise in our plans;
+- compute kernels, from a table's rows in HBM: all of them ``fused``; none ``fused_uvm`` (the
+  table in host memory, reached over UVM); otherwise ``fused_uvm_caching`` with cache load
+  factor = the share of rows (of bytes, for column blocks) in HBM: an HBM cache of that many
+  rows over the table in host memory. TorchRec has one load factor per table;
+- row blocks: TorchRec's runtime routes a row-split table's ids in even blocks, one per rank of
+  the world (of the node, for the node-local kind), block r on the r-th rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoshard.errors import InputError
+from autoshard.kinds import WHOLE, ShardingKind
+from autoshard.tables import Table
+
+#: TorchRec's name of each of our sharding kinds.
+SHARDING_NAMES = {ShardingKind.TABLE_WISE: "table_wise", ShardingKind.ROW_WISE: "row_wise",
+                  ShardingKind.TABLE_ROW_WISE: "table_row_wise",
+                  ShardingKind.COLUMN_WISE: "column_wise"}
+#: TorchRec's sharding types our plans hold, and the kind each is in our plans.
+_KINDS = {**{name: kind for kind, name in SHARDING_NAMES.items()},
+          "table_column_wise": ShardingKind.COLUMN_WISE}
+SHARDING_TYPES = tuple(_KINDS)
+#: TorchRec's name of a table placed whole.
+WHOLE_TYPE = SHARDING_NAMES[WHOLE]
+
+FUSED, FUSED_UVM, FUSED_UVM_CACHING = "fused", "fused_uvm", "fused_uvm_caching"
+KERNELS = (FUSED, FUSED_UVM, FUSED_UVM_CACHING)
+#: TorchRec's cache load factor when a plan gives none (planner/constants.py UVM_CACHING_RATIO).
+DEFAULT_CACHE_LOAD_FACTOR = 0.2
+_DATA_TYPES = {4: "FP32", 2: "FP16", 1: "INT8"}
+
+
+def torchrec_name(kind: ShardingKind) -> str:
+    """TorchRec's sharding type of ``kind``."""
+    return SHARDING_NAMES[kind]
+
+
+def kind_of(sharding_type: str) -> ShardingKind:
+    """Our kind of TorchRec's ``sharding_type`` (one of :data:`SHARDING_TYPES`)."""
+    return _KINDS[sharding_type]
+
+
+def data_type(table: Table) -> str:
+    """TorchRec's data type of a table's elements.
+
+    Raises:
+        InputError: Not 1, 2 or 4 bytes per element.
+    """
+    if table.bytes_per_element not in _DATA_TYPES:
+        raise InputError("TorchRec tables hold 1, 2 or 4 bytes per element",
+                         field=f"{table.name}.bytes_per_element", value=table.bytes_per_element)
+    return _DATA_TYPES[table.bytes_per_element]
+
+
+def table_kernel(rows: np.ndarray, cols: np.ndarray, hbm: np.ndarray, table_rows: int
+                 ) -> tuple[str, float | None]:
+    """One kernel and cache load factor for a table of ``table_rows`` rows whose shards
+    (``rows`` x ``cols`` each) keep ``hbm`` rows in HBM: ``fused`` when all are in HBM,
+    ``fused_uvm`` when none are, else ``fused_uvm_caching`` at the shards' share of bytes in
+    HBM, kept within [1 / table_rows, 1 - 1 / table_rows]."""
+    if (hbm >= rows).all():
+        return FUSED, None
+    if (hbm <= 0).all():
+        return FUSED_UVM, None
+    share = float((hbm * cols).sum()) / float((rows * cols).sum())
+    return FUSED_UVM_CACHING, min(max(share, 1.0 / table_rows), 1.0 - 1.0 / table_rows)
+
+
+def host_share(kernel: str, cache_load_factor: float | None) -> float:
+    """Share of a table's rows in host memory under ``kernel``."""
+    if kernel == FUSED:
+        return 0.0
+    if kernel == FUSED_UVM:
+        return 1.0
+    return 1.0 - float(cache_load_factor or 0.0)
+
+
+def even_blocks(rows: int, parts: int) -> list[int]:
+    """TorchRec's row-wise shard sizes: ``parts`` blocks of ceil(rows / parts) rows in rank
+    order, the last ones shorter or empty (its runtime sends id i to block i // that size)."""
+    block = -(-rows // parts)
+    return [min(block, max(rows - i * block, 0)) for i in range(parts)]
+
+
+def block_ranks(kind: ShardingKind, rank: int, local: int, world: int) -> range:
+    """The ranks TorchRec lays a row-split table's blocks on: every rank of the world, or for
+    the node-local kind every rank of the node holding ``rank``."""
+    if not kind.node_local:
+        return range(world)
+    first = rank // local * local
+    return range(first, min(first + local, world))
