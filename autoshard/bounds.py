@@ -41,28 +41,31 @@ def price_total(task: ShardingTask, cost_model: CostModel, table_idx: np.ndarray
 
 
 def table_cost_curves(task: ShardingTask, cost_model: CostModel, device: int = 0,
-                      hbm_bytes: float | None = None, deadline: float | None = None
-                      ) -> tuple[np.ndarray, np.ndarray]:
+                      hbm_bytes: float | None = None, deadline: float | None = None,
+                      reserved: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Each table's cost (ms) and HBM bytes with the hottest :data:`GRID` fraction of its rows
     in the HBM of ``device``. Shapes [T, len(GRID)].
 
     Row counts are the exact (fractional) grid points, so that a cost model linear in the HBM
     share between grid points (the analytical model) is linear between these samples too; they
-    are capped by ``hbm_bytes`` (default: that device's HBM capacity). Past ``deadline``:
+    are capped by ``hbm_bytes`` (default: that device's HBM capacity). A row's bytes are its
+    weights (and optimizer state), or with ``reserved`` what the task's runtime counts for a
+    row in HBM (:meth:`autoshard.task.TableArrays.hbm_bytes`). Past ``deadline``:
     :class:`DeadlineReached`.
     """
     a = task.table_arrays
+    per_row = a.hbm_bytes_per_row if reserved else a.memory_bytes_per_row
     cap = task.device_arrays.hbm_capacity[device] if hbm_bytes is None else hbm_bytes
-    max_rows = np.minimum(a.rows, np.floor(cap / a.memory_bytes_per_row))
+    max_rows = np.minimum(a.rows, np.floor(cap / per_row))
     k = np.minimum(GRID[None, :] * a.rows[:, None], max_rows[:, None])
     t_idx = np.repeat(np.arange(task.num_tables), GRID.size)
     d_idx = np.full(t_idx.size, device)
     cost = price_total(task, cost_model, t_idx, d_idx, k.ravel(), deadline).reshape(k.shape)
-    return cost, k * a.memory_bytes_per_row[:, None]
+    return cost, k * per_row[:, None]
 
 
 def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
-                   deadline: float | None = None) -> float:
+                   deadline: float | None = None, reserved: bool = False) -> float:
     """A lower bound on the step cost (max over devices) of every feasible plan.
 
     The least total work of all tables given the cluster's aggregate HBM capacity, spread evenly
@@ -81,8 +84,15 @@ def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool
     With ``whole_tables`` the bound holds only for plans that place every table whole, and is
     also at least the dearest single table's cheapest cost on any device. Past ``deadline`` (a
     ``time.perf_counter`` instant): :class:`DeadlineReached`.
+
+    By default the HBM counts the rows' weights alone (a bound of the same tables on any
+    runtime). With ``reserved`` it counts what the task's reservation keeps
+    (:mod:`autoshard.reservation`): each row in HBM at the runtime's bytes per row, and the
+    cluster's HBM less every table's reservation (a split table's shards reserve at least as
+    much as the table whole: their input ids, outputs and rows add up to at least its own), a
+    tighter bound valid for the task as posed.
     """
-    relaxed = relax(task, cost_model, whole_tables, deadline)
+    relaxed = relax(task, cost_model, whole_tables, deadline, reserved)
     spread = float(relaxed.cost_ms.sum()) / task.num_devices
     return max(relaxed.single_ms, spread) if whole_tables else spread
 
@@ -104,7 +114,7 @@ class Relaxation:
 
 
 def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
-          deadline: float | None = None) -> Relaxation:
+          deadline: float | None = None, reserved: bool = False) -> Relaxation:
     """Solves the fractional knapsack of :func:`lower_bound_ms` (see there); past ``deadline``
     (a ``time.perf_counter`` instant): :class:`DeadlineReached`."""
     dev = task.device_arrays
@@ -118,24 +128,69 @@ def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
         # The same grid for every kind: capped at ``top`` (one device's HBM priced only where
         # the single-table figure needs it).
         cost, used = table_cost_curves(task, cost_model, int(d), hbm_bytes=top,
-                                       deadline=deadline)
+                                       deadline=deadline, reserved=reserved)
         if whole_tables and dev.hbm_capacity[d] != top:
-            own, _ = table_cost_curves(task, cost_model, int(d), deadline=deadline)
+            own, _ = table_cost_curves(task, cost_model, int(d), deadline=deadline,
+                                       reserved=reserved)
             single = np.minimum(single, own.min(axis=1))
         else:
             single = np.minimum(single, cost.min(axis=1))
         best_cost = cost if best_cost is None else np.minimum(best_cost, cost)
         best_bytes = used
     assert best_cost is not None and best_bytes is not None
-    cost_ms, hbm = _least_work(best_cost, best_bytes, float(dev.hbm_capacity.sum()))
+    budget = float(dev.hbm_capacity.sum())
+    if reserved:  # every table's reservation is kept somewhere, whole or split
+        budget = max(budget - float(task.table_arrays.hbm_reserved_bytes.sum()), 0.0)
+    cost_ms, hbm = _least_work(best_cost, best_bytes, budget)
     return Relaxation(cost_ms, hbm, float(single.max()))
+
+
+def lower_hull(cost: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Each curve (cost [T, G] against increasing bytes [T, G]) replaced by its lower convex
+    hull at the same points, flat past its cheapest point: at most the curve everywhere, with
+    savings per byte that only fall along it. Curves that are already so (the analytical
+    model's) are returned as they are; others (a cost model whose price can rise with HBM
+    rows, as TorchRec's estimator's does) are hulled one by one."""
+    saving = cost[:, :-1] - cost[:, 1:]
+    extra = used[:, 1:] - used[:, :-1]
+    rate = np.divide(saving, extra, out=np.zeros_like(saving), where=extra > 0)
+    # Segments of no bytes (rows capped by the HBM) take their predecessor's rate.
+    last = np.maximum.accumulate(np.where(extra > 0, np.arange(extra.shape[1]), 0), axis=1)
+    rate = np.take_along_axis(rate, last, axis=1)
+    rising = rate[:, 1:] > rate[:, :-1] * (1 + 1e-6) + 1e-300
+    bad = (saving < -1e-9 * np.abs(cost[:, :-1])).any(axis=1) | rising.any(axis=1)
+    if not bad.any():
+        return cost
+    out = cost.copy()
+    for t in np.flatnonzero(bad):
+        out[t] = _hull_row(cost[t], used[t])
+    return out
+
+
+def _hull_row(cost: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """One curve's lower convex hull up to its cheapest point, then flat (see
+    :func:`lower_hull`)."""
+    last = int(np.argmin(cost))
+    keep: list[int] = []
+    for i in range(last + 1):
+        while len(keep) >= 2:
+            a, b = keep[-2], keep[-1]
+            cross = ((used[b] - used[a]) * (cost[i] - cost[a])
+                     - (cost[b] - cost[a]) * (used[i] - used[a]))
+            if cross > 0:
+                break
+            keep.pop()
+        keep.append(i)
+    hull = np.interp(used[:last + 1], used[keep], cost[keep])
+    return np.concatenate((hull, np.full(cost.size - last - 1, cost[last])))
 
 
 def _least_work(cost: np.ndarray, used: np.ndarray, budget: float
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Each table's cost and HBM bytes when, together, their bytes stay within ``budget`` and
-    their total cost is least, relaxed to a fractional knapsack over the curves' segments
-    (cost [T, G], bytes [T, G])."""
+    their total cost is least, relaxed to a fractional knapsack over the segments of the
+    curves' lower hulls (cost [T, G], bytes [T, G])."""
+    cost = lower_hull(cost, used)
     saving = cost[:, :-1] - cost[:, 1:]
     extra = used[:, 1:] - used[:, :-1]
     owner = np.broadcast_to(np.arange(cost.shape[0])[:, None], saving.shape)

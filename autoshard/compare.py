@@ -4,33 +4,46 @@ Rows are appended to the suite's CSV as each (task, sharder) finishes, so an int
 resumes where it stopped: rows already in the file are kept and not recomputed. A row is reused
 only when it was made by the same sharder options and the same cost model, named by its path
 and the digest of its files (every learned model calls itself ``lightgbm``); a row of the same
-task, sharder and model made with other options is stale and is recomputed.
+task, sharder and model made with other options is stale and is recomputed, and so is a row
+with a non-finite figure or a skipped one (whether a sharder can run is this machine's
+question). Rows can also be reused from another results folder without writing there.
+
+Every row records the machine and the time it was measured; a row the run that wrote the file
+did not measure names the CSV it was reused from (``reused_from``). A CSV the harness did not
+write is never replaced, nor are the Markdown, plots and breakdown beside one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from autoshard.cost import CostModel, builtin_model
+from autoshard.compare_rows import (
+    BESIDE,
+    COLUMNS,
+    FIGURES,
+    CompareRow,
+    append_row,
+    check_outputs,
+    finite,
+    read_rows,
+    rewrite_rows,
+    utc_now,
+)
+from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import CostReport, evaluate
-from autoshard.fileio import (
-    append_csv_row,
-    atomic_write_text,
-    csv_text,
-    read_structured,
-    write_structured,
-)
+from autoshard.fileio import read_structured, write_structured
 from autoshard.limits import check_finite_costs
+from autoshard.machine import describe_machine
 from autoshard.plan import Plan
+from autoshard.plan_context import SUITE_PREFIX, PlanContext
 from autoshard.sharders import (
     check_sharder_options,
     common_options,
@@ -39,6 +52,11 @@ from autoshard.sharders import (
     sharder_names,
 )
 from autoshard.task import ShardingTask
+
+#: Rows and their files live in :mod:`autoshard.compare_rows`; they are the harness's API too.
+__all__ = ["BESIDE", "COLUMNS", "CompareRow", "FixedTask", "Resumed", "TaskSource",
+           "check_outputs", "options_key", "read_rows", "resume", "run_one",
+           "run_suite", "sharder_options"]
 
 
 class TaskSource(Protocol):
@@ -52,104 +70,20 @@ class TaskSource(Protocol):
 
 @dataclass(frozen=True)
 class FixedTask:
-    """An already built task under a name (e.g. the demo's profiled workload)."""
+    """An already built task under a name (e.g. the demo's profiled workload); ``tables``:
+    where its tables can be read again (a table file), which its plans record, if known."""
 
     name: str
     task: ShardingTask
+    tables: str | None = None
 
     def build(self) -> ShardingTask:
         return self.task
 
 
-@dataclass(frozen=True)
-class CompareRow:
-    """One sharder on one task: ``status`` is ok, failed (with the reason) or skipped."""
-
-    suite: str
-    task: str
-    tables: int
-    devices: int
-    mode: str
-    sharder: str
-    status: str
-    reason: str = ""
-    step_cost_ms: float = float("nan")
-    lower_bound_ms: float = float("nan")
-    cost_ratio: float = float("nan")
-    load_balance: float = float("nan")
-    uvm_lookup_share: float = float("nan")
-    plan_seconds: float = float("nan")
-    cost_model: str = ""
-    cost_model_id: str = ""
-    options: str = ""
-    found_by: str = ""
-
-
-COLUMNS = [f.name for f in fields(CompareRow)]
-_FLOATS = {f.name for f in fields(CompareRow) if f.type in ("float", float)}
-#: Columns added after the first results were written, which older files lack, and the value
-#: such a row reads as (a column's name: that column's value).
-_LATER = {"cost_model_id": "cost_model", "options": "", "found_by": ""}
-
-
-def model_identity(spec: str | None) -> str:
-    """What a cost model is, for resuming: ``analytical``, ``torchrec@<version>`` (TorchRec's
-    estimator), or a learned model's resolved folder and the SHA-256 (first 16 hex digits) of
-    the names and contents of the files in it."""
-    builtin = builtin_model(spec)
-    if builtin == "analytical":
-        return "analytical"
-    if builtin == "torchrec":
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return f"torchrec@{version('torchrec')}"
-        except PackageNotFoundError:
-            return "torchrec"
-    assert spec is not None  # None is the analytical model
-    folder = Path(spec).resolve()
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0")
-        digest.update(path.read_bytes())
-    return f"{folder}@sha256:{digest.hexdigest()[:16]}"
-
-
 def options_key(options: dict[str, object]) -> str:
     """The sharder options a row was made with, as canonical JSON."""
     return json.dumps(options, sort_keys=True, default=str)
-
-
-def read_rows(path: Path) -> list[CompareRow]:
-    """Rows of a results CSV; a truncated last line (interrupted write) is dropped."""
-    if not path.is_file():
-        return []
-    rows = []
-    with path.open(newline="") as fh:
-        for raw in csv.DictReader(fh):
-            missing = set(COLUMNS) - set(raw)
-            if missing <= set(_LATER):  # written before those columns
-                raw = dict(raw, **{k: raw.get(_LATER[k], "") if _LATER[k] else ""
-                                   for k in missing})
-            if None in raw.values() or set(raw) != set(COLUMNS):
-                continue
-            try:
-                values = {k: (float(v) if k in _FLOATS else v) for k, v in raw.items()}
-                values["tables"] = int(raw["tables"])
-                values["devices"] = int(raw["devices"])
-            except ValueError:
-                continue
-            rows.append(CompareRow(**values))  # type: ignore[arg-type]
-    return rows
-
-
-def _append(path: Path, row: CompareRow) -> None:
-    append_csv_row(path, asdict(row), COLUMNS)
-
-
-def _rewrite(path: Path, rows: Iterable[CompareRow]) -> None:
-    """Rewrites the CSV with only complete rows (drops a torn last line before appending)."""
-    atomic_write_text(path, csv_text((asdict(r) for r in rows), COLUMNS))
 
 
 def sharder_options(names: Iterable[str], common: dict[str, object],
@@ -183,7 +117,7 @@ def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_mo
             cost_model_id: str | None = None) -> tuple[CompareRow, Plan | None,
                                                        CostReport | None]:
     """Runs one sharder, made with exactly ``options``, on one task; failures and
-    unavailability become rows, not exceptions.
+    unavailability become rows, not exceptions. Every row names this machine and time.
 
     Raises:
         InputError: An option the sharder does not take (a caller's mistake, not a failure of
@@ -193,7 +127,8 @@ def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_mo
         check_sharder_options(name, options)
     base = dict(suite=suite, task=spec.name, tables=task.num_tables, devices=task.num_devices,
                 mode=task.workload.mode, sharder=name, cost_model=cost_model.name,
-                cost_model_id=cost_model_id or cost_model.name, options=options_key(options))
+                cost_model_id=cost_model_id or cost_model.name, options=options_key(options),
+                machine=describe_machine(), measured_at=utc_now())
     reason = sharder_info(name, **options).unavailable
     if reason:
         return CompareRow(status="skipped", reason=reason, **base), None, None  # type: ignore
@@ -204,11 +139,12 @@ def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_mo
         plan = sharder.shard(task, cost_model)
         seconds = time.perf_counter() - start
         report = evaluate(plan, task, cost_model, bound_ms=bound_ms)
-        check_finite_costs({"step_cost_ms": report.step_cost_ms,
-                            "lower_bound_ms": report.lower_bound_ms}, f"{name}'s plan")
+        check_finite_costs({f: getattr(report, f) for f in FIGURES if f != "plan_seconds"},
+                           f"{name}'s plan")
     except (PlannerError, InputError) as exc:
         return CompareRow(status="failed", reason=str(exc), plan_seconds=time.perf_counter()
                           - start, **base), None, None  # type: ignore[arg-type]
+    plan = replace(plan, context=_context(suite, spec, task, cost_model_id or cost_model.name))
     found_by = "" if plan.provenance is None else plan.provenance.summary()
     row = CompareRow(status="ok", step_cost_ms=report.step_cost_ms,
                      lower_bound_ms=report.lower_bound_ms, cost_ratio=report.cost_ratio,
@@ -217,13 +153,103 @@ def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_mo
     return row, plan, report
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """What a run starts from.
+
+    Args:
+        rows: Rows of earlier runs kept in the CSV, each marked reused (``reused_from``).
+        notes: One line per row not kept for a reason the user should hear (a figure that
+            is not finite), saying whether it is recomputed.
+        breakdown: Per-device costs of the kept rows of the suite's first task, by sharder.
+    """
+
+    rows: list[CompareRow]
+    notes: list[str] = field(default_factory=list)
+    breakdown: dict[str, Any] = field(default_factory=dict)
+
+
+def resume(suite: str, out_dir: Path, tasks: list[str], per_sharder: dict[str, dict[str, object]],
+           model_id: str, fresh: bool = False, reuse: Path | None = None) -> Resumed:
+    """The rows a run keeps: those of ``out_dir``'s CSV, then those of ``reuse``'s CSV that this
+    run would make (its tasks, sharders, options and cost model) and ``out_dir`` lacks.
+
+    Rows of a sharder run now with the same cost model and other options are stale, skipped
+    ones are checked again, and ``fresh`` drops every row of a sharder run now; a row with a
+    figure that is not finite is never kept. Nothing is written.
+
+    Raises:
+        InputError: A CSV that the harness did not write, in either folder, or no CSV of the
+            suite in ``reuse``.
+    """
+    own_path = out_dir / f"{suite}.csv"
+    own = check_outputs(out_dir, suite)
+    kept, notes = _keep(own, per_sharder, model_id, fresh, own_path)
+    reused: list[CompareRow] = []
+    if reuse is not None and reuse.resolve() != out_dir.resolve():
+        reuse_path = reuse / f"{suite}.csv"
+        if not reuse_path.is_file():
+            raise InputError(f"no comparison of suite '{suite}' there to reuse (no "
+                             f"{reuse_path.name})", field="reuse", value=str(reuse))
+        have = {(r.task, r.sharder, r.cost_model_id) for r in kept}
+        wanted = [r for r in check_outputs(reuse, suite) if r.task in tasks
+                  and r.sharder in per_sharder and r.cost_model_id == model_id
+                  and (r.task, r.sharder, model_id) not in have]
+        reused, more = _keep(wanted, per_sharder, model_id, fresh, reuse_path)
+        notes += more
+    rows = kept + [replace(r, suite=suite) for r in reused]
+    from_reuse = {(r.task, r.sharder) for r in reused}
+    breakdown: dict[str, Any] = {}
+    if tasks:  # each kept row's per-device costs, from the folder the row came from
+        here = _read_breakdown(out_dir / f"{suite}.devices.json", tasks[0], model_id)
+        there = (_read_breakdown(reuse / f"{suite}.devices.json", tasks[0], model_id)
+                 if reuse is not None and reused else {})
+        for r in rows:
+            entry = (there if (r.task, r.sharder) in from_reuse else here).get(r.sharder)
+            if r.task == tasks[0] and r.cost_model_id == model_id and entry:
+                breakdown[r.sharder] = entry
+    return Resumed(rows, notes, breakdown)
+
+
+def _keep(rows: list[CompareRow], per_sharder: dict[str, dict[str, object]], model_id: str,
+          fresh: bool, path: Path) -> tuple[list[CompareRow], list[str]]:
+    """The rows of ``path`` to keep, marked as reused from it (unless they already name where
+    they came from), and a note for each one dropped for a figure that is not finite."""
+    kept, notes = [], []
+    for r in rows:
+        now = r.sharder in per_sharder
+        if not finite(r):
+            bad = next(f for f in FIGURES if not math.isfinite(getattr(r, f)))
+            again = now and r.cost_model_id == model_id
+            notes.append(f"{r.task} {r.sharder}: {bad} is {getattr(r, bad)} in {path}; not "
+                         f"reused{', computed again' if again else ''}")
+            continue
+        same_model = now and r.cost_model_id == model_id
+        stale = same_model and r.options != options_key(per_sharder[r.sharder])
+        if (now and fresh) or stale or (same_model and r.status == "skipped"):
+            continue
+        kept.append(r if r.reused_from else replace(r, reused_from=str(path)))
+    return kept, notes
+
+
+def _read_breakdown(path: Path, task: str, model_id: str) -> dict[str, Any]:
+    """The per-device costs of ``task`` in a breakdown file, by sharder, for ``model_id``
+    (entries written before the model was recorded are taken as its)."""
+    doc = read_structured(path) if path.is_file() else {}
+    if not isinstance(doc, dict):
+        return {}
+    return {name: entry for name, entry in doc.items() if isinstance(entry, dict)
+            and entry.get("task") == task and entry.get("cost_model_id", model_id) == model_id}
+
+
 def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, out_dir: Path,
               sharders: list[str] | None = None, options: dict[str, object] | None = None,
               bound: Callable[[ShardingTask, CostModel], float] | None = None,
               on_row: Callable[[CompareRow], None] | None = None,
               fresh: bool = False, save_plans: bool = False,
               given: dict[str, dict[str, object]] | None = None,
-              cost_model_id: str | None = None) -> list[CompareRow]:
+              cost_model_id: str | None = None, reuse: Path | None = None,
+              on_note: Callable[[str], None] | None = None) -> list[CompareRow]:
     """Runs every sharder on every task, appending rows to ``out_dir/<suite>.csv`` as they
     finish, and returns all rows, old and new. The first task's per-device breakdown of each
     plan goes to ``<suite>.devices.json``.
@@ -232,36 +258,37 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
         suite: Suite name, also the file stem.
         specs: The tasks.
         cost_model: Prices every plan.
-        out_dir: Results folder; rows already there (same task, sharder, cost model identity
-            and options) are kept.
+        out_dir: Results folder; rows already there are kept as :func:`resume` says.
         sharders: Registry names to run (default: all registered).
         options: Common settings, passed to every sharder that takes them (seed, time_limit).
         bound: Optional extra lower bound per task (the larger bound is reported).
-        on_row: Called with each new row (progress display).
-        fresh: Recompute the selected sharders' rows instead of keeping them (rows of other
-            sharders are kept).
+        on_row: Called with each row of this run in task order: a reused row (marked) as it
+            is taken, a new one as it finishes.
+        fresh: Recompute the selected sharders' rows (rows of other sharders are kept).
         save_plans: Also write each plan to ``<suite>.plans/<task>/<sharder>.json``.
         given: Options for one sharder each (``{"recshard": {"time_limit": 5.0}}``), strict.
-        cost_model_id: The cost model's identity (:func:`model_identity`); default its name.
+        cost_model_id: The cost model's identity (:func:`autoshard.cost.model_identity`);
+            default its name.
+        reuse: Another results folder to reuse rows from (:func:`resume`); never written.
+        on_note: Called with each earlier row not reused for a figure that is not finite.
 
     Raises:
-        InputError: An option a sharder does not take; nothing is run or written.
+        InputError: An option a sharder does not take, or a file in either folder that the
+            harness did not write; nothing is run or written.
     """
     names = sharders or sharder_names()
     per_sharder = sharder_options(names, options or {}, given)
     model_id = cost_model_id or cost_model.name
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = out_dir / f"{suite}.csv"
-    devices_path = out_dir / f"{suite}.devices.json"
-    old = _kept_rows(read_rows(csv_path), per_sharder, model_id, fresh)
-    _rewrite(csv_path, old)
-    breakdown = read_structured(devices_path) if devices_path.is_file() else {}
-    if fresh:
-        breakdown = {k: v for k, v in breakdown.items() if k not in names}
-    done = {(r.task, r.sharder, r.cost_model_id) for r in old}
-    rows = list(old)
+    specs = list(specs)
+    start = resume(suite, out_dir, [s.name for s in specs], per_sharder, model_id, fresh, reuse)
+    breakdown = _begin(out_dir, suite, start, on_note)
+    kept = {(r.task, r.sharder, r.cost_model_id): r for r in start.rows}
+    rows = list(start.rows)
+    show = on_row or (lambda _: None)
     for i, spec in enumerate(specs):
-        todo = [n for n in names if (spec.name, n, model_id) not in done]
+        todo = [n for n in names if (spec.name, n, model_id) not in kept]
+        for name in (n for n in names if n not in todo):
+            show(kept[spec.name, name, model_id])
         if not todo:
             continue
         task = spec.build()
@@ -269,35 +296,55 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
         for name in todo:
             row, plan, report = run_one(suite, spec, task, name, cost_model, extra,
                                         per_sharder[name], model_id)
-            _record(out_dir, suite, spec.name, row, plan if save_plans else None)
+            _record(out_dir, suite, row, plan if save_plans else None,
+                    breakdown if i == 0 else None, report)
             rows.append(row)
-            if i == 0 and report is not None:
-                breakdown[name] = _breakdown(spec.name, report)
-                write_structured(devices_path, breakdown)
-            if on_row:
-                on_row(row)
+            show(row)
     return rows
 
 
-def _record(out_dir: Path, suite: str, task: str, row: CompareRow, plan: Plan | None) -> None:
-    """Appends ``row`` to the suite's CSV, and writes ``plan`` beside it when given."""
+def _begin(out_dir: Path, suite: str, start: Resumed,
+           on_note: Callable[[str], None] | None) -> dict[str, Any]:
+    """Says the notes, writes the kept rows and their breakdown; returns the breakdown."""
+    for note in start.notes:
+        if on_note:
+            on_note(note)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rewrite_rows(out_dir / f"{suite}.csv", start.rows)
+    devices_path = out_dir / f"{suite}.devices.json"
+    if start.breakdown or devices_path.is_file():
+        write_structured(devices_path, start.breakdown)
+    return dict(start.breakdown)
+
+
+def _context(suite: str, spec: TaskSource, task: ShardingTask, model_id: str
+             ) -> PlanContext | None:
+    """The context a plan of ``spec`` records: a suite task's tables are read again from the
+    suite (``suite:<suite>/<task>``), a fixed task's from its table file; None when there is
+    none to read them from."""
+    from autoshard.suites import TaskSpec
+
+    source = (f"{SUITE_PREFIX}{suite}/{spec.name}" if isinstance(spec, TaskSpec)
+              else getattr(spec, "tables", None))
+    if source is None:
+        return None
+    return PlanContext.of(task, source, {"suite": suite, "task": spec.name}, model_id)
+
+
+def _record(out_dir: Path, suite: str, row: CompareRow, plan: Plan | None,
+            breakdown: dict[str, Any] | None, report: CostReport | None) -> None:
+    """Appends ``row`` to the suite's CSV, writes ``plan`` beside it when given, and adds the
+    plan's per-device costs to ``breakdown`` (the first task's) when given."""
     if plan is not None:
-        plan.save(out_dir / f"{suite}.plans" / task / f"{row.sharder}.json")
-    _append(out_dir / f"{suite}.csv", row)
+        plan.save(out_dir / f"{suite}.plans" / row.task / f"{row.sharder}.json")
+    append_row(out_dir / f"{suite}.csv", row)
+    if breakdown is not None and report is not None:
+        breakdown[row.sharder] = _breakdown(row.task, row.cost_model_id, report)
+        write_structured(out_dir / f"{suite}.devices.json", breakdown)
 
 
-def _kept_rows(rows: list[CompareRow], per_sharder: dict[str, dict[str, object]],
-               model_id: str, fresh: bool) -> list[CompareRow]:
-    """The rows of an earlier run to keep: not those of a sharder run now with the same cost
-    model and other options (stale), nor, ``fresh``, any of a sharder run now."""
-    kept = [r for r in rows if not (
-        r.sharder in per_sharder and r.cost_model_id == model_id
-        and r.options != options_key(per_sharder[r.sharder]))]
-    return [r for r in kept if r.sharder not in per_sharder] if fresh else kept
-
-
-def _breakdown(task: str, report: CostReport) -> dict[str, object]:
+def _breakdown(task: str, model_id: str, report: CostReport) -> dict[str, object]:
     """A plan's per-device costs by tier, for the stacked-bar plot."""
-    return {"task": task, "per_device": [
+    return {"task": task, "cost_model_id": model_id, "per_device": [
         {"hbm_ms": d.hbm_ms, "uvm_ms": d.uvm_ms, "comm_ms": d.comm_ms}
         for d in report.per_device]}

@@ -9,6 +9,7 @@ model is loaded, so that the core imports none of the packages built on it.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 from dataclasses import dataclass
@@ -163,6 +164,36 @@ def _class(entry: str, spec: str | None) -> Any:
                          value=spec) from exc
 
 
+def model_identity(spec: str | None) -> str:
+    """What a cost model is, for resuming comparisons and for a plan's context: ``analytical``,
+    ``torchrec@<version>`` (TorchRec's estimator), or a learned model's resolved folder and the
+    SHA-256 (first 16 hex digits) of the names and contents of the files in it."""
+    builtin = builtin_model(spec)
+    if builtin == "analytical":
+        return "analytical"
+    if builtin == "torchrec":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"torchrec@{version('torchrec')}"
+        except PackageNotFoundError:
+            return "torchrec"
+    assert spec is not None  # None is the analytical model
+    folder = Path(spec).resolve()
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return f"{folder}@sha256:{digest.hexdigest()[:16]}"
+
+
+def spec_of(identity: str) -> str:
+    """The cost-model spec :func:`load_cost_model` takes for a :func:`model_identity`."""
+    if "@sha256:" in identity:
+        return identity.rpartition("@sha256:")[0]
+    return identity.partition("@")[0]
+
+
 def is_model_spec(spec: str) -> bool:
     """Whether ``spec`` names a built-in cost model or a folder with a model's metadata (a
     cheap check, before a model is loaded)."""
@@ -212,8 +243,16 @@ def machine_warning(model: CostModel) -> str | None:
     here = machine_record()
     if same_machine(recorded, here):
         return None
-    what = (f"{recorded.get('cpu_model')} (fingerprint {recorded.get('fingerprint')})"
-            if isinstance(recorded, dict) else "an unrecorded machine")
-    return (f"cost model '{model.name}' was measured on {what}, not on this machine "
-            f"({here['cpu_model']}, fingerprint {here['fingerprint']}): its latencies are that "
-            "machine's; `autoshard cost-model calibrate MODEL` fits it to this one")
+    return (f"cost model '{model.name}' was measured on {_recorded_machine(recorded)}; this "
+            f"machine is {here['cpu_model']} (fingerprint {here['fingerprint']}): its latencies "
+            "are that machine's; `autoshard cost-model calibrate MODEL` fits it to this one")
+
+
+def _recorded_machine(recorded: object) -> str:
+    """The machine a model records, in words; a field it lacks is said to be unrecorded."""
+    if not isinstance(recorded, dict):
+        return "a machine it did not record"
+    cpu = recorded.get("cpu_model") or "a machine whose CPU it did not record"
+    if recorded.get("fingerprint"):
+        return f"{cpu} (fingerprint {recorded['fingerprint']}), not on this machine"
+    return f"{cpu}, with no fingerprint recorded to tell that machine from this one"

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from autoshard.bounds import lower_bound_ms
 from autoshard.cost import CostModel, Pricing, device_compute
-from autoshard.plan import Plan
+from autoshard.plan import Plan, hbm_use
 from autoshard.shards import (
     ShardLayout,
     check_layout,
@@ -24,7 +24,10 @@ from autoshard.task import ShardingTask
 @dataclass(frozen=True)
 class DeviceReport:
     """One device's share of a step: compute by tier, communication and memory by tier;
-    ``tables`` counts the whole tables and shards it holds."""
+    ``tables`` counts the whole tables and shards it holds. HBM: ``hbm_bytes`` the weights
+    (and optimizer state) of the rows kept there, ``hbm_reserved_bytes`` what the task's
+    runtime keeps beside them (its reservation: I/O buffers, cache state), ``hbm_free_bytes``
+    what is left of ``hbm_capacity_bytes``."""
 
     device: int
     tables: int
@@ -38,6 +41,8 @@ class DeviceReport:
     host_capacity_bytes: int
     lookups: float
     uvm_lookups: float
+    hbm_reserved_bytes: int = field(default=0, kw_only=True)
+    hbm_free_bytes: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,11 @@ class CostReport:
     ``step_cost_ms`` is the max over devices; ``load_balance`` is max / mean of device totals;
     ``uvm_lookup_share`` is the share of all lookups served from host memory; ``cost_ratio`` is
     step cost / lower bound (1.0 = provably optimal).
+
+    ``lower_bound_ms`` is valid for the task as posed: it counts the HBM the task's
+    reservation keeps (:func:`autoshard.bounds.lower_bound_ms` with ``reserved``);
+    ``weights_bound_ms`` counts the rows' weights alone (the same tables on a runtime that keeps
+    nothing), lower where the task reserves HBM. ``reservation`` names the task's reservation.
     """
 
     sharder: str
@@ -61,6 +71,8 @@ class CostReport:
     per_device: tuple[DeviceReport, ...]
     access_assumptions: dict[str, int]
     measured: bool = False
+    weights_bound_ms: float | None = None
+    reservation: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -121,7 +133,9 @@ def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
     lookups = np.array([d.lookups for d in devices])
     uvm_lookups = np.array([d.uvm_lookups for d in devices])
     step = float(total.max())
-    bound = lower_bound_ms(task, cost_model)
+    weights = lower_bound_ms(task, cost_model)
+    bound = (lower_bound_ms(task, cost_model, reserved=True)
+             if task.reservation.keeps_room else weights)
     if bound_ms is not None:
         bound = max(bound, bound_ms)
     mean = float(total.mean())
@@ -137,6 +151,7 @@ def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
         uvm_lookup_share=float(uvm_lookups.sum() / max(lookups.sum(), 1e-300)),
         per_device=devices,
         access_assumptions=dict(Counter(t.access_source for t in task.tables)),
+        weights_bound_ms=weights, reservation=task.reservation.name,
     )
 
 
@@ -164,12 +179,15 @@ def _device_reports(task: ShardingTask, cost_model: CostModel, layout: ShardLayo
     total = hbm_ms + uvm_ms + comm_ms
     lookups, uvm_lookups = per_dev(lookup), per_dev(lookup * (1.0 - share))
     used_hbm, used_host = shard_memory(task, layout)
+    runtime = hbm_use(priced, device, layout.hbm_rows)  # rows and reservation, as counted
     dev = task.device_arrays
     counts = np.bincount(device, minlength=n)
     return tuple(
         DeviceReport(d, int(counts[d]), float(hbm_ms[d]), float(uvm_ms[d]), float(comm_ms[d]),
                      float(total[d]), int(used_hbm[d]), int(used_host[d]),
                      int(dev.hbm_capacity[d]), int(dev.host_capacity[d]), float(lookups[d]),
-                     float(uvm_lookups[d]))
+                     float(uvm_lookups[d]),
+                     hbm_reserved_bytes=int(max(runtime[d] - used_hbm[d], 0.0)),
+                     hbm_free_bytes=int(dev.hbm_capacity[d] - max(runtime[d], used_hbm[d])))
         for d in range(n)
     )

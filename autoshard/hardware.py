@@ -10,18 +10,23 @@ from typing import Any
 from autoshard.errors import InputError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
 from autoshard.limits import (
-    MAX_BANDWIDTH_GBPS,
+    BANDWIDTH_GBPS,
+    CAPACITY_GB,
     MAX_CAPACITY_BYTES,
     MAX_CAPACITY_GB,
     MAX_DEVICES,
     MAX_KERNEL_OVERHEAD_US,
-    MIN_BANDWIDTH_GBPS,
+    check_fields,
     int_in,
     is_finite,
     number_in,
 )
 
 GB = 1e9  # spec sheets quote decimal gigabytes
+#: The fields of a profile file, and of each device in it (``node`` only in a ``devices`` list).
+PROFILE_FIELDS = ("schema_version", "kind", "name", "intra_node_gbps", "inter_node_gbps",
+                  "kernel_overhead_us", "devices_per_node", "num_devices", "device", "devices")
+DEVICE_FIELDS = ("hbm_gb", "hbm_bandwidth_gbps", "host_gb", "host_bandwidth_gbps")
 
 
 @dataclass(frozen=True)
@@ -135,21 +140,10 @@ class HardwareProfile:
         """A profile from a mapping; errors name the source, the field and the value."""
         doc = check_schema(doc, "hardware", source)
         try:
+            check_fields(doc, PROFILE_FIELDS)
             per_node = _integer(doc, "devices_per_node", 8)
             check_count("devices_per_node", per_node, MAX_DEVICES)
-            if "devices" in doc:
-                if not isinstance(doc["devices"], list) or not doc["devices"]:
-                    raise InputError("expected a non-empty list of devices", field="devices",
-                                     value=doc["devices"])
-                check_count("devices", len(doc["devices"]), MAX_DEVICES)
-                devices = tuple(_device(d, f"devices[{i}]", i // per_node)
-                                for i, d in enumerate(doc["devices"]))
-            else:
-                _required(doc, "device")
-                count = _integer(doc, "num_devices", per_node)
-                check_count("num_devices", count, MAX_DEVICES)
-                one = _device(doc["device"], "device", 0)
-                devices = tuple(replace(one, node=i // per_node) for i in range(count))
+            devices = _devices(doc, per_node)
             return cls(
                 name=str(doc.get("name", Path(source).stem)),
                 devices=devices,
@@ -169,17 +163,15 @@ def check_count(name: str, value: Any, high: int, low: int = 1) -> None:
 
 
 def check_bandwidth(name: str, value: Any) -> None:
-    """Fails unless ``value`` is a bandwidth in GB/s within the documented limits."""
-    if not number_in(value, MIN_BANDWIDTH_GBPS, MAX_BANDWIDTH_GBPS):
-        raise InputError(f"bandwidth must be a number in [{MIN_BANDWIDTH_GBPS:g}, "
-                         f"{MAX_BANDWIDTH_GBPS:g}] GB/s", field=name, value=value)
+    """Fails unless ``value`` is a bandwidth in GB/s within the documented limits
+    (:data:`autoshard.limits.BANDWIDTH_GBPS`)."""
+    BANDWIDTH_GBPS.check(value, name)
 
 
 def check_gb(name: str, value: Any) -> None:
-    """Fails unless ``value`` is a capacity in GB within the documented limits."""
-    if not number_in(value, 0, MAX_CAPACITY_GB):
-        raise InputError(f"must be a number in [0, {MAX_CAPACITY_GB:g}] GB", field=name,
-                         value=value)
+    """Fails unless ``value`` is a capacity in GB within the documented limits
+    (:data:`autoshard.limits.CAPACITY_GB`)."""
+    CAPACITY_GB.check(value, name)
 
 
 def _required(doc: dict[str, Any], key: str) -> Any:
@@ -211,10 +203,36 @@ def _integer(doc: dict[str, Any], key: str, default: int) -> int:
     return int(number)
 
 
-def _device(doc: Any, where: str, node: int) -> Device:
+def _devices(doc: dict[str, Any], per_node: int) -> tuple[Device, ...]:
+    """A profile file's devices: a ``devices`` list, or ``num_devices`` (default: one node) of
+    one ``device``; giving both forms is an error, never one of them ignored."""
+    if "devices" in doc:
+        if "device" in doc:
+            raise InputError("give either 'device' (with 'num_devices') or a 'devices' list, "
+                             "not both", field="device", value=doc["device"])
+        if not isinstance(doc["devices"], list) or not doc["devices"]:
+            raise InputError("expected a non-empty list of devices", field="devices",
+                             value=doc["devices"])
+        check_count("devices", len(doc["devices"]), MAX_DEVICES)
+        if doc.get("num_devices", len(doc["devices"])) != len(doc["devices"]):
+            raise InputError(f"the 'devices' list holds {len(doc['devices'])} devices",
+                             field="num_devices", value=doc["num_devices"])
+        return tuple(_device(d, f"devices[{i}]", i // per_node, listed=True)
+                     for i, d in enumerate(doc["devices"]))
+    _required(doc, "device")
+    count = _integer(doc, "num_devices", per_node)
+    check_count("num_devices", count, MAX_DEVICES)
+    one = _device(doc["device"], "device", 0, listed=False)
+    return tuple(replace(one, node=i // per_node) for i in range(count))
+
+
+def _device(doc: Any, where: str, node: int, listed: bool) -> Device:
+    """One device of a profile file at ``where``; ``node`` (its default node) may be given
+    only for a device of a ``devices`` list."""
     if not isinstance(doc, dict):
         raise InputError("expected a mapping", field=where, value=doc)
     try:
+        check_fields(doc, (*DEVICE_FIELDS, "node") if listed else DEVICE_FIELDS)
         values = {key: _number(doc, key) for key in
                   ("hbm_gb", "hbm_bandwidth_gbps", "host_gb", "host_bandwidth_gbps")}
         node = _integer(doc, "node", node)
@@ -273,8 +291,13 @@ def load_hardware(spec: str | Path, *, devices: int | None = None, nodes: int | 
             (``16xH100-80GB``, the name :meth:`HardwareProfile.with_devices` gives), or a path
             to a profile file.
         devices: Total device count (overrides the profile's).
-        nodes: Number of full nodes (ignored when ``devices`` is given).
+        nodes: Number of full nodes; with ``devices`` too, the two must agree (``nodes``
+            times the profile's devices per node).
         hbm_gb: HBM capacity per device for embeddings, GB.
+
+    Raises:
+        InputError: Unknown profile, a bad file (an unknown field included), or overrides
+            out of range or disagreeing.
     """
     name = str(spec)
     head, _, base = name.partition("x")
@@ -287,6 +310,8 @@ def load_hardware(spec: str | Path, *, devices: int | None = None, nodes: int | 
     else:
         raise InputError(f"unknown hardware profile (bundled: {', '.join(BUNDLED)}; "
                          "or give a .yaml/.json file)", field="hardware", value=name)
+    if devices is not None and nodes is not None:
+        _check_agree(devices, nodes, profile.devices_per_node)
     if devices is not None:
         profile = profile.with_devices(devices)
     elif nodes is not None:
@@ -295,6 +320,14 @@ def load_hardware(spec: str | Path, *, devices: int | None = None, nodes: int | 
         check_gb("hbm_gb", hbm_gb)
         profile = profile.with_hbm_bytes(int(hbm_gb * GB))
     return profile
+
+
+def _check_agree(devices: int, nodes: int, per_node: int) -> None:
+    """Fails unless ``nodes`` full nodes of ``per_node`` devices are ``devices`` devices."""
+    if nodes * per_node != devices:
+        raise InputError(f"--nodes {nodes} and --devices {devices} disagree: {nodes} nodes of "
+                         f"{per_node} devices are {nodes * per_node} devices (give one of "
+                         "them, or both agreeing)", field="nodes", value=nodes)
 
 
 def save_hardware(path: str | Path, profile: HardwareProfile) -> None:

@@ -7,6 +7,7 @@ device with its own hottest ``hbm_rows`` in HBM. This module owns the plan file'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,12 @@ from autoshard.fileio import (
     write_structured,
 )
 from autoshard.kinds import WHOLE, ShardingKind
+from autoshard.plan_context import PlanContext
 from autoshard.provenance import Provenance
 from autoshard.task import ShardingTask, Workload
+
+#: The schema of a plan that records its context (version 1: whole tables, 2: split ones).
+CONTEXT_SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,7 @@ def check_placement(p: Placement, where: str, source: str | None = None,
     if not p.shards:
         raise bad("shards", f"a {p.sharding.value} placement needs at least one shard", [])
     by_rows = p.sharding.splits_rows
-    split_name, full_name = ("rows", "cols") if by_rows else ("cols", "rows")
+    split_name = "rows" if by_rows else "cols"
     extent = rows if by_rows else dim
     full = dim if by_rows else rows
     first = p.shards[0]
@@ -118,26 +123,7 @@ def check_placement(p: Placement, where: str, source: str | None = None,
                  else (first.col_end if by_rows else first.row_end))
     edge = 0
     for j, s in enumerate(p.shards):
-        for name, (lo, hi) in (("rows", (s.row_start, s.row_end)),
-                               ("cols", (s.col_start, s.col_end))):
-            if lo < 0 or hi <= lo:
-                raise bad(f"shards[{j}].{name}", "needs 0 <= start < end (no empty shard)",
-                          [lo, hi])
-        split_range = (s.row_start, s.row_end) if by_rows else (s.col_start, s.col_end)
-        full_range = (s.col_start, s.col_end) if by_rows else (s.row_start, s.row_end)
-        if split_range[0] != edge:
-            raise bad(f"shards[{j}].{split_name}",
-                      f"must start at {edge}, where the previous shard ends (shards are "
-                      "listed in order, without overlap or gap)", list(split_range))
-        edge = split_range[1]
-        if full_range != want_full:
-            raise bad(f"shards[{j}].{full_name}", f"a {p.sharding.value} shard holds every "
-                      f"{'column' if by_rows else 'row'}, {list(want_full)}", list(full_range))
-        if s.device < 0:
-            raise bad(f"shards[{j}].device", "must be an integer >= 0", s.device)
-        if not 0 <= s.hbm_rows <= s.rows:
-            raise bad(f"shards[{j}].hbm_rows", f"must be in [0, {s.rows}], the shard's rows",
-                      s.hbm_rows)
+        edge = _check_shard(p, j, s, edge, extent, want_full, bad)
     if extent is not None and edge != extent:
         raise bad(f"shards[{len(p.shards) - 1}].{split_name}",
                   f"shards end at {edge} but the table has {extent} {split_name}", edge)
@@ -154,6 +140,9 @@ class Plan:
         hardware: Name of the hardware profile it was planned for, if recorded.
         provenance: How the sharder found it (which candidate won, what each search step
             added), if it records that.
+        context: What it was made for (tables, hardware, workload, reservation, cost model:
+            :class:`autoshard.plan_context.PlanContext`), as the command line records it; None
+            in plans of earlier schemas and those made in Python without it.
     """
 
     placements: tuple[Placement, ...]
@@ -161,6 +150,7 @@ class Plan:
     workload: Workload | None = None
     hardware: str | None = None
     provenance: Provenance | None = None
+    context: PlanContext | None = None
 
     @classmethod
     def from_arrays(cls, task: ShardingTask, device: np.ndarray, hbm_rows: np.ndarray,
@@ -205,11 +195,14 @@ class Plan:
         return device, hbm
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan document: schema version 2 when a table is split, else 1 (which older
-        readers also load)."""
-        version = PLAN_SCHEMA_VERSION if self.is_split else SCHEMA_VERSION
+        """The plan document: schema version 3 when it records its context, else 2 when a table
+        is split, else 1 (which older readers also load)."""
+        version = (CONTEXT_SCHEMA_VERSION if self.context is not None
+                   else PLAN_SCHEMA_VERSION if self.is_split else SCHEMA_VERSION)
         doc: dict[str, Any] = {"schema_version": version, "kind": "plan",
                                "sharder": self.sharder, "hardware": self.hardware}
+        if self.context is not None:
+            doc["context"] = self.context.to_dict()
         if self.workload is not None:
             doc["workload"] = {"batch_size": self.workload.batch_size,
                                "mode": self.workload.mode}
@@ -220,7 +213,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, doc: Any, source: str = "<plan>") -> Plan:
-        doc = check_schema(doc, "plan", source, (SCHEMA_VERSION, PLAN_SCHEMA_VERSION))
+        doc = check_schema(doc, "plan", source,
+                           (SCHEMA_VERSION, PLAN_SCHEMA_VERSION, CONTEXT_SCHEMA_VERSION))
         if not isinstance(doc.get("placements"), list):
             raise InputError("required list missing", source=source, field="placements")
         placements = tuple(_placement_from(p, f"placements[{i}]", source)
@@ -228,22 +222,14 @@ class Plan:
         if doc.get("hardware") is not None and not isinstance(doc["hardware"], str):
             raise InputError("must be a profile name", source=source, field="hardware",
                              value=doc["hardware"])
-        workload = None
-        if doc.get("workload") is not None:
-            if not isinstance(doc["workload"], dict):
-                raise InputError("expected a mapping", source=source, field="workload",
-                                 value=doc["workload"])
-            try:
-                workload = Workload(**doc["workload"])
-            except InputError as exc:
-                raise exc.located(source, "workload") from exc
-            except TypeError as exc:
-                raise InputError("expected only batch_size and mode", source=source,
-                                 field="workload", value=doc["workload"]) from exc
+        workload = (None if doc.get("workload") is None
+                    else Workload.from_dict(doc["workload"], source))
         provenance = (None if doc.get("provenance") is None
                       else Provenance.from_dict(doc["provenance"], source))
+        context = (None if doc.get("context") is None
+                   else PlanContext.from_dict(doc["context"], source))
         return cls(placements, str(doc.get("sharder", "")), workload, doc.get("hardware"),
-                   provenance)
+                   provenance, context)
 
     def save(self, path: str | Path) -> None:
         write_structured(path, self.to_dict())
@@ -310,6 +296,36 @@ def _placement_from(p: Any, where: str, source: str) -> Placement:
     placement = Placement.split(str(p["table"]), kind, tuple(shards))
     check_placement(placement, where, source)
     return placement
+
+
+def _check_shard(p: Placement, j: int, s: Shard, edge: int, extent: int | None,
+                 want_full: tuple[int, int], bad: Callable[[str, str, object], InputError]
+                 ) -> int:
+    """Checks shard ``j`` of a split placement, which must start at ``edge``; returns where it
+    ends (see :func:`check_placement`)."""
+    by_rows = p.sharding.splits_rows
+    split_name, full_name = ("rows", "cols") if by_rows else ("cols", "rows")
+    for name, (lo, hi) in (("rows", (s.row_start, s.row_end)), ("cols", (s.col_start, s.col_end))):
+        if lo < 0 or hi <= lo:
+            raise bad(f"shards[{j}].{name}", "needs 0 <= start < end (no empty shard)", [lo, hi])
+    split_range = (s.row_start, s.row_end) if by_rows else (s.col_start, s.col_end)
+    full_range = (s.col_start, s.col_end) if by_rows else (s.row_start, s.row_end)
+    if split_range[0] != edge:
+        raise bad(f"shards[{j}].{split_name}", f"must start at {edge}, where the previous shard "
+                  "ends (shards are listed in order, without overlap or gap)", list(split_range))
+    end = split_range[1]
+    if extent is not None and end > extent:
+        raise bad(f"shards[{j}].{split_name}", f"ends at {end} but the table has {extent} "
+                  f"{split_name}", end)
+    if full_range != want_full:
+        raise bad(f"shards[{j}].{full_name}", f"a {p.sharding.value} shard holds every "
+                  f"{'column' if by_rows else 'row'}, {list(want_full)}", list(full_range))
+    if s.device < 0:
+        raise bad(f"shards[{j}].device", "must be an integer >= 0", s.device)
+    if not 0 <= s.hbm_rows <= s.rows:
+        raise bad(f"shards[{j}].hbm_rows", f"must be in [0, {s.rows}], the shard's rows",
+                  s.hbm_rows)
+    return end
 
 
 def memory_use(task: ShardingTask, device: np.ndarray,

@@ -11,7 +11,14 @@ from typing import Any
 
 from autoshard.access import AccessCurve
 from autoshard.errors import InputError
-from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.fileio import (
+    SCHEMA_VERSION,
+    check_csv_header,
+    check_schema,
+    open_text,
+    read_structured,
+    write_structured,
+)
 from autoshard.limits import (
     MAX_DIM,
     MAX_OPTIMIZER_BYTES_PER_ROW,
@@ -213,12 +220,14 @@ def with_stats(table: Table, **stats: Any) -> Table:
 
 
 def _read_csv(path: Path) -> list[dict[str, Any]]:
+    """One mapping per data line of a table CSV (UTF-8, a byte-order mark dropped); a binary
+    file or a header naming a column twice is an InputError naming the file."""
     try:
-        with path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except FileNotFoundError as exc:
-        raise InputError("file not found", source=str(path)) from exc
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        with open_text(path) as fh:
+            reader = csv.DictReader(fh)
+            check_csv_header(reader.fieldnames, str(path))
+            rows = list(reader)
+    except csv.Error as exc:
         raise InputError(f"cannot read: {exc}".splitlines()[0], source=str(path)) from exc
     docs = []
     for line, row in enumerate(rows, start=2):

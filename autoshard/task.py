@@ -40,6 +40,23 @@ class Workload:
     def train(self) -> bool:
         return self.mode == "train"
 
+    @classmethod
+    def from_dict(cls, doc: object, source: str, field: str = "workload") -> Workload:
+        """A workload from a file's mapping of ``batch_size`` and ``mode``.
+
+        Raises:
+            InputError: Not a mapping, another key, or a bad value, named under ``field``.
+        """
+        if not isinstance(doc, dict):
+            raise InputError("expected a mapping", source=source, field=field, value=doc)
+        try:
+            return cls(**doc)
+        except InputError as exc:
+            raise exc.located(source, field) from exc
+        except TypeError as exc:
+            raise InputError("expected only batch_size and mode", source=source, field=field,
+                             value=doc) from exc
+
 
 @dataclass(frozen=True)
 class TableArrays:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -28,7 +29,8 @@ def run_name(experiment: str, seed: int | None = None) -> str:
 
 class Tracker:
     """A W&B run; every method is a no-op when ``mode`` is ``disabled``. Offline runs need no
-    account (``wandb sync`` uploads them later).
+    account (``wandb sync`` uploads them later); :meth:`finish` prints where the run was saved
+    and the command that uploads it, for every command that tracks.
 
     Args:
         mode: ``offline``, ``online`` or ``disabled``.
@@ -81,10 +83,35 @@ class Tracker:
             for k, v in values.items():
                 self.run.summary[k] = v
 
-    def finish(self) -> None:
-        if self.run is not None:
-            import wandb
+    def where(self) -> str | None:
+        """Where the run went, for the user: an offline run's folder and the command that
+        uploads it, or an online run's address; None when tracking is off."""
+        if self.run is None:
+            return None
+        if self.run.settings.mode == "offline" or getattr(self.run, "offline", False):
+            folder = _shown(Path(self.run.settings.sync_dir))
+            return (f"W&B: offline run saved in {folder}; upload it with: "
+                    f"wandb sync {shlex.quote(folder)}")
+        return f"W&B: run at {self.run.url}" if self.run.url else None
 
-            self.run.finish()
-            self.run = None
-            wandb.teardown()  # stops the W&B service, which flushes the run files
+    def finish(self) -> str | None:
+        """Ends the run and prints (and returns) where it went (:meth:`where`)."""
+        if self.run is None:
+            return None
+        import wandb
+
+        notice = self.where()
+        self.run.finish()
+        self.run = None
+        wandb.teardown()  # stops the W&B service, which flushes the run files
+        if notice:
+            print(notice, flush=True)
+        return notice
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working folder when it lies below it, else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path.resolve())

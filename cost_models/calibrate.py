@@ -21,7 +21,6 @@ verified), the scales and linear correction (finite numbers, checked), and both 
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import time
@@ -44,7 +43,7 @@ from autoshard.cost_models.model import (
     read_metadata,
 )
 from autoshard.errors import InputError
-from autoshard.fileio import atomic_write_text
+from autoshard.fileio import atomic_write_text, write_output, write_structured
 from autoshard.machine import machine_record
 
 FORMAT = "autoshard-calibrated-cost-model"
@@ -282,10 +281,11 @@ def calibrate(model_dir: Path, output: Path, budget_s: float = BUDGET_S, size: i
     if output.resolve() == src.resolve():
         raise InputError("write the calibrated model to a new folder", field="output",
                          value=str(output))
+    sample = stratified_sample(grid, size, seed)  # an unknown grid fails before any output
     output.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    sweep(stratified_sample(grid, size, seed), output / SAMPLE_FILE, timing=CALIBRATION_TIMING,
-          progress=progress, budget_s=budget_s)
+    sweep(sample, output / SAMPLE_FILE, timing=CALIBRATION_TIMING, progress=progress,
+          budget_s=budget_s)
     seconds = time.perf_counter() - start
     df = pd.read_csv(output / SAMPLE_FILE)
     stat = str(base.info_.get("stat", "p10"))
@@ -314,7 +314,8 @@ def calibrate(model_dir: Path, output: Path, budget_s: float = BUDGET_S, size: i
 def _write(output: Path, src: Path, base: LightGBMCostModel, scales: dict[str, float],
            correction: tuple[Any, dict[str, Any] | None], summary: dict[str, Any]) -> None:
     residual, linear = correction
-    shutil.copyfile(src / MODEL_FILE, output / MODEL_FILE)
+    with (src / MODEL_FILE).open("rb") as model_file:
+        write_output(output / MODEL_FILE, lambda fh: shutil.copyfileobj(model_file, fh))
     meta: dict[str, Any] = {
         "format": FORMAT, "kind": "calibrated", "version": 1,
         "model_sha256": file_digest(output / MODEL_FILE), "communication": "analytical",
@@ -329,4 +330,4 @@ def _write(output: Path, src: Path, base: LightGBMCostModel, scales: dict[str, f
                             "sha256": file_digest(output / RESIDUAL_FILE)}
     else:
         (output / RESIDUAL_FILE).unlink(missing_ok=True)
-    atomic_write_text(output / "metadata.json", json.dumps(meta, indent=2) + "\n")
+    write_structured(output / "metadata.json", meta)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.cost_models.features import FEATURE_NAMES
+from autoshard.fileio import save_figure
 
 _COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
 #: Optimizer state per row, bytes (row-wise Adagrad: one float), as autoshard.tables.Table.
@@ -27,22 +28,45 @@ _OPTIMIZER_BYTES = 4.0
 
 
 def group_split(groups: np.ndarray, test_share: float = 0.2, seed: int = 0) -> np.ndarray:
-    """Boolean test mask drawing ``test_share`` of the distinct groups (configurations)."""
+    """Boolean test mask drawing ``test_share`` of the distinct groups (configurations): at
+    least one, and one fewer than all, so both sides hold a group when there are two."""
     unique = np.unique(groups)
     rng = np.random.default_rng(seed)
-    n_test = max(1, round(test_share * unique.size))
+    n_test = max(1, min(round(test_share * unique.size), unique.size - 1))
     test = rng.choice(unique, size=n_test, replace=False)
     return np.isin(groups, test)
 
 
-def metrics(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
-    """MAPE, median absolute percentage error, Spearman rank correlation, samples."""
+def metrics(pred: np.ndarray, true: np.ndarray) -> dict[str, Any]:
+    """MAPE, median and 90th-percentile absolute percentage error, Spearman rank correlation,
+    samples.
+
+    A figure that is undefined is None (null in JSON), never NaN, and a ``note`` says why: all
+    of them with no samples; Spearman's correlation with fewer than two samples (a one-row CSV
+    scored per mode) or when the predictions or the measurements are all equal (no ranking).
+    """
     from scipy.stats import spearmanr
 
+    if true.size == 0:
+        return {"mape": None, "median_ape": None, "p90_ape": None, "spearman": None,
+                "samples": 0, "note": "no samples: every figure undefined"}
     ape = np.abs(pred - true) / true
-    return {"mape": float(ape.mean()), "median_ape": float(np.median(ape)),
-            "p90_ape": float(np.percentile(ape, 90)),
-            "spearman": float(spearmanr(pred, true).statistic), "samples": int(true.size)}
+    out: dict[str, Any] = {
+        "mape": float(ape.mean()), "median_ape": float(np.median(ape)),
+        "p90_ape": float(np.percentile(ape, 90)), "spearman": None, "samples": int(true.size)}
+    if true.size < 2:
+        out["note"] = "Spearman undefined: fewer than 2 samples"
+    elif np.ptp(pred) == 0 or np.ptp(true) == 0:
+        out["note"] = "Spearman undefined: the predictions or the measurements are all equal"
+    else:
+        out["spearman"] = float(spearmanr(pred, true).statistic)
+    return out
+
+
+def shown(value: float | None, spec: str = ".4f", scale: float = 1.0) -> str:
+    """A figure of :func:`metrics` for a report: formatted by ``spec`` (times ``scale``), or
+    ``n/a`` when undefined."""
+    return "n/a" if value is None else format(value * scale, spec)
 
 
 @dataclass
@@ -194,8 +218,9 @@ def plot(result: dict[str, Any], path: str, title: str) -> None:
         ax.loglog(y, result["predicted"][name], ".", ms=3, alpha=0.5)
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
         ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured ms", ylabel="predicted ms",
-               title=f"{name}: MAPE {100 * m['mape']:.1f}%, rho {m['spearman']:.3f}")
+               title=f"{name}: MAPE {shown(m['mape'], '.1f', 100)}%, "
+                     f"rho {shown(m['spearman'], '.3f')}")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

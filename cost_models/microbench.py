@@ -28,7 +28,7 @@ import numpy as np
 from autoshard.cost_models.grid import BenchConfig, grid_configs
 from autoshard.cost_models.operators import build_operator, fbgemm_available, make_lookups
 from autoshard.errors import InputError
-from autoshard.fileio import atomic_write_text
+from autoshard.fileio import atomic_write_text, read_text
 from autoshard.machine import cpu_model
 
 CONFIG_FIELDS = [f for f in BenchConfig.__dataclass_fields__]
@@ -175,7 +175,7 @@ def done_ids(path: Path, columns: list[str] = COLUMNS, complete: str = "bwd_p90_
     """
     if not path.exists() or path.stat().st_size == 0:
         return set()
-    text = path.read_text()
+    text = read_text(path)
     if not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
         atomic_write_text(path, text)

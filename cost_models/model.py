@@ -41,7 +41,7 @@ from autoshard.cost_models.features import (
 )
 from autoshard.cost_models.lgb_text import checked_model_text, file_digest, verify_digest
 from autoshard.errors import InputError
-from autoshard.fileio import atomic_write_text
+from autoshard.fileio import atomic_write_text, output_folder, write_structured
 from autoshard.task import ShardingTask
 
 MODEL_FILE = "model.txt"
@@ -193,14 +193,15 @@ class LightGBMCostModel:
 
         self._check_fitted()
         out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / MODEL_FILE, self.booster_.model_to_string())
-        meta = {"format": FORMAT, "kind": self.kind, "version": 1,
-                "model_sha256": file_digest(out / MODEL_FILE), "communication": "analytical",
-                "machine": self.machine, "params": self.get_params(),
-                "feature_names": list(FEATURE_NAMES), "tiers": self.tiers_,
-                "lightgbm_version": lightgbm.__version__, "info": self.info_}
-        atomic_write_text(out / META_FILE, json.dumps(meta, indent=2) + "\n")
+        with output_folder(out):  # a failed save leaves no new folder behind
+            atomic_write_text(out / MODEL_FILE, self.booster_.model_to_string())
+            meta = {"format": FORMAT, "kind": self.kind, "version": 1,
+                    "model_sha256": file_digest(out / MODEL_FILE),
+                    "communication": "analytical", "machine": self.machine,
+                    "params": self.get_params(), "feature_names": list(FEATURE_NAMES),
+                    "tiers": self.tiers_, "lightgbm_version": lightgbm.__version__,
+                    "info": self.info_}
+            write_structured(out / META_FILE, meta)
         return out
 
     @classmethod

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 from typing import Any
 
-from autoshard.fileio import atomic_write_text
+from autoshard.cost_models.evaluate import shown
+from autoshard.fileio import atomic_write_text, write_structured
 
 _LABELS = {"lightgbm": "LightGBM (cost_models.model)",
            "analytical": "Analytical form, bandwidth + overhead fitted",
@@ -20,7 +20,7 @@ def write_report(folder: Path, result: dict[str, Any], info: dict[str, Any],
     doc = {"data": info, "split": result["split"], "models": result["models"],
            "repeatability": result.get("repeatability"),
            "compare_seconds": round(seconds, 1), "python": platform.python_version()}
-    atomic_write_text(folder / "metrics.json", json.dumps(doc, indent=2) + "\n")
+    write_structured(folder / "metrics.json", doc)
     atomic_write_text(folder / "metrics.md", markdown(doc))
 
 
@@ -44,10 +44,11 @@ def markdown(doc: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for name, m in doc["models"].items():
+        pct = [shown(v, ".2f", 100) for v in (m["mape"], m["median_ape"], m["p90_ape"],
+                                              m["infer"]["mape"], m["train"]["mape"])]
         lines.append(
-            f"| {_LABELS.get(name, name)} | {100 * m['mape']:.2f}% | {100 * m['median_ape']:.2f}% "
-            f"| {100 * m['p90_ape']:.2f}% | {m['spearman']:.4f} | "
-            f"{100 * m['infer']['mape']:.2f}% | {100 * m['train']['mape']:.2f}% |")
+            f"| {_LABELS.get(name, name)} | {pct[0]}% | {pct[1]}% | {pct[2]}% "
+            f"| {shown(m['spearman'])} | {pct[3]}% | {pct[4]}% |")
     fitted = doc["models"].get("analytical", {}).get("fitted")
     if fitted:
         lines += ["", f"Analytical form fitted on the training split: "
@@ -57,6 +58,7 @@ def markdown(doc: dict[str, Any]) -> str:
     if again:
         lines += ["", f"Noise floor: {again['configurations']} configurations measured twice "
                   f"({again['data']}): the second measurement differs from the first by "
-                  f"{100 * again['mape']:.2f}% MAPE (median {100 * again['median_ape']:.2f}%, "
-                  f"Spearman {again['spearman']:.4f})."]
+                  f"{shown(again['mape'], '.2f', 100)}% MAPE (median "
+                  f"{shown(again['median_ape'], '.2f', 100)}%, Spearman "
+                  f"{shown(again['spearman'])})."]
     return "\n".join(lines) + "\n"

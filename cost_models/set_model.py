@@ -23,7 +23,6 @@ As a :class:`autoshard.cost.CostModel`:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ from autoshard.cost_models.model import (
     read_metadata,
 )
 from autoshard.errors import InputError
-from autoshard.fileio import atomic_write_text
+from autoshard.fileio import atomic_write_text, output_folder, write_structured
 from autoshard.task import ShardingTask
 
 FORMAT = "autoshard-set-cost-model"
@@ -257,14 +256,14 @@ class SetCostModel:
     def save(self, directory: str | Path) -> Path:
         """LightGBM text model plus JSON metadata with its digest."""
         out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / MODEL_FILE, self.booster_.model_to_string())
-        meta = {"format": FORMAT, "kind": self.kind, "version": 1,
-                "model_sha256": file_digest(out / MODEL_FILE), "communication": "analytical",
-                "machine": self.machine, "feature_names": list(SET_FEATURES),
-                "n_estimators": self.n_estimators, "additive": list(map(float, self.additive_)),
-                "info": self.info_}
-        atomic_write_text(out / "metadata.json", json.dumps(meta, indent=2) + "\n")
+        with output_folder(out):  # a failed save leaves no new folder behind
+            atomic_write_text(out / MODEL_FILE, self.booster_.model_to_string())
+            meta = {"format": FORMAT, "kind": self.kind, "version": 1,
+                    "model_sha256": file_digest(out / MODEL_FILE),
+                    "communication": "analytical", "machine": self.machine,
+                    "feature_names": list(SET_FEATURES), "n_estimators": self.n_estimators,
+                    "additive": list(map(float, self.additive_)), "info": self.info_}
+            write_structured(out / "metadata.json", meta)
         return out
 
     @classmethod

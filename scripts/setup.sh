@@ -13,10 +13,16 @@ pip() { pip_in .venv/bin/python "$@"; }
 pip install -q --upgrade pip
 # torch is pinned: 2.13.0 is a CPU build; an unpinned torch pulls a multi-GB CUDA build.
 pip install -q torch==2.13.0
-pip install -q -e '.[dev]'
+# setuptools notes, as a warning, that this editable install finds autoshard.envs, .training and
+# .cost_models (folders beside autoshard/) through an import hook; it is information, not a
+# fault, and only that note is left out.
+PYTHONWARNINGS="ignore:Editable installation" pip install -q -e '.[dev]'
 # The torchrec extra: fbgemm-gpu-cpu must match torch exactly; torchrec's own metadata asks for
-# the CUDA fbgemm-gpu, so it is installed without dependencies and its needs are listed here.
-pip install -q fbgemm-gpu-cpu==1.8.0
+# the CUDA fbgemm-gpu, so torchrec is installed without dependencies and its needs are listed
+# here. They go first and torchrec last: pip checks the installed packages' requirements after
+# every install that resolves dependencies, and a check that saw torchrec would print
+# "ERROR: pip's dependency resolver ... torchrec 1.8.0 requires fbgemm-gpu" (fbgemm-gpu-cpu
+# provides it); an install with --no-deps runs no such check.
+pip install -q fbgemm-gpu-cpu==1.8.0 tensordict torchmetrics==1.0.3 tqdm pyre-extensions
 pip install -q --no-deps torchrec==1.8.0
-pip install -q tensordict torchmetrics==1.0.3 tqdm pyre-extensions
 echo "autoshard installed in .venv"

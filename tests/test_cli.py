@@ -48,13 +48,16 @@ def test_plan_then_evaluate(tmp_path: Path, tables_file: Path,
     assert report["mode"] == "infer" and report["batch_size"] == 4096  # from the plan
     assert report["step_cost_ms"] >= report["lower_bound_ms"] > 0
     assert report["access_assumptions"] == {"zipf": 1, "uniform": 2}
-    # The recorded name of a scaled profile loads as such; another profile is pointed out.
+    # The same hardware named otherwise is no contradiction; another profile is refused,
+    # naming both, unless the plan is re-priced on it (which the report says).
     code, _, err = run(["evaluate", str(plan), "-t", str(tables_file), "-H", "2xV100-16GB"],
                        capsys)
     assert code == 0 and err == ""
     code, _, err = run(["evaluate", str(plan), "-t", str(tables_file), "-H", "2xH100-80GB"],
                        capsys)
-    assert code == 0 and "planned for '2xV100-16GB'" in err
+    assert code == 2 and "--hardware" in err and "2xV100-16GB" in err and "2xH100-80GB" in err
+    code, _, err = run(["evaluate", str(plan), "-H", "2xH100-80GB", "--reprice"], capsys)
+    assert code == 0 and "re-priced on hardware 2xH100-80GB" in err, err
 
 
 def test_plan_json_output(tmp_path: Path, tables_file: Path,
@@ -65,7 +68,7 @@ def test_plan_json_output(tmp_path: Path, tables_file: Path,
     assert code == 0
     doc = json.loads(out)
     assert doc["sharder"] == "random" and doc["output"] == str(plan)
-    assert plan.read_text().startswith("schema_version: 1")
+    assert plan.read_text().startswith("schema_version: 3")  # it records its context
 
 
 def test_hardware_and_sharders(capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,10 +182,56 @@ def test_split_plan_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[s
     code, _, _ = run(["plan", *args, "-s", "split_lookup_greedy", "-o", str(plan)], capsys)
     assert code == 0
     doc = json.loads(plan.read_text())
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3  # split, and it records its context
     huge = next(p for p in doc["placements"] if p["table"] == "huge")
     assert huge["sharding"] in ("row_wise", "column_wise") and len(huge["shards"]) > 1
     code, out, _ = run(["evaluate", str(plan), *args, "--json"], capsys)
     report = json.loads(out)
     assert code == 0 and report["step_cost_ms"] >= report["lower_bound_ms"] > 0
     assert sum(d["tables"] for d in report["per_device"]) == 3 + len(huge["shards"])
+
+
+def _command_paths() -> list[list[str]]:
+    """Every command and subcommand of the app, as argument lists."""
+    import typer
+
+    from autoshard.cli import app
+
+    paths: list[list[str]] = []
+
+    def walk(command: object, path: list[str]) -> None:
+        paths.append(path)
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return paths
+
+
+def test_help_shows_no_type_after_a_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    paths = _command_paths()
+    assert ["plan"] in paths and ["serve", "plan"] in paths
+    for path in paths:
+        code, out, _ = run([*path, "--help"], capsys)
+        assert code == 0 and "--help" in out, path
+        assert "<bool>" not in out, path  # typer 0.29 wrote one after every flag
+
+
+def test_sharder_option_lists_every_registered_sharder(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    import typer
+
+    from autoshard.cli.common import SharderOpt
+    from autoshard.sharders import sharder_names
+
+    pick = typer.Typer()
+
+    def choose(sharder: str = "size_greedy") -> None:
+        """Pick a sharder."""
+
+    choose.__annotations__ = {"sharder": SharderOpt, "return": None}  # not a string to resolve
+    pick.command()(choose)
+    with pytest.raises(SystemExit):
+        pick(["--help"], prog_name="pick")
+    shown = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert all(name in shown for name in sharder_names())

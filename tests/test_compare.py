@@ -112,6 +112,11 @@ def test_compare_logs_an_offline_wandb_run(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=600, cwd=tmp_path,
         env={**os.environ, "WANDB_MODE": "offline"})
     assert proc.returncode == 0, proc.stderr
+    # Where the offline run went, and how to upload it, is printed.
+    (run,) = (tmp_path / "runs" / "wandb").glob("offline-run-*")
+    said = " ".join(proc.stdout.split())
+    assert f"offline run saved in runs/wandb/{run.name}" in said
+    assert f"wandb sync runs/wandb/{run.name}" in said
     config, history, summary = offline_history(tmp_path / "runs")
     assert json.loads(config["suite"]) == "tiny"
     logged = {key.split("/_")[0].split("/artifact")[0] for row in history for key in row}

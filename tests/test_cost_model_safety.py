@@ -144,6 +144,24 @@ def test_committed_model_verifies(tmp_path: Path) -> None:
     assert model.name == "lightgbm"
     note = machine_warning(model)  # its machine carries no fingerprint: always flagged
     assert note is not None and "calibrate" in note
+    assert "None" not in note and "no fingerprint recorded" in note
+
+
+@pytest.mark.parametrize(("machine", "said"), [
+    ({"cpu_model": "Some CPU", "fingerprint": None}, "Some CPU, with no fingerprint recorded"),
+    ({"fingerprint": "0123456789ab"}, "whose CPU it did not record (fingerprint 0123456789ab)"),
+    ({}, "whose CPU it did not record, with no fingerprint recorded"),
+    (None, "a machine it did not record"),
+])
+def test_machine_warning_says_what_the_model_did_not_record(
+        machine: object, said: str) -> None:
+    class Model:
+        name = "learned"
+
+    model = Model()
+    model.machine = machine  # type: ignore[attr-defined]
+    note = machine_warning(model)  # type: ignore[arg-type]
+    assert note is not None and said in note and "None" not in note
 
 
 def test_plan_warns_when_the_model_was_measured_elsewhere(

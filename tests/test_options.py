@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,8 @@ from cli_helpers import run_cli as run
 from handcase import hand_task_of
 
 from autoshard.analytical import AnalyticalCostModel
-from autoshard.compare import COLUMNS, FixedTask, model_identity, read_rows, run_suite
-from autoshard.cost import Pricing
+from autoshard.compare import COLUMNS, FixedTask, read_rows, run_suite
+from autoshard.cost import Pricing, model_identity
 from autoshard.errors import InputError
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
@@ -100,12 +101,15 @@ def test_rerun_with_other_options_recomputes_stale_rows(tmp_path: Path) -> None:
     model = AnalyticalCostModel()
     first = run_suite("s", TASKS, model, tmp_path, ["random", "size_greedy"], {"seed": 0})
     again = run_suite("s", TASKS, model, tmp_path, ["random", "size_greedy"], {"seed": 0})
-    assert again == first  # same options: resumed, nothing recomputed
+    # Same options: resumed, nothing recomputed, each kept row marked with where it came from.
+    assert [replace(r, reused_from="") for r in again] == first
+    assert all(r.reused_from == str(tmp_path / "s.csv") for r in again)
     other = run_suite("s", TASKS, model, tmp_path, ["random", "size_greedy"], {"seed": 5})
     by = {r.sharder: r for r in other}
     assert len(other) == 2 and by["random"].options == '{"seed": 5}'
     assert by["random"] != {r.sharder: r for r in first}["random"]  # recomputed
-    assert by["size_greedy"] == {r.sharder: r for r in first}["size_greedy"]  # takes no seed
+    kept = replace(by["size_greedy"], reused_from="")  # takes no seed: kept
+    assert kept == {r.sharder: r for r in first}["size_greedy"]
     given = run_suite("s", TASKS, model, tmp_path, ["recshard"], {"seed": 5},
                       given={"recshard": {"time_limit": 3.0}})
     assert [r.options for r in given if r.sharder == "recshard"] == [

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autoshard.errors import InputError, PlannerError
-from autoshard.plan import Placement, Plan, Shard, check_plan, memory_use
+from autoshard.plan import Placement, Plan, Shard, check_placement, check_plan, memory_use
 from autoshard.task import ShardingTask, Workload
 
 GOOD = (Placement("A", 0, 1000), Placement("B", 1, 500), Placement("C", 1, 250))
@@ -71,7 +71,7 @@ def test_host_capacity_is_checked(hand_task: ShardingTask) -> None:
 
 
 @pytest.mark.parametrize(("doc", "pieces"), [
-    ({"schema_version": 3, "placements": []}, ["'schema_version'", "3"]),
+    ({"schema_version": 4, "placements": []}, ["'schema_version'", "4"]),
     ({"placements": "x"}, ["'placements'"]),
     ({"placements": [{"table": "A", "device": 0}]}, ["'placements[0].hbm_rows'", "missing"]),
     ({"placements": [{"table": "A", "device": -1, "hbm_rows": 0}]},
@@ -226,3 +226,13 @@ def test_table_row_wise_stays_on_one_node() -> None:
     with pytest.raises(InputError) as info:
         plan_layout(Plan((bad, GOOD[1], GOOD[2])), task)
     assert info.value.field == "placements[0].shards" and info.value.value == [0, 1]
+
+
+def test_a_shard_past_the_table_is_the_one_blamed() -> None:
+    """A column block past the table's dim names that block, not the next one."""
+    p = Placement.split("A", "column_wise", (Shard(0, 0, 1000, 0, 129, 0),
+                                             Shard(1, 0, 1000, 129, 256, 0)))
+    with pytest.raises(InputError) as info:
+        check_placement(p, "placements[0]", "plan.json", rows=1000, dim=128)
+    assert info.value.field == "placements[0].shards[0].cols"
+    assert info.value.value == 129 and "128" in str(info.value)

@@ -270,3 +270,27 @@ def test_an_unknown_pipeline_is_named(tmp_path: Path, capsys: pytest.CaptureFixt
               "--estimator", "torchrec", "--torchrec-pipeline", "fast"])
     assert exit_.value.code == 2
     assert "--torchrec-pipeline" in capsys.readouterr().err
+
+
+@needs_torchrec
+def test_simulated_topology_does_not_warn_that_the_job_will_fail(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    from cli_helpers import run_cli
+
+    task = constrained_task(dlrm_tables(4, seed=1), 2, hbm_fraction=0.5)
+    tables, path = tmp_path / "t.json", tmp_path / "p.json"
+    save_tables(tables, task.tables)
+    hbm_gb = str(task.device_arrays.hbm_capacity[0] / 1e9)
+    size = ["-t", str(tables), "--devices", "2", "--hbm-gb", hbm_gb]
+    caplog.set_level("WARNING")
+    code, _, err = run_cli(["plan", *size, "-s", "torchrec", "-o", str(path)], capsys)
+    assert code == 0, err
+    code, _, err2 = run_cli(["evaluate", str(path), *size, "--estimator", "torchrec"], capsys)
+    assert code == 0, err2
+    said = err + err2 + caplog.text
+    assert "constructed directly" not in said and "the job will fail" not in said
+    # Only that warning is dropped: the filter is gone once the topology is built.
+    import logging
+
+    assert not logging.getLogger("torchrec.distributed.planner.types").filters

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from autoshard.analytical import AnalyticalCostModel
-from autoshard.compare import model_identity
-from autoshard.cost import load_cost_model
+from autoshard.cost import load_cost_model, model_identity
 from autoshard.errors import InputError
 from autoshard.evaluator import evaluate
 from autoshard.plan import Plan

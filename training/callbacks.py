@@ -3,6 +3,8 @@ checkpoints that a resumed run continues from."""
 
 from __future__ import annotations
 
+import math
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -11,12 +13,20 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
+from autoshard.compare import CompareRow
 from autoshard.cost import CostModel
-from autoshard.evaluator import evaluate
+from autoshard.errors import InputError
+from autoshard.limits import int_in, is_finite
 from autoshard.policy.network import save_policy
 from autoshard.training.checkpoint import save_checkpoint
 from autoshard.training.config import TrainConfig
-from autoshard.training.evaluation import EvalTask, plan_task
+from autoshard.training.evaluation import (
+    POLICY_SHARDER,
+    EvalTask,
+    best_greedy_ratio,
+    evaluate_policy,
+    mean_ratio,
+)
 from autoshard.training.sb3_policy import PlacementPolicy
 from autoshard.training.tracking import Tracker
 
@@ -27,30 +37,61 @@ class RunState:
 
     Args:
         history: Training and evaluation points ({"step", "train_ratio"} or {"step",
-            "eval_ratio", "greedy_ratio"}).
-        best_ratio: Best held-out mean cost ratio so far.
+            "eval_ratio", "greedy_ratio"}; an evaluation's ratio is None where the policy
+            found no plan for some task, the greedy one where no greedy sharder did).
+        best_ratio: Best held-out mean cost ratio so far (None: no evaluation has given one).
         stale_evals: Evaluations since the last improvement.
         stopped_early: Whether early stopping ended the run.
         wall_seconds: Training wall time over all sessions of the run.
     """
 
     history: list[dict[str, Any]] = field(default_factory=list)
-    best_ratio: float = float("inf")
+    best_ratio: float | None = None
     stale_evals: int = 0
     stopped_early: bool = False
     wall_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["best_ratio"] = None if np.isinf(self.best_ratio) else self.best_ratio
-        return doc
+        return asdict(self)
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> RunState:
+    def from_dict(cls, doc: dict[str, Any], source: str = "<state>") -> RunState:
+        """The state saved in a checkpoint's ``state.json``, every field checked.
+
+        Raises:
+            InputError: A field of the wrong type or out of range, naming it.
+        """
         best = doc.get("best_ratio")
-        return cls(list(doc.get("history", [])), float("inf") if best is None else float(best),
-                   int(doc.get("stale_evals", 0)), bool(doc.get("stopped_early", False)),
+        checks = (("history", _history_ok(doc.get("history", [])), "a list of points, each "
+                   "a mapping of its step (an integer >= 0) to finite figures"),
+                  ("best_ratio", best is None or (is_finite(best) and best > 0),
+                   "null or a number > 0"),
+                  ("stale_evals", int_in(doc.get("stale_evals", 0), 0, 10**9),
+                   "an integer >= 0"),
+                  ("stopped_early", isinstance(doc.get("stopped_early", False), bool),
+                   "true or false"),
+                  ("wall_seconds", is_finite(doc.get("wall_seconds", 0.0))
+                   and doc.get("wall_seconds", 0.0) >= 0, "a number >= 0"))
+        for name, ok, expected in checks:
+            if not ok:
+                raise InputError(f"must be {expected}", source=source, field=name,
+                                 value=doc.get(name))
+        return cls(list(doc.get("history", [])), None if best is None else float(best),
+                   doc.get("stale_evals", 0), doc.get("stopped_early", False),
                    float(doc.get("wall_seconds", 0.0)))
+
+
+def _history_ok(history: Any) -> bool:
+    """Whether ``history`` is a list of points: a step (integer >= 0) and finite figures or
+    null."""
+    if not isinstance(history, list):
+        return False
+    for point in history:
+        if not isinstance(point, dict) or not int_in(point.get("step"), 0, 10**10):
+            return False
+        if not all(v is None or is_finite(v) for k, v in point.items() if k != "step"):
+            return False
+    return True
 
 
 class CurveCallback(BaseCallback):
@@ -68,6 +109,8 @@ class CurveCallback(BaseCallback):
         if not episodes:
             return
         ratio = -float(np.mean([e["r"] for e in episodes]))
+        if not math.isfinite(ratio):
+            return
         self.state.history.append({"step": self.num_timesteps, "train_ratio": ratio})
         self.tracker.log({"charts/train_cost_ratio": ratio,
                           "charts/episode_length": float(np.mean([e["l"] for e in episodes]))},
@@ -75,17 +118,19 @@ class CurveCallback(BaseCallback):
 
 
 class HeldOutEvalCallback(BaseCallback):
-    """Every ``cfg.eval_every`` steps, plans the held-out tasks with the current policy, logs
-    its mean cost ratio against the best greedy's, keeps the best policy in ``policy_dir`` and
-    stops after ``cfg.patience`` evaluations without an improvement of ``cfg.min_delta``."""
+    """Every ``cfg.eval_every`` steps, evaluates the current policy on the held-out tasks as
+    the ``ppo-policy`` sharder plans with it (:func:`evaluate_policy`, the evaluation the run's
+    final comparison makes too), logs its mean cost ratio against the best greedy's, keeps the
+    best policy in ``policy_dir`` and stops after ``cfg.patience`` evaluations without an
+    improvement of ``cfg.min_delta``."""
 
     def __init__(self, cfg: TrainConfig, state: RunState, tracker: Tracker,
-                 tasks: list[EvalTask], greedy: dict[str, dict[str, float]],
-                 cost_model: CostModel, multipliers: tuple[float, ...],
-                 policy_dir: Path) -> None:
+                 tasks: list[EvalTask], greedy: list[CompareRow], cost_model: CostModel,
+                 multipliers: tuple[float, ...], policy_dir: Path) -> None:
         super().__init__()
         self.cfg, self.state, self.tracker = cfg, state, tracker
         self.tasks, self.greedy, self.cost_model = tasks, greedy, cost_model
+        self.greedy_ratio = best_greedy_ratio(greedy)
         self.multipliers, self.policy_dir = multipliers, policy_dir
         self.next_eval = 0
 
@@ -103,24 +148,17 @@ class HeldOutEvalCallback(BaseCallback):
         """Runs one evaluation; False when the run should stop early."""
         policy = self.model.policy
         assert isinstance(policy, PlacementPolicy)
-        ratios = {t.name: evaluate(plan_task(policy.net, self.multipliers, t.task,
-                                             self.cost_model), t.task, self.cost_model).cost_ratio
-                  for t in self.tasks}
-        best_greedy = {t: min(v.values()) for t, v in self.greedy.items()}
-        mean = float(np.mean(list(ratios.values())))
-        greedy = float(np.mean([best_greedy[t] for t in ratios]))
-        step = self.num_timesteps
-        self.state.history.append({"step": step, "eval_ratio": mean, "greedy_ratio": greedy})
-        self.tracker.log({"eval/ppo_cost_ratio": mean, "eval/best_greedy_cost_ratio": greedy,
-                          "eval/ppo_over_best_greedy": mean / greedy}, step)
-        rows = [[t, "ppo", r] for t, r in ratios.items()]
-        rows += [[t, s, r] for t, v in self.greedy.items() for s, r in v.items()]
-        self.tracker.table("eval/cost_ratio_by_sharder", ["task", "sharder", "cost_ratio"], rows,
-                           step)
-        if mean < self.state.best_ratio - self.cfg.min_delta:
+        with tempfile.TemporaryDirectory(prefix="autoshard-eval-") as folder:
+            save_policy(policy.net, folder, self.multipliers)
+            rows = evaluate_policy(folder, self.tasks, self.cost_model)
+        mean, step = mean_ratio(rows), self.num_timesteps
+        self._log(rows, mean, step)
+        best = self.state.best_ratio
+        if mean is not None and (best is None or mean < best - self.cfg.min_delta):
             self.state.best_ratio, self.state.stale_evals = mean, 0
             save_policy(policy.net, self.policy_dir, self.multipliers,
                         {"trained": {"steps": step, "held_out_cost_ratio": mean,
+                                     "held_out_sharder": POLICY_SHARDER,
                                      "config": self.cfg.to_dict()}})
         else:
             self.state.stale_evals += 1
@@ -128,6 +166,24 @@ class HeldOutEvalCallback(BaseCallback):
             self.state.stopped_early = True
             return False
         return True
+
+    def _log(self, rows: list[CompareRow], mean: float | None, step: int) -> None:
+        """Records one evaluation in the history and the tracker (figures only where there
+        is one: a failed task leaves the policy's mean out)."""
+        greedy = self.greedy_ratio
+        failed = sum(r.status != "ok" for r in rows)
+        point: dict[str, Any] = {"step": step, "eval_ratio": mean, "greedy_ratio": greedy}
+        if failed:
+            point["failed_tasks"] = failed
+        self.state.history.append(point)
+        figures = {"eval/policy_cost_ratio": mean, "eval/best_greedy_cost_ratio": greedy,
+                   "eval/policy_over_best_greedy": None if mean is None or greedy is None
+                   else mean / greedy, "eval/policy_failed_tasks": float(failed)}
+        self.tracker.log({k: v for k, v in figures.items() if v is not None}, step)
+        table = [[r.task, r.sharder, r.cost_ratio] for r in rows + self.greedy
+                 if r.status == "ok"]
+        self.tracker.table("eval/cost_ratio_by_sharder", ["task", "sharder", "cost_ratio"],
+                           table, step)
 
 
 class CheckpointCallback(BaseCallback):

@@ -1,9 +1,14 @@
-"""Held-out evaluation: tasks of held-out tables, planning with a policy's greedy decode, and
-comparing sharders through the core comparison harness (:func:`autoshard.compare.run_one`)."""
+"""Held-out evaluation: tasks of held-out tables, and sharders compared on them through the core
+comparison harness (:func:`autoshard.compare.run_one`). A policy is evaluated as the
+``ppo-policy`` sharder plans with it (:data:`POLICY_SHARDER`): its greedy decodes, whole
+tables and split, the cheapest winning; the figure is the mean step cost / lower bound over
+the tasks (:func:`mean_ratio`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,20 +16,22 @@ import numpy as np
 from autoshard.compare import CompareRow, FixedTask, run_one
 from autoshard.cost import CostModel
 from autoshard.envs.sampler import TaskSampler, roomy
-from autoshard.plan import Plan
-from autoshard.policy.network import PlacementNet, decode, decode_choice
 from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options
 from autoshard.sharders.ppo import GREEDY
 from autoshard.task import ShardingTask
 
-__all__ = ["BENCH_SEED", "EVAL_SEED", "GREEDY", "EvalTask", "compare", "eval_tasks",
-           "plan_task"]
+__all__ = ["BENCH_SEED", "EVAL_SEED", "GREEDY", "POLICY_SHARDER", "EvalTask",
+           "best_greedy_ratio", "compare", "eval_tasks", "evaluate_policy", "mean_ratio"]
 
 #: Seed of the held-out task draws that training evaluates on (the same for every run).
 EVAL_SEED = 20_221
 #: Seed of the benchmark's held-out task draws (other combinations of held-out tables).
 BENCH_SEED = 31_337
+#: The sharder a policy is evaluated with in training: the policy's greedy decodes alone
+#: (whole tables, over the dominant tables' shards, and with the split choice), the cheapest
+#: winning; no rival sharders and no search stage.
+POLICY_SHARDER = "ppo-policy"
 
 
 @dataclass(frozen=True)
@@ -69,16 +76,35 @@ def eval_tasks(tables: tuple[int, ...], devices: tuple[int, ...], hbm_fraction: 
     return out
 
 
-def plan_task(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,
-              cost_model: CostModel, sharder_name: str = "ppo") -> Plan:
-    """The policy's greedy decode (most likely allowed action for every table); a policy with
-    the split choice (two option grids) also chooses which dominant tables to split."""
-    if net.grids == 1:
-        return decode(net, multipliers, task, cost_model)[0].plan(sharder_name)
-    from autoshard.splitting import split_heavy_tables
+def evaluate_policy(policy_dir: str | Path, tasks: list[EvalTask], model: CostModel
+                    ) -> list[CompareRow]:
+    """The rows of :data:`POLICY_SHARDER` with the policy in ``policy_dir`` on every task: the
+    one evaluation of a policy in training, during the run (the best so far is kept by it)
+    and after (``eval.csv``), so both report the same figure for the same weights."""
+    return compare(tasks, model, (POLICY_SHARDER,), {"policy": str(policy_dir)})
 
-    geometry = split_heavy_tables(task, cost_model).geometry
-    return decode_choice(net, multipliers, task, cost_model, geometry)[0].plan(sharder_name)
+
+def mean_ratio(rows: list[CompareRow], sharder: str = POLICY_SHARDER) -> float | None:
+    """The mean step cost / lower bound of ``sharder``'s rows over the tasks; None when it
+    has no rows or failed on some task (no mean of the tasks it could plan stands for all)."""
+    ratios = [r.cost_ratio for r in rows if r.sharder == sharder]
+    if not ratios or any(r.status != "ok" for r in rows if r.sharder == sharder):
+        return None
+    mean = float(np.mean(ratios))
+    return mean if math.isfinite(mean) else None
+
+
+def best_greedy_ratio(rows: list[CompareRow]) -> float | None:
+    """The mean over tasks of the best greedy sharder's step cost / lower bound; None when
+    every greedy sharder failed on some task."""
+    best: dict[str, float] = {}
+    tasks = {r.task for r in rows}
+    for r in rows:
+        if r.status == "ok" and math.isfinite(r.cost_ratio):
+            best[r.task] = min(best.get(r.task, math.inf), r.cost_ratio)
+    if not tasks or set(best) != tasks:
+        return None
+    return float(np.mean(list(best.values())))
 
 
 def compare(items: list[EvalTask], model: CostModel, sharders: tuple[str, ...],

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.compare import CompareRow
+from autoshard.fileio import save_figure
 
 
 def _pyplot() -> Any:
@@ -21,20 +22,22 @@ def _pyplot() -> Any:
 
 
 def training_curve(history: list[dict[str, Any]], path: Path, title: str = "") -> Path:
-    """Held-out mean cost ratio of the policy against the best greedy, and the training
+    """Held-out mean cost ratio of the policy (as the ``ppo-policy`` sharder plans with it:
+    the figure of ``summary.json`` and ``eval.csv``) against the best greedy, and the training
     episodes' mean cost ratio, over environment steps."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     train = [h for h in history if "train_ratio" in h]
-    evals = [h for h in history if "eval_ratio" in h]
+    evals = [h for h in history if h.get("eval_ratio") is not None]  # None: a task failed
+    greedy = [h["greedy_ratio"] for h in history if h.get("greedy_ratio") is not None]
     if train:
         ax.plot([h["step"] for h in train], [h["train_ratio"] for h in train], color="0.6",
                 lw=1, label="training episodes (mean, train tables)")
     if evals:
         ax.plot([h["step"] for h in evals], [h["eval_ratio"] for h in evals], "o-",
-                color="C0", label="ppo, held-out tasks (mean)")
-        ax.axhline(evals[-1]["greedy_ratio"], color="C3", ls="--",
-                   label="best greedy, held-out tasks (mean)")
+                color="C0", label="policy as ppo-policy, held-out tasks (mean)")
+    if greedy:
+        ax.axhline(greedy[-1], color="C3", ls="--", label="best greedy, held-out tasks (mean)")
     ax.axhline(1.0, color="k", lw=0.8, ls=":", label="lower bound")
     ax.set_yscale("log")
     ax.set_xlabel("environment steps")
@@ -42,8 +45,7 @@ def training_curve(history: list[dict[str, Any]], path: Path, title: str = "") -
     ax.set_title(title or "MaskablePPO placement policy")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -71,7 +73,6 @@ def comparison(results: list[CompareRow], path: Path, title: str = "") -> Path:
     ax.set_title(title or "held-out tasks")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return path

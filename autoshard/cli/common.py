@@ -13,16 +13,22 @@ import typer
 from rich.console import Console
 
 from autoshard.errors import InputError
+from autoshard.fileio import json_text, output_target
 from autoshard.hardware import load_hardware
 from autoshard.limits import (
     MAX_BATCH_SIZE,
     MAX_CAPACITY_GB,
     MAX_DEVICES,
     MAX_TRACE_CELLS,
+    SEED,
+    TIME_LIMIT_S,
+    TRACE_SIZE,
+    Range,
     int_in,
     number_in,
 )
 from autoshard.reservation import get_reservation
+from autoshard.sharders import sharder_names
 from autoshard.tables import Table, load_tables
 from autoshard.task import MODES, ShardingTask, Workload
 
@@ -52,9 +58,38 @@ OptOpt = Annotated[list[str] | None, typer.Option(
     "--opt", help="Sharder option KEY=VALUE, repeatable (VALUE read as JSON: 5, 0.5, true, "
     "null; anything else is a string); SHARDER.KEY=VALUE for one sharder. Checked strictly: "
     "an option the sharder does not take is an error.")]
+#: ``plan``'s sharder; the help lists every registered name (the registry is a dict of strings,
+#: so listing it at import costs nothing).
+SharderOpt = Annotated[str, typer.Option(
+    "--sharder", "-s", help=f"Sharder: {', '.join(sharder_names())} (recshard: the MILP, the "
+    "best general one; ppo: the learned policy with a search stage, near it and faster; "
+    "`autoshard sharders` says which can run here).")]
 PolicyOpt = Annotated[Path | None, typer.Option(
     "--policy", help="Folder of a trained PPO policy (config.json, weights.pt) for the ppo "
     "sharder (default: the one shipped with autoshard).")]
+
+
+def ranged(rng: Range, help: str, *names: str, **options: Any) -> Any:
+    """A typer option whose values must lie in ``rng`` (:mod:`autoshard.limits`): its help
+    states the range, and a value outside it (NaN and infinities included) is an input error
+    naming the option, raised while the command line is read, before any work."""
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+        if value is None or ctx.resilient_parsing:
+            return value
+        option = max(param.opts, key=len) if param.opts else str(param.name)
+        for one in value if isinstance(value, (list, tuple)) else [value]:
+            rng.check(one, field=option, source="command line")
+        return value
+
+    return typer.Option(*names, help=f"{help} {rng.help()}", callback=check, **options)
+
+
+#: A seed: every command's ``--seed`` (the range is :data:`autoshard.limits.SEED`).
+SeedOpt = Annotated[int, ranged(SEED, "Seed of everything drawn at random (same seed, same "
+                                "result).")]
+#: A time limit per plan, seconds (:data:`autoshard.limits.TIME_LIMIT_S`).
+TimeLimitOpt = Annotated[float, ranged(TIME_LIMIT_S, "Time limit per plan for the sharders "
+                                       "that take one (recshard, torchrec), s.")]
 
 
 def read_tables(spec: str) -> tuple[Table, ...]:
@@ -147,12 +182,11 @@ def _scalar(text: str, item: str) -> Any:
 
 
 def check_trace_size(tables: int, batch: int, batch_option: str = "--batch-size") -> None:
-    """Rejects a generated trace's table count and batch when either, or their product (the
-    table-samples held in memory), is out of range; errors name the option."""
+    """Rejects a generated trace's table count and batch when either (:data:`TRACE_SIZE`), or
+    their product (the table-samples held in memory), is out of range; errors name the
+    option."""
     for option, value in (("--tables", tables), (batch_option, batch)):
-        if not int_in(value, 1, MAX_TRACE_CELLS):
-            raise InputError(f"must be in [1, {MAX_TRACE_CELLS:,}]", source="command line",
-                             field=option, value=value)
+        TRACE_SIZE.check(value, option, "command line")
     if tables * batch > MAX_TRACE_CELLS:
         raise InputError(f"--tables x {batch_option} must be at most {MAX_TRACE_CELLS:,} (the "
                          "trace is held in memory)", source="command line", field=batch_option,
@@ -175,13 +209,11 @@ def options_named(sharder_options: bool = False) -> Iterator[None]:
 
 
 def check_output_path(path: Path) -> None:
-    """Fails early (before any work) if the output's folder cannot be created."""
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if parent.is_file():
-        raise InputError("output folder is a file", field="output", value=str(path))
+    """Fails early (before any work) if the output cannot be written: it is a folder, or a
+    folder above it is a file (:func:`autoshard.fileio.output_target` owns the rules)."""
+    output_target(path, source="command line", field="output")
 
 
 def print_json(doc: Any) -> None:
-    typer.echo(json.dumps(doc, indent=2))
+    """Prints a document as strict JSON (a NaN or an infinity is an error naming the field)."""
+    typer.echo(json_text(doc, source="printed report"), nl=False)

@@ -12,16 +12,41 @@ from typing import Annotated, Any
 import typer
 
 from autoshard.cli.app import app
-from autoshard.cli.common import CostModelOpt, OptOpt, console, options_named, parse_opts
-from autoshard.compare import CompareRow, model_identity, read_rows, run_suite, sharder_options
-from autoshard.compare_report import markdown_table, summarize, write_plots
-from autoshard.cost import load_cost_model
+from autoshard.cli.common import (
+    CostModelOpt,
+    OptOpt,
+    SeedOpt,
+    TimeLimitOpt,
+    console,
+    options_named,
+    parse_opts,
+)
+from autoshard.compare import (
+    CompareRow,
+    check_outputs,
+    read_rows,
+    run_suite,
+    sharder_options,
+)
+from autoshard.compare_report import (
+    reasons,
+    reused_lines,
+    suite_markdown,
+    summarize,
+    summary_table,
+    write_plots,
+)
+from autoshard.cost import load_cost_model, model_identity
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text, read_structured
+from autoshard.limits import names_in
 from autoshard.machine import describe_machine
 from autoshard.sharders import sharder_names
 from autoshard.suites import SUITES, get_suite
 from autoshard.tracking import Tracker, run_name
+
+#: Where results go unless --out says otherwise: a scratch folder, never the committed results.
+DEFAULT_OUT = Path("runs/compare")
 
 
 @app.command()
@@ -30,15 +55,21 @@ def compare(
     cost_model: CostModelOpt = "analytical",
     sharders: Annotated[str | None, typer.Option(
         help="Comma-separated sharder names (default: every registered sharder).")] = None,
-    out: Annotated[Path, typer.Option(help="Results folder.")] = Path("results/compare"),
-    time_limit: Annotated[float, typer.Option(
-        help="Time limit per plan for sharders that take one (s).")] = 60.0,
-    seed: Annotated[int, typer.Option(help="Seed for randomised sharders.")] = 0,
+    out: Annotated[Path, typer.Option(
+        help="Results folder. The committed results are written only when named: --out "
+             "results/compare.")] = DEFAULT_OUT,
+    reuse: Annotated[Path | None, typer.Option(
+        help="Also reuse this run's rows from this results folder (e.g. results/compare), "
+             "copied into --out marked reused with their machine and date; nothing is "
+             "written there.")] = None,
+    time_limit: TimeLimitOpt = 60.0,
+    seed: SeedOpt = 0,
     fresh: Annotated[bool, typer.Option(
         help="Recompute the selected sharders' rows instead of resuming.")] = False,
     opt: OptOpt = None,
     wandb_mode: Annotated[str, typer.Option(
-        help="W&B tracking: offline (default, no account), online or disabled.")] = "offline",
+        help="W&B tracking: offline (default, no account; saved under runs/wandb), online or "
+             "disabled.")] = "offline",
     torchrec: Annotated[bool, typer.Option(
         "--torchrec", help="Also price every plan with TorchRec's estimators, as planned and "
         "as exported (fitted to TorchRec's HBM count): <suite>.torchrec.csv/.md; saves the "
@@ -46,55 +77,106 @@ def compare(
 ) -> None:
     """Run every registered sharder on a suite of tasks; write CSV, Markdown and plots.
 
-    Rows already in the results folder are reused only when made with the same cost model
-    (folder and digest) and the same sharder options. --seed and --time-limit go to every
+    Rows already in the results folder (or in --reuse) are reused only when made with the same
+    cost model (folder and digest) and the same sharder options, and every figure is finite;
+    each reused row is marked with its machine and date. --seed and --time-limit go to every
     sharder that takes them; --opt SHARDER.KEY=VALUE to one sharder (KEY=VALUE: to all of
-    them), checked strictly.
+    them), checked strictly. A file in --out that the harness did not write is never replaced.
     """
     specs = get_suite(suite)
     names = _sharder_list(sharders)
+    given = _given_options(names, time_limit, seed, opt)
+    _check_folders(out, reuse, suite)
+    model = load_cost_model(cost_model)
+    model_id = model_identity(cost_model)
+    tracker = Tracker(wandb_mode, Path("runs"), run_name(f"compare-{suite}", seed), dict(
+        suite=suite, cost_model=model.name, cost_model_id=model_id, sharders=names,
+        time_limit=time_limit, seed=seed, options=given, reuse=reuse and str(reuse)),
+        job_type="compare")
+    start = time.perf_counter()
+    console.print(f"suite {suite}: {len(specs)} task(s) x {len(names)} sharder(s)")
+    with options_named():
+        run_suite(suite, specs, model, out, names, {"seed": seed, "time_limit": time_limit},
+                  on_row=_show_row, fresh=fresh, given=given, cost_model_id=model_id,
+                  save_plans=torchrec, reuse=reuse, on_note=_show_note)
+    rows = [r for r in read_rows(out / f"{suite}.csv") if r.cost_model_id == model_id]
+    plots = _write_reports(suite, out, model.name, rows, time.perf_counter() - start)
+    if torchrec:
+        _torchrec_opinions(suite, specs, out, names, model, fresh, rows)
+    if tracker.enabled:
+        _log_wandb(tracker, rows, plots)
+
+
+def _given_options(names: list[str], time_limit: float, seed: int, opt: list[str] | None
+                   ) -> dict[str, dict[str, Any]]:
+    """The --opt options per sharder, checked strictly with --time-limit and --seed."""
     if not (math.isfinite(time_limit) and time_limit > 0):
         raise InputError("must be > 0", source="command line", field="--time-limit",
                          value=time_limit)
     given = parse_opts(opt, names)
     with options_named(sharder_options=True):
         sharder_options(names, {"seed": seed, "time_limit": time_limit}, given)
-    model = load_cost_model(cost_model)
-    model_id = model_identity(cost_model)
-    tracker = Tracker(wandb_mode, Path("runs"), run_name(f"compare-{suite}", seed),
-                      {"suite": suite, "cost_model": model.name, "cost_model_id": model_id,
-                       "sharders": names, "time_limit": time_limit, "seed": seed,
-                       "options": given}, job_type="compare")
-    start = time.perf_counter()
-    console.print(f"suite {suite}: {len(specs)} task(s) x {len(names)} sharder(s)")
-    rows = run_suite(suite, specs, model, out, names,
-                     {"seed": seed, "time_limit": time_limit}, on_row=_show_row, fresh=fresh,
-                     given=given, cost_model_id=model_id, save_plans=torchrec)
-    rows = [r for r in read_rows(out / f"{suite}.csv") if r.cost_model_id == model_id]
+    return given
+
+
+def _check_folders(out: Path, reuse: Path | None, suite: str) -> None:
+    """Fails before any work when a file the run would replace in ``out``, or the CSV it would
+    reuse from ``reuse``, is not the harness's."""
+    check_outputs(out, suite)
+    if reuse is not None:
+        if not (reuse / f"{suite}.csv").is_file():
+            raise InputError(f"no {suite}.csv there: no rows of suite '{suite}' to reuse",
+                             source="command line", field="--reuse", value=str(reuse))
+        check_outputs(reuse, suite)
+
+
+def _write_reports(suite: str, out: Path, model: str, rows: list[CompareRow],
+                   seconds: float) -> list[Path]:
+    """Writes the Markdown report and the plots, prints the summary; returns the plots."""
     breakdown = read_structured(out / f"{suite}.devices.json") if (
         out / f"{suite}.devices.json").is_file() else {}
     plots = write_plots(rows, breakdown, out, suite)
-    table = markdown_table(summarize(rows))
-    md = _markdown(suite, model.name, table, rows, time.perf_counter() - start)
+    command = "autoshard " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    md = suite_markdown(suite, command, describe_machine(), model, rows, seconds)
     atomic_write_text(out / f"{suite}.md", md)
-    console.print(table)
+    summaries = summarize(rows)
+    _print_whole(summary_table(summaries, title=f"suite {suite}, cost model {model}"))
+    for line in reasons(summaries) + reused_lines(rows):
+        console.print(line, markup=False, highlight=False)
     console.print(f"wrote {out / (suite + '.csv')}, {out / (suite + '.md')}, "
-                  + ", ".join(str(p) for p in plots))
-    if torchrec:
-        _torchrec_opinions(suite, specs, out, names, model, fresh)
-    if tracker.enabled:
-        _log_wandb(tracker, rows, plots)
+                  + ", ".join(str(p) for p in plots), markup=False, highlight=False)
+    return plots
+
+
+def _print_whole(table: Any) -> None:
+    """Prints a rich table at its natural width, wider than the terminal (or than 80 columns
+    when printing to a file) if need be: rich would otherwise cut figures or drop columns."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    width = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    (console if width <= console.width else Console(width=width)).print(table)
 
 
 def _show_row(row: CompareRow) -> None:
     ratio = "" if row.status != "ok" else f"cost/bound {row.cost_ratio:.3f}"
+    where = f" (reused: {row.provenance()})" if row.reused else ""
     console.print(f"  {row.task:<18} {row.sharder:<20} {row.status:<8} {ratio} "
-                  f"{row.reason[:80]}", markup=False, highlight=False)
+                  f"{row.reason[:80]}{where}", markup=False, highlight=False)
+
+
+def _show_note(note: str) -> None:
+    console.print(f"  {note}", markup=False, highlight=False)
 
 
 def _torchrec_opinions(suite: str, specs: Any, out: Path, names: list[str], model: Any,
-                       fresh: bool) -> None:
+                       fresh: bool, rows: list[CompareRow]) -> None:
+    """TorchRec's estimators on every saved plan of the suite; says which rows (reused ones)
+    have no plan to price."""
     from autoshard.torchrec.opinion import opinions_markdown, run_opinions
+
+    unplanned = [r for r in rows if r.status == "ok" and r.sharder in names and not (
+        out / f"{suite}.plans" / r.task / f"{r.sharder}.json").is_file()]
 
     path = out / f"{suite}.torchrec.csv"
     if fresh and path.is_file():
@@ -107,40 +189,14 @@ def _torchrec_opinions(suite: str, specs: Any, out: Path, names: list[str], mode
     atomic_write_text(out / f"{suite}.torchrec.md", md)
     console.print(opinions_markdown(rows).splitlines()[-1])
     console.print(f"wrote {path}, {out / (suite + '.torchrec.md')}")
+    if unplanned:
+        console.print(f"{len(unplanned)} reused row(s) have no saved plan, so TorchRec's "
+                      "estimators did not price them (--fresh plans them again)")
 
 
 def _sharder_list(spec: str | None) -> list[str]:
-    known = sharder_names()
-    if not spec:
-        return known
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    for name in names:
-        if name not in known:
-            raise InputError(f"unknown sharder (known: {', '.join(known)})", field="sharders",
-                             value=name)
-    return names
-
-
-def _markdown(suite: str, model: str, table: str, rows: list[CompareRow], seconds: float) -> str:
-    command = "autoshard " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    tasks = sorted({r.task for r in rows})
-    names = list(dict.fromkeys(r.sharder for r in rows))
-    cell = {(r.task, r.sharder): (f"{r.cost_ratio:.3f}" if r.status == "ok" else r.status)
-            for r in rows}
-    per_task = ["| task | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    per_task += [f"| {t} | " + " | ".join(cell.get((t, n), "") for n in names) + " |"
-                 for t in tasks]
-    found = [f"| {r.task} | {r.sharder} | {r.found_by} |" for r in rows if r.found_by]
-    how = ("\n## How the plans were found\n\nThe winning candidate of each sharder that "
-           "weighs several (its source: the learned policy, the policy over a split of the "
-           "dominant tables, a rival sharder, the MILP) and what each search step took off "
-           "its step cost.\n\n| task | sharder | found by |\n|---|---|---|\n"
-           + "\n".join(found) + "\n") if found else ""
-    return (f"# Comparison: suite `{suite}`\n\nCommand: `{command}`  \n"
-            f"Machine: {describe_machine()}  \nCost model: {model}; this run took "
-            f"{seconds:.1f} s (rows kept from earlier runs are not re-timed).\n\n"
-            f"## Per sharder\n\n{table}\n## Step cost / lower bound per task\n\n"
-            + "\n".join(per_task) + "\n" + how)
+    """The sharders ``--sharders`` names (every registered one when it is not given)."""
+    return names_in(spec, sharder_names(), "--sharders", "sharder", "command line")
 
 
 def _log_wandb(tracker: Tracker, rows: list[CompareRow], plots: list[Path]) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table as RichTable
@@ -23,7 +24,10 @@ from autoshard.cli.common import (
     OptOpt,
     OverheadOpt,
     PolicyOpt,
+    SeedOpt,
+    SharderOpt,
     TablesOpt,
+    TimeLimitOpt,
     build_task,
     check_options,
     check_output_path,
@@ -32,10 +36,20 @@ from autoshard.cli.common import (
     parse_opts,
     print_json,
 )
+from autoshard.cli.context import (
+    Given,
+    PlanCostModelOpt,
+    PlanHardwareOpt,
+    PlanOverheadOpt,
+    PlanTablesOpt,
+    RepriceOpt,
+    plan_task,
+    record_context,
+)
 from autoshard.cli.report import show_report, show_torchrec_estimate
 from autoshard.cost import CostModel, load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import evaluate
+from autoshard.evaluator import CostReport, evaluate
 from autoshard.hardware import BUNDLED, load_hardware
 from autoshard.limits import check_finite_costs, one_of
 from autoshard.plan import Plan
@@ -54,7 +68,7 @@ from autoshard.torchrec.reservation import check_pipeline
 def plan(
     tables: TablesOpt,
     hardware: HardwareOpt = "8xH100-80GB",
-    sharder: Annotated[str, typer.Option("--sharder", "-s", help="Sharder name.")] = "size_greedy",
+    sharder: SharderOpt = "recshard",
     output: Annotated[Path, typer.Option("--output", "-o", help="Plan file to write.")] = Path(
         "plan.json"),
     devices: DevicesOpt = None,
@@ -64,9 +78,8 @@ def plan(
     mode: ModeOpt = None,
     overhead: OverheadOpt = "torchrec",
     cost_model: CostModelOpt = "analytical",
-    seed: Annotated[int, typer.Option(help="Seed for randomised sharders.")] = 0,
-    time_limit: Annotated[float, typer.Option(
-        help="Time limit for sharders that take one (recshard), s.")] = 60.0,
+    seed: SeedOpt = 0,
+    time_limit: TimeLimitOpt = 60.0,
     opt: OptOpt = None,
     policy: PolicyOpt = None,
     json_out: JsonOpt = False,
@@ -91,20 +104,33 @@ def plan(
     except PlannerError as exc:
         raise PlannerError(exc.kind, f"{tables}: {exc}") from exc
     seconds = time.perf_counter() - start
+    result = replace(result, context=record_context(task, tables, hardware, devices, nodes,
+                                                    hbm_gb, cost_model))
     report = evaluate(result, task, model, bound_ms=getattr(chosen, "last_bound_ms", None))
     check_finite_costs({"step_cost_ms": report.step_cost_ms,
                         "lower_bound_ms": report.lower_bound_ms}, f"{tables}: {sharder}'s plan")
     result.save(output)
+    _show_planned(report, result, getattr(chosen, "last_report", None), seconds, output,
+                  json_out)
+
+
+def _show_planned(report: CostReport, plan: Plan, solver: dict[str, Any] | None,
+                  seconds: float, output: Path, json_out: bool) -> None:
+    """The plan's report: JSON, or the per-device table, how the plan was found and the
+    solver's figures."""
+    found = None if plan.provenance is None else plan.provenance.to_dict()
     if json_out:
-        found = None if result.provenance is None else result.provenance.to_dict()
         print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output),
-                        provenance=found))
+                        provenance=found, solver=solver))
         return
     show_report(report)
-    if result.provenance is not None:
-        console.print(f"found by {result.provenance.summary()}", markup=False)
-    console.print(f"planned {task.num_tables} tables on {task.num_devices} devices in "
-                  f"{seconds:.3f} s; wrote {output}")
+    if plan.provenance is not None:
+        console.print(f"found by {plan.provenance.summary()}", markup=False)
+    if solver is not None:
+        console.print(solver_line(solver), markup=False)
+    console.print(f"planned {len(plan.placements)} tables on "
+                  f"{report.per_device and len(report.per_device)} devices in {seconds:.3f} s; "
+                  f"wrote {output}")
 
 
 def _sharder_options(sharder: str, seed: int, time_limit: float, opt: list[str] | None,
@@ -130,39 +156,44 @@ def _sharder_options(sharder: str, seed: int, time_limit: float, opt: list[str] 
 @app.command("evaluate")
 def evaluate_cmd(
     plan_file: Annotated[Path, typer.Argument(help="Plan file from `autoshard plan`.")],
-    tables: TablesOpt,
-    hardware: HardwareOpt = "8xH100-80GB",
+    tables: PlanTablesOpt = None,
+    hardware: PlanHardwareOpt = None,
     devices: DevicesOpt = None,
     nodes: NodesOpt = None,
     hbm_gb: HbmOpt = None,
     batch_size: BatchOpt = None,
     mode: ModeOpt = None,
-    cost_model: CostModelOpt = "analytical",
+    overhead: PlanOverheadOpt = None,
+    cost_model: PlanCostModelOpt = None,
+    reprice: RepriceOpt = False,
     bound: Annotated[str, typer.Option(
         "--bound", help="Lower bound: 'simple' (fast, valid for every plan, split tables "
-        "included) or 'lp' (adds the MILP's LP relaxation over whole-table plans, tighter; not "
-        "used for a plan that splits tables).")] = "simple",
+        "included; it counts the HBM the plan's reservation keeps) or 'lp' (adds the MILP's LP "
+        "relaxation over whole-table plans, tighter; not used for a plan that splits "
+        "tables).")] = "simple",
     estimator: Annotated[str, typer.Option(
         "--estimator", help="'ours' (the cost model), or 'torchrec' to also price and size "
         "the plan with TorchRec's EmbeddingPerfEstimator and EmbeddingStorageEstimator on the "
         "same topology (needs the torchrec extra).")] = "ours",
-    torchrec_pipeline: Annotated[str, typer.Option(
+    torchrec_pipeline: Annotated[str | None, typer.Option(
         "--torchrec-pipeline", help="TorchRec training pipeline the estimate assumes: 'none' "
         "(TorchRec's default: a cached lookup at a bandwidth blended by the load factor) or "
         "'prefetch' (caches prefetched: lookups at HBM bandwidth plus the expected misses' "
-        "fetch, from the access curves).")] = "none",
+        "fetch); default: the one the plan's reservation is for.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Price a plan: per-device cost, step cost, lower bound, balance and UVM share."""
+    """Price a plan on the tables, hardware, workload, reservation and cost model it records:
+    per-device cost and HBM (weights, reserved, free), step cost, lower bound, balance and UVM
+    share. Options that contradict the plan are errors unless --reprice."""
     loaded = Plan.load(plan_file)
-    task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
-                      default=loaded.workload)
-    with options_named():
-        model = load_cost_model(cost_model)
-    if loaded.hardware and loaded.hardware != task.hardware.name:
-        typer.echo(f"note: {plan_file} was planned for '{loaded.hardware}', evaluated on "
-                   f"'{task.hardware.name}'", err=True)
     _check_choices(bound, estimator, torchrec_pipeline)
+    priced = plan_task(loaded, plan_file, Given(tables, hardware, devices, nodes, hbm_gb,
+                                                batch_size, mode, overhead, cost_model), reprice)
+    task = priced.task
+    with options_named():
+        model = load_cost_model(priced.cost_model)
+    for note in priced.notes:
+        typer.echo(f"note: {note}", err=True)
     bound_ms = None
     if bound == "lp" and not loaded.is_split:
         from autoshard.sharders.recshard import recshard_bound
@@ -175,26 +206,46 @@ def evaluate_cmd(
     if estimator == "torchrec":
         from autoshard.torchrec.estimate import estimate_plan
 
-        second = estimate_plan(loaded, task, pipeline=torchrec_pipeline)
-        ours = per_table_ms(loaded, task, model)
+        second = (estimate_plan(loaded, task, pipeline=torchrec_pipeline),
+                  per_table_ms(loaded, task, model))
+    _show_evaluated(report, second, priced.notes, json_out)
+
+
+def _show_evaluated(report: CostReport, second: tuple[Any, dict[str, float]] | None,
+                    notes: tuple[str, ...], json_out: bool) -> None:
+    """The report (JSON or tables), with TorchRec's estimate beside ours when asked."""
     if json_out:
-        doc = report.to_dict()
+        doc = dict(report.to_dict(), notes=list(notes))
         if second is not None:
-            doc["torchrec"] = second.to_dict()
+            doc["torchrec"] = second[0].to_dict()
             for row in doc["torchrec"]["per_table"]:
-                row["ours_ms"] = ours[row["table"]]
+                row["ours_ms"] = second[1][row["table"]]
         print_json(doc)
         return
     show_report(report)
     if second is not None:
-        show_torchrec_estimate(report, second, ours)
+        show_torchrec_estimate(report, *second)
 
 
-def _check_choices(bound: str, estimator: str, pipeline: str) -> None:
+def _check_choices(bound: str, estimator: str, pipeline: str | None) -> None:
     """Rejects an unknown ``--bound``, ``--estimator`` or ``--torchrec-pipeline``."""
     one_of(bound, ("simple", "lp"), "--bound", "command line")
     one_of(estimator, ("ours", "torchrec"), "--estimator", "command line")
-    check_pipeline(pipeline, "--torchrec-pipeline", "command line")
+    if pipeline is not None:
+        check_pipeline(pipeline, "--torchrec-pipeline", "command line")
+
+
+def solver_line(solver: dict[str, Any]) -> str:
+    """A solver's report in one line: how it stopped, its proven bound and gap, and when it
+    found the plan it returned."""
+    stopped = {"Optimal": "optimal within its MIP gap",
+               "stalled": "stopped when it no longer improved",
+               "Time limit reached": "stopped at its time limit",
+               "search": "the whole MILP not run (search only)"}.get(
+        str(solver["status"]), f"status {solver['status']}")
+    return (f"{solver['solver']}: {stopped}; proven bound {solver['bound_ms']:.3f} ms, gap "
+            f"{100 * float(solver['gap']):.1f}%; final plan found after {solver['found_s']:.2f} "
+            f"s of {solver['seconds']:.2f} s")
 
 
 def per_table_ms(plan: Plan, task: ShardingTask, model: CostModel) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -9,8 +10,10 @@ from typing import Annotated, Any
 import typer
 
 from autoshard.cli.app import app
-from autoshard.cli.common import check_output_path, console, print_json
+from autoshard.cli.common import SeedOpt, check_output_path, console, print_json, ranged
 from autoshard.errors import InputError
+from autoshard.fileio import output_folder
+from autoshard.limits import THREADS, TIME_LIMIT_S, Range
 
 
 @app.command()
@@ -19,10 +22,10 @@ def bench(
     grid: Annotated[str, typer.Option(help="Grid: tiny, quick, default or gpu.")] = "default",
     device: Annotated[str, typer.Option(help="cpu or cuda (cuda sweeps hbm, uvm and "
                                               "uvm_caching tiers).")] = "cpu",
-    threads: Annotated[int, typer.Option(help="Torch CPU threads.")] = 1,
+    threads: Annotated[int, ranged(THREADS, "Torch CPU threads.")] = 1,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
-    every: Annotated[int, typer.Option(help="Measure every N-th configuration only (to "
-                                             "re-measure a sample of a grid).")] = 1,
+    every: Annotated[int, ranged(Range(1, 1_000_000, integer=True), "Measure every N-th "
+                                 "configuration only (to re-measure a sample of a grid).")] = 1,
 ) -> None:
     """Time embedding operators over a grid; resumes a partly written CSV."""
     import torch
@@ -35,8 +38,6 @@ def bench(
     if device == "cuda" and not torch.cuda.is_available():
         raise InputError("no CUDA device is available", field="device", value=device)
     torch.set_num_threads(threads)
-    if every < 1:
-        raise InputError("must be >= 1", field="every", value=every)
     configs, notes = device_configs(grid, device)
     configs = configs[::every]
     for note in notes:
@@ -46,6 +47,9 @@ def bench(
     console.print(f"measured {added} of {len(configs)} configurations in "
                   f"{time.perf_counter() - start:.1f} s; wrote {output}")
 
+
+#: LightGBM boosting rounds.
+EstimatorsOpt = Annotated[int, ranged(Range(1, 100_000, integer=True), "Boosting rounds.")]
 
 cost_model_app = typer.Typer(help="Fit, evaluate and compare learned cost models.",
                              no_args_is_help=True)
@@ -61,14 +65,19 @@ def _load_data(paths: list[Path]) -> tuple[Any, dict[str, Any], list[Any]]:
     """Rows of the CSVs (together, and per file) and a summary of where they were measured."""
     import pandas as pd
 
+    from autoshard.fileio import check_csv_header, open_text
+
     frames = []
     for path in paths:
-        if not path.is_file():
-            raise InputError("no such file", source=str(path))
+        with open_text(path) as fh:  # a binary file or a repeated column: an error naming it
+            check_csv_header(next(csv.reader(fh), None), str(path))
         try:
-            frames.append(pd.read_csv(path))
+            frames.append(pd.read_csv(path, encoding="utf-8-sig"))
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise InputError(f"unreadable CSV ({exc})", source=str(path)) from exc
+        if frames[-1].empty:
+            raise InputError("no measurements (the CSV has a header but no rows)",
+                             source=str(path))
     df = pd.concat(frames, ignore_index=True)
     if "config_id" not in df.columns:
         raise InputError("missing column", source=str(paths[0]), field="config_id", value=None)
@@ -85,14 +94,14 @@ def _load_data(paths: list[Path]) -> tuple[Any, dict[str, Any], list[Any]]:
 def fit_cmd(
     data: DataArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Model directory to write.")],
-    n_estimators: Annotated[int, typer.Option(help="Boosting rounds.")] = 600,
-    seed: Annotated[int, typer.Option(help="Random state.")] = 0,
+    n_estimators: EstimatorsOpt = 600,
+    seed: SeedOpt = 0,
     wandb_mode: Annotated[str, typer.Option(help="W&B logging: disabled or offline.")] = (
         "disabled"),
     stat: StatOpt = "p10",
 ) -> None:
     """Fit the LightGBM cost model on all rows of the data and save it (text model + JSON)."""
-    from autoshard.cost_models.evaluate import metrics
+    from autoshard.cost_models.evaluate import metrics, shown
     from autoshard.cost_models.features import dataset
     from autoshard.cost_models.model import LightGBMCostModel
 
@@ -109,8 +118,8 @@ def fit_cmd(
     if wandb_mode == "offline":
         _log_wandb(output, model.get_params(), info, scores)
     console.print(f"fitted on {info['configurations']} configurations ({len(y)} samples); "
-                  f"training MAPE {100 * scores['mape']:.2f}%, Spearman "
-                  f"{scores['spearman']:.4f}; wrote {output}")
+                  f"training MAPE {shown(scores['mape'], '.2f', 100)}%, Spearman "
+                  f"{shown(scores['spearman'])}; wrote {output}")
 
 
 def measured_machine(info: dict[str, Any]) -> dict[str, Any]:
@@ -137,12 +146,13 @@ def load_partition_model(model_dir: Path) -> Any:
 
 def _log_wandb(output: Path, params: dict[str, object], info: dict[str, object],
                scores: dict[str, float]) -> None:
-    import wandb
+    """Logs the fit as an offline W&B run under ``output``; prints where, and how to sync it."""
+    from autoshard.tracking import Tracker, run_name
 
-    run = wandb.init(project="autoshard-cost-model", mode="offline", dir=str(output),
-                     config={**params, **info})
-    run.log({f"train/{k}": v for k, v in scores.items()})
-    run.finish()
+    tracker = Tracker("offline", output, run_name("cost-model-fit"), {**params, **info},
+                      project="autoshard-cost-model", job_type="fit")
+    tracker.log({f"train/{k}": v for k, v in scores.items()})
+    tracker.finish()
 
 
 @cost_model_app.command("eval")
@@ -189,10 +199,12 @@ def compare_cmd(
     data: DataArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Results folder.")] = Path(
         "results/cost_model"),
-    test_share: Annotated[float, typer.Option(help="Share of configurations held out.")] = 0.2,
-    seed: Annotated[int, typer.Option(help="Split and model seed.")] = 0,
-    mlp_epochs: Annotated[int, typer.Option(help="MLP training epochs.")] = 300,
-    n_estimators: Annotated[int, typer.Option(help="LightGBM boosting rounds.")] = 600,
+    test_share: Annotated[float, ranged(Range(0, 1, open_low=True, open_high=True),
+                                        "Share of configurations held out.")] = 0.2,
+    seed: SeedOpt = 0,
+    mlp_epochs: Annotated[int, ranged(Range(1, 100_000, integer=True),
+                                      "MLP training epochs.")] = 300,
+    n_estimators: EstimatorsOpt = 600,
     stat: StatOpt = "p10",
 ) -> None:
     """Held-out MAPE/Spearman of LightGBM, the analytical form and an MLP on one group split.
@@ -202,31 +214,34 @@ def compare_cmd(
     """
     import torch
 
-    from autoshard.cost_models.evaluate import compare, plot
+    from autoshard.cost_models.evaluate import compare, plot, shown
     from autoshard.cost_models.features import dataset
     from autoshard.cost_models.report import write_report
 
-    if not 0.0 < test_share < 1.0:
-        raise InputError("must be in (0, 1)", field="test_share", value=test_share)
     torch.set_num_threads(1)
     check_output_path(output / "metrics.json")
     df, info, frames = _load_data(data)
+    if info["configurations"] < 2:
+        raise InputError("need measurements of at least 2 configurations (some are held out, "
+                         "the others fit the models)", source=",".join(map(str, data)),
+                         field="config_id", value=info["configurations"])
     X, y, groups = dataset(df, source=",".join(map(str, data)), stat=stat)
     start = time.perf_counter()
     result = compare(X, y, groups, test_share=test_share, seed=seed, mlp_epochs=mlp_epochs,
                      n_estimators=n_estimators)
-    output.mkdir(parents=True, exist_ok=True)
-    plot(result, str(output / "pred_vs_measured.png"),
-         f"held-out configurations, {', '.join(info.get('hardware', []))}")  # type: ignore
     info["stat"] = stat
     if len(frames) >= 2:
         from autoshard.cost_models.evaluate import repeatability
 
         result["repeatability"] = dict(repeatability(frames[0], frames[1], stat),
                                        data=f"{data[0]} vs {data[1]}")
-    write_report(output, result, info, time.perf_counter() - start)
+    with output_folder(output):  # a failure leaves no new folder behind
+        plot(result, str(output / "pred_vs_measured.png"),
+             f"held-out configurations, {', '.join(info.get('hardware', []))}")  # type: ignore
+        write_report(output, result, info, time.perf_counter() - start)
     for name, m in result["models"].items():
-        console.print(f"{name:>10}: MAPE {100 * m['mape']:.2f}%  Spearman {m['spearman']:.4f}")
+        console.print(f"{name:>10}: MAPE {shown(m['mape'], '.2f', 100)}%  Spearman "
+                      f"{shown(m['spearman'])}")
     console.print(f"wrote {output}/metrics.json, metrics.md, pred_vs_measured.png")
 
 
@@ -234,12 +249,13 @@ def compare_cmd(
 def calibrate_cmd(
     model_dir: Annotated[Path, typer.Argument(help="LightGBM model directory to calibrate.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="New model directory.")],
-    budget_s: Annotated[float | None, typer.Option(
-        help="Seconds of measuring at most [default: 90, about two minutes with the fit].")
-    ] = None,
-    size: Annotated[int, typer.Option(help="Configurations in the sample at most.")] = 1200,
+    budget_s: Annotated[float | None, ranged(TIME_LIMIT_S, "Seconds of measuring at most "
+                                             "[default: 90, about two minutes with the fit]."
+                                             )] = None,
+    size: Annotated[int, ranged(Range(10, 1_000_000, integer=True),
+                                "Configurations in the sample at most.")] = 1200,
     grid: Annotated[str, typer.Option(help="Grid the sample is drawn from.")] = "default",
-    seed: Annotated[int, typer.Option(help="Sample seed.")] = 0,
+    seed: SeedOpt = 0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Measure a stratified sample of the model's grid on this machine and write a model
@@ -249,9 +265,6 @@ def calibrate_cmd(
     from autoshard.cost_models.calibrate import BUDGET_S, calibrate
 
     budget_s = BUDGET_S if budget_s is None else budget_s
-    if not budget_s > 0 or size < 10:
-        raise InputError("need budget_s > 0 and size >= 10", field="budget_s/size",
-                         value=[budget_s, size])
     check_output_path(output / "metadata.json")
     torch.set_num_threads(1)
     summary = calibrate(model_dir, output, budget_s=budget_s, size=size, grid=grid, seed=seed,

@@ -12,8 +12,17 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 from autoshard.cli.app import app
-from autoshard.cli.common import check_output_path, check_trace_size, console, print_json
+from autoshard.cli.common import (
+    SeedOpt,
+    check_output_path,
+    check_trace_size,
+    console,
+    print_json,
+    ranged,
+)
 from autoshard.errors import InputError
+from autoshard.fileio import check_distinct_outputs
+from autoshard.limits import MAX_DIM, TRACE_SIZE, Range
 
 if TYPE_CHECKING:
     from autoshard.stats.profile import TableProfile
@@ -44,7 +53,8 @@ def profile(
         help="DLRM: table file giving names, hash sizes and dims, in trace order.")] = None,
     columns: Annotated[str | None, typer.Option(
         help="Comma-separated categorical columns (criteo/columnar).")] = None,
-    dim: Annotated[int, typer.Option(help="Embedding dim when no table file gives it.")] = 64,
+    dim: Annotated[int, ranged(Range(1, MAX_DIM, integer=True),
+                               "Embedding dim when no table file gives it.")] = 64,
     report: Annotated[Path | None, typer.Option(
         help="Also write per-table details (expected rows used, reuse) as JSON.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -57,8 +67,7 @@ def profile(
     check_output_path(output)
     if report is not None:
         check_output_path(report)
-    if dim < 1:
-        raise InputError("must be >= 1", source="command line", field="--dim", value=dim)
+    check_distinct_outputs({"--output": output, "--report": report})
     given = load_tables(table_file) if table_file is not None else None
     names = [t.name for t in given] if given else None
     with progress_bar(f"profiling {input_file.name}", None) as advance:
@@ -118,9 +127,10 @@ def _show_profiles(summaries: list[dict[str, float | int | str]]) -> None:
 @app.command()
 def synth(
     output: OutputOpt = Path("trace.pt"),
-    tables: Annotated[int, typer.Option("--tables", help="Number of tables.")] = 856,
-    batch_size: Annotated[int, typer.Option(help="Samples in the batch.")] = 4096,
-    seed: Annotated[int, typer.Option(help="Seed of table parameters and lookups.")] = 0,
+    tables: Annotated[int, ranged(TRACE_SIZE, "Number of tables (tables x --batch-size at "
+                                  "most the same).", "--tables")] = 856,
+    batch_size: Annotated[int, ranged(TRACE_SIZE, "Samples in the batch.")] = 4096,
+    seed: SeedOpt = 0,
     table_file: Annotated[Path | None, typer.Option(
         help="Also write the tables with statistics measured on the trace.")] = None,
 ) -> None:
@@ -134,6 +144,7 @@ def synth(
     check_output_path(output)
     if table_file is not None:
         check_output_path(table_file)
+    check_distinct_outputs({"--output": output, "--table-file": table_file})
     specs = draw_tables(tables, seed)
     indices, offsets, lengths = generate_trace(specs, batch_size, seed)
     save_trace(output, indices, offsets, lengths)
@@ -160,7 +171,7 @@ def calibrate(
         help="Refit the generator's distributions (else check the built-in ones).")] = False,
     write_default: Annotated[bool, typer.Option(
         help="Write the measured tables as the package's default workload.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the tables and the batch.")] = 0,
+    seed: SeedOpt = 0,
 ) -> None:
     """Fit/check the synthetic generator against Meta's reuse histograms; write results."""
     from autoshard.stats.calibration_report import run_calibration

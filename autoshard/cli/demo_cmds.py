@@ -10,14 +10,22 @@ import typer
 from rich.table import Table as RichTable
 
 from autoshard.cli.app import app
-from autoshard.cli.common import PolicyOpt, check_trace_size, console
-from autoshard.compare import CompareRow, FixedTask, model_identity, read_rows, run_suite
+from autoshard.cli.common import (
+    PolicyOpt,
+    SeedOpt,
+    TimeLimitOpt,
+    check_trace_size,
+    console,
+    options_named,
+    ranged,
+)
+from autoshard.compare import CompareRow, FixedTask, read_rows, run_suite
 from autoshard.compare_report import markdown_table, summarize, write_plots
-from autoshard.cost import CostModel, load_cost_model
+from autoshard.cost import CostModel, load_cost_model, model_identity
 from autoshard.errors import InputError
 from autoshard.evaluator import CostReport, evaluate
-from autoshard.fileio import atomic_write_text, read_structured
-from autoshard.limits import MAX_BATCH_SIZE, MAX_DEVICES, int_in, number_in
+from autoshard.fileio import atomic_write_text, output_folder, read_structured
+from autoshard.limits import BATCH_SIZE, DEVICES, TRACE_SIZE, Range
 from autoshard.sharders import sharder_info
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
@@ -29,13 +37,16 @@ COMMITTED_MODEL = Path(__file__).resolve().parents[1] / "data" / "cost_model"
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Folder for the demo's files.")] = Path("runs/demo"),
-    tables: Annotated[int, typer.Option(help="Tables in the synthetic workload.")] = 100,
-    devices: Annotated[int, typer.Option(help="Devices to shard onto.")] = 8,
-    trace_batch: Annotated[int, typer.Option(
-        help="Samples in the synthetic trace that is profiled.")] = 8192,
-    batch_size: Annotated[int, typer.Option(help="Global batch size of the planned step.")] = 65536,
-    hbm_fraction: Annotated[float, typer.Option(
-        help="Cluster HBM as a share of the tables' bytes (< 1: capacity-constrained).")] = 0.3,
+    tables: Annotated[int, ranged(TRACE_SIZE, "Tables in the synthetic workload (tables x "
+                                  "--trace-batch at most the same).")] = 100,
+    devices: Annotated[int, ranged(DEVICES, "Devices to shard onto.")] = 8,
+    trace_batch: Annotated[int, ranged(
+        TRACE_SIZE, "Samples in the synthetic trace that is profiled.")] = 8192,
+    batch_size: Annotated[int, ranged(BATCH_SIZE, "Global batch size of the planned step.")
+                          ] = 65536,
+    hbm_fraction: Annotated[float, ranged(Range(0, 1000, open_low=True), "Cluster HBM as a "
+                                          "share of the tables' bytes (< 1: capacity-"
+                                          "constrained).")] = 0.3,
     hardware: Annotated[str, typer.Option(help="Bundled hardware profile.")] = "8xH100-80GB",
     cost_model: Annotated[str, typer.Option(
         help="Cost model the sharders plan with: 'analytical' (the profile's spec sheet) or "
@@ -43,56 +54,52 @@ def demo(
     reprice: Annotated[str, typer.Option(
         help="Learned model folder that re-prices every plan ('auto': the committed model; "
              "'none' to skip).")] = "auto",
-    time_limit: Annotated[float, typer.Option(help="Time limit per plan (s).")] = 30.0,
-    seed: Annotated[int, typer.Option(help="Seed of the workload and randomised sharders.")] = 0,
+    time_limit: TimeLimitOpt = 30.0,
+    seed: SeedOpt = 0,
     policy: PolicyOpt = None,
 ) -> None:
     """Synthesise a DLRM-like workload, profile it, plan it with every sharder, compare."""
     from autoshard.workloads import constrained_task
 
-    _check_sizes(tables, devices, trace_batch, batch_size, hbm_fraction)
+    check_trace_size(tables, trace_batch, "--trace-batch")
     given: dict[str, dict[str, object]] = (
         {"ppo": {"policy": str(policy)}} if policy is not None else {})
     reason = sharder_info("ppo", policy=str(policy)).unavailable if policy is not None else None
     if reason:
         raise InputError(reason, source="command line", field="--policy", value=str(policy))
-    out.mkdir(parents=True, exist_ok=True)
+    model, learned = _load_inputs(hardware, devices, cost_model, reprice)
     start = time.perf_counter()
-    measured = _synth_and_profile(out, tables, trace_batch, seed)
-    model = load_cost_model(cost_model)
-    learned = _learned_model(reprice)
-    task = constrained_task(measured, devices, hbm_fraction, hardware, batch_size)
-    console.print(f"[bold]3.[/] task: {task.num_tables} tables on {task.num_devices} x "
-                  f"{hardware.split('x', 1)[-1]}, HBM {hbm_fraction:.0%} of the tables' bytes; "
-                  f"cost model: {model.name}")
-    console.print("[bold]4.[/] planning with every registered sharder")
-    name = f"demo-{tables}x{devices}"
-    rows = run_suite("demo", [FixedTask(name, task)], model, out,
-                     options={"seed": seed, "time_limit": time_limit}, fresh=True,
-                     save_plans=True, given=given, cost_model_id=model_identity(cost_model),
-                     on_row=lambda r: console.print(f"   {r.sharder:<20} {r.status}"))
-    repriced = _reprice(learned, task, out / "demo.plans" / name) if learned else {}
-    _show(rows, repriced)
-    breakdown = read_structured(out / "demo.devices.json") if (
-        out / "demo.devices.json").is_file() else {}
-    plots = write_plots(read_rows(out / "demo.csv"), breakdown, out, "demo")
-    atomic_write_text(out / "demo.md", markdown_table(summarize(rows)))
+    with output_folder(out):  # a failure leaves no new folder behind
+        measured = _synth_and_profile(out, tables, trace_batch, seed)
+        task = constrained_task(measured, devices, hbm_fraction, hardware, batch_size)
+        console.print(f"[bold]3.[/] task: {task.num_tables} tables on {task.num_devices} x "
+                      f"{hardware.split('x', 1)[-1]}, HBM {hbm_fraction:.0%} of the tables' "
+                      f"bytes; cost model: {model.name}")
+        console.print("[bold]4.[/] planning with every registered sharder")
+        name = f"demo-{tables}x{devices}"
+        rows = run_suite("demo", [FixedTask(name, task, str(out / "tables.json"))], model, out,
+                         options={"seed": seed, "time_limit": time_limit}, fresh=True,
+                         save_plans=True, given=given, cost_model_id=model_identity(cost_model),
+                         on_row=lambda r: console.print(f"   {r.sharder:<20} {r.status}"))
+        repriced = _reprice(learned, task, out / "demo.plans" / name) if learned else {}
+        _show(rows, repriced)
+        breakdown = read_structured(out / "demo.devices.json") if (
+            out / "demo.devices.json").is_file() else {}
+        plots = write_plots(read_rows(out / "demo.csv"), breakdown, out, "demo")
+        atomic_write_text(out / "demo.md", markdown_table(summarize(rows)))
     console.print(f"done in {time.perf_counter() - start:.0f} s; results in {out}/demo.csv, "
                   f"demo.md; plots: " + ", ".join(str(p) for p in plots))
 
 
-def _check_sizes(tables: int, devices: int, trace_batch: int, batch_size: int,
-                 hbm_fraction: float) -> None:
-    """Rejects sizes out of range before any work; errors name the option."""
-    check_trace_size(tables, trace_batch, "--trace-batch")
-    for option, value, high in (("--devices", devices, MAX_DEVICES),
-                                ("--batch-size", batch_size, MAX_BATCH_SIZE)):
-        if not int_in(value, 1, high):
-            raise InputError(f"must be in [1, {high:,}]", source="command line", field=option,
-                             value=value)
-    if not number_in(hbm_fraction, 0, 1000, open_low=True):
-        raise InputError("must be a number in (0, 1000]", source="command line",
-                         field="--hbm-fraction", value=hbm_fraction)
+def _load_inputs(hardware: str, devices: int, cost_model: str, reprice: str
+                 ) -> tuple[CostModel, CostModel | None]:
+    """Checks the hardware profile and loads the cost models (planning, re-pricing) before any
+    file is written; errors name the option."""
+    from autoshard.hardware import load_hardware
+
+    with options_named():
+        load_hardware(hardware, devices=devices)
+    return load_cost_model(cost_model), _learned_model(reprice)
 
 
 def _synth_and_profile(out: Path, count: int, batch: int, seed: int) -> tuple[Table, ...]:

@@ -12,17 +12,22 @@ from autoshard.cli.app import app
 from autoshard.cli.common import (
     BatchOpt,
     DevicesOpt,
-    HardwareOpt,
     HbmOpt,
     ModeOpt,
     NodesOpt,
-    OverheadOpt,
-    TablesOpt,
-    build_task,
     check_output_path,
     console,
 )
+from autoshard.cli.context import (
+    Given,
+    PlanHardwareOpt,
+    PlanOverheadOpt,
+    PlanTablesOpt,
+    RepriceOpt,
+    plan_task,
+)
 from autoshard.errors import InputError, PlannerError
+from autoshard.fileio import check_distinct_outputs
 from autoshard.plan import Plan
 
 TARGETS = ("torchrec",)
@@ -31,8 +36,8 @@ TARGETS = ("torchrec",)
 @app.command("export")
 def export(
     plan_file: Annotated[Path, typer.Argument(help="Plan file from `autoshard plan`.")],
-    tables: TablesOpt,
-    hardware: HardwareOpt = "8xH100-80GB",
+    tables: PlanTablesOpt = None,
+    hardware: PlanHardwareOpt = None,
     to: Annotated[str, typer.Option("--to", help="Target format: torchrec.")] = "torchrec",
     output: Annotated[Path, typer.Option("--output", "-o", help="File to write (JSON/YAML).")
                       ] = Path("torchrec_plan.json"),
@@ -41,7 +46,8 @@ def export(
     hbm_gb: HbmOpt = None,
     batch_size: BatchOpt = None,
     mode: ModeOpt = None,
-    overhead: OverheadOpt = "torchrec",
+    overhead: PlanOverheadOpt = None,
+    reprice: RepriceOpt = False,
     check: Annotated[bool, typer.Option(
         "--check", help="Load the result as a TorchRec ShardingPlan, check it against "
         "TorchRec's sharder and size it with TorchRec's storage estimator per rank (needs the "
@@ -68,10 +74,13 @@ def export(
     check_output_path(output)
     if fitted_plan is not None:
         check_output_path(fitted_plan)
+    check_distinct_outputs({"--output": output, "--fitted-plan": fitted_plan})
     loaded = Plan.load(plan_file)
-    task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
-                      default=loaded.workload, overhead=overhead)
-    _export(plan_file, loaded, task, output, fitted_plan, fit, check)
+    priced = plan_task(loaded, plan_file, Given(tables, hardware, devices, nodes, hbm_gb,
+                                                batch_size, mode, overhead), reprice)
+    for note in priced.notes:
+        typer.echo(f"note: {note}", err=True)
+    _export(plan_file, loaded, priced.task, output, fitted_plan, fit, check)
 
 
 def _export(plan_file: Path, loaded: Plan, task: Any, output: Path, fitted_plan: Path | None,

@@ -13,13 +13,15 @@ def show_report(report: CostReport, title: str = "") -> None:
     """Prints a per-device table and the plan summary."""
     table = RichTable(title=title or f"plan by {report.sharder or '?'} "
                       f"({report.cost_model} cost, {report.mode}, batch {report.batch_size})")
-    for col in ("device", "tables", "HBM\nms", "UVM\nms", "comm\nms", "total\nms", "HBM\nGiB",
-                "host\nGiB", "UVM\nlookups"):
+    for col in ("device", "tables", "HBM\nms", "UVM\nms", "comm\nms", "total\nms",
+                "HBM weights\nGiB", "HBM reserved\nGiB", "HBM free\nGiB", "host\nGiB",
+                "UVM\nlookups"):
         table.add_column(col, justify="right", no_wrap=True)
     for d in report.per_device:
         share = d.uvm_lookups / d.lookups if d.lookups else 0.0
         table.add_row(str(d.device), str(d.tables), f"{d.hbm_ms:.3f}", f"{d.uvm_ms:.3f}",
                       f"{d.comm_ms:.3f}", f"{d.total_ms:.3f}", f"{d.hbm_bytes / 2**30:.2f}",
+                      f"{d.hbm_reserved_bytes / 2**30:.2f}", f"{d.hbm_free_bytes / 2**30:.2f}",
                       f"{d.host_bytes / 2**30:.2f}", f"{share:.1%}")
     console.print(table)
     hbm = {d.hbm_capacity_bytes for d in report.per_device}
@@ -33,6 +35,20 @@ def show_report(report: CostReport, title: str = "") -> None:
         f"{report.lower_bound_ms:.3f} ms, cost / bound [bold]{report.cost_ratio:.3f}[/], "
         f"load balance {report.load_balance:.3f}, UVM lookup share "
         f"{report.uvm_lookup_share:.2%}; access curves: {assumptions}")
+    console.print(_reservation_line(report), markup=False)
+
+
+def _reservation_line(report: CostReport) -> str:
+    """What the task keeps aside in HBM and which bound the ratio uses."""
+    reserved = sum(d.hbm_reserved_bytes for d in report.per_device)
+    if report.reservation == "none" or report.weights_bound_ms is None:
+        return ("HBM reserved for a runtime: none (reservation 'none'); the lower bound counts "
+                "the rows' weights")
+    most = max(d.hbm_reserved_bytes for d in report.per_device)
+    return (f"HBM reserved for the runtime ('{report.reservation}' reservation: I/O buffers, "
+            f"cache state): {reserved / 2**30:.2f} GiB in all, at most {most / 2**30:.2f} GiB "
+            f"on a device; the lower bound counts it (a weights-only bound, as if nothing "
+            f"were reserved: {report.weights_bound_ms:.3f} ms)")
 
 
 def show_torchrec_estimate(report: CostReport, estimate: TorchRecEstimate,

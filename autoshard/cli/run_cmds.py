@@ -11,18 +11,23 @@ from rich.table import Table as RichTable
 from autoshard.cli.app import app
 from autoshard.cli.common import (
     BatchOpt,
-    CostModelOpt,
     DevicesOpt,
-    HardwareOpt,
     HbmOpt,
     JsonOpt,
     ModeOpt,
     NodesOpt,
-    TablesOpt,
-    build_task,
     check_output_path,
     console,
     print_json,
+)
+from autoshard.cli.context import (
+    Given,
+    PlanCostModelOpt,
+    PlanHardwareOpt,
+    PlanOverheadOpt,
+    PlanTablesOpt,
+    RepriceOpt,
+    plan_task,
 )
 from autoshard.fileio import write_structured
 from autoshard.plan import Plan
@@ -31,8 +36,8 @@ from autoshard.plan import Plan
 @app.command("run-plan")
 def run_plan_cmd(
     plan_file: Annotated[Path, typer.Argument(help="Plan file from `autoshard plan`.")],
-    tables: TablesOpt,
-    hardware: HardwareOpt = "8xH100-80GB",
+    tables: PlanTablesOpt = None,
+    hardware: PlanHardwareOpt = None,
     trace: Annotated[str | None, typer.Option(
         help="Lookup trace (indices, offsets, lengths = torch.load(f)); synthetic if omitted."
     )] = None,
@@ -45,7 +50,9 @@ def run_plan_cmd(
     devices: DevicesOpt = None,
     nodes: NodesOpt = None,
     hbm_gb: HbmOpt = None,
-    cost_model: CostModelOpt = "analytical",
+    overhead: PlanOverheadOpt = None,
+    cost_model: PlanCostModelOpt = None,
+    reprice: RepriceOpt = False,
     seed: Annotated[int, typer.Option(help="Seed of synthetic lookups and weights.")] = 0,
     timeout: Annotated[float, typer.Option(
         "--timeout", help="Seconds a rank may go without progress before the run is stopped.")
@@ -64,12 +71,15 @@ def run_plan_cmd(
     if output is not None:
         check_output_path(output)
     loaded = Plan.load(plan_file)
-    task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
-                      default=loaded.workload)
+    priced = plan_task(loaded, plan_file, Given(tables, hardware, devices, nodes, hbm_gb,
+                                                batch_size, mode, overhead, cost_model), reprice)
+    for note in priced.notes:
+        typer.echo(f"note: {note}", err=True)
+    task = priced.task
     config = RunConfig(batch_size=task.workload.batch_size, iterations=iterations, warmup=warmup,
                        mode=task.workload.mode, seed=seed, kernel=kernel, device=device,
                        timeout_s=timeout, trace=trace)
-    result = run_plan(loaded, task, config, cost_model, logs)
+    result = run_plan(loaded, task, config, priced.cost_model, logs)
     if result is None:  # a rank other than 0 under torchrun
         return
     doc = result.to_dict()

@@ -9,8 +9,22 @@ import typer
 from rich.table import Table as RichTable
 
 from autoshard.cli.app import app
-from autoshard.cli.common import JsonOpt, check_output_path, console, print_json
+from autoshard.cli.common import (
+    JsonOpt,
+    SeedOpt,
+    check_output_path,
+    console,
+    print_json,
+    ranged,
+)
 from autoshard.errors import InputError
+from autoshard.limits import (
+    P99_TARGET_MS,
+    QPS,
+    SIMULATED_REQUESTS,
+    TIME_LIMIT_S,
+    Range,
+)
 
 serve_app = typer.Typer(help="Plan, simulate and measure a model served across CPU servers.",
                         no_args_is_help=True)
@@ -22,10 +36,13 @@ ModelOpt = Annotated[str, typer.Option(
 ProfileOpt = Annotated[str | None, typer.Option(
     "--profile", "-P", help="Serving profile: bundled name (see `serve profiles`) or YAML file; "
     "default: the suite's.")]
-QpsOpt = Annotated[float, typer.Option("--qps", help="Request rate, requests per second.")]
+QpsOpt = Annotated[float, ranged(QPS, "Request rate, requests per second.", "--qps")]
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="Mapping strategy.")]
-RequestsOpt = Annotated[int, typer.Option(help="Requests simulated.")]
-SeedOpt = Annotated[int, typer.Option(help="Seed of the sampled requests.")]
+RequestsOpt = Annotated[int, ranged(SIMULATED_REQUESTS, "Requests simulated.")]
+SpanOpt = Annotated[int, ranged(Range(1, 1000, integer=True),
+                                "Server counts swept from the memory bound.")]
+#: Sparse servers of a simulated mapping (a profile allows at most 4,096).
+SERVERS = Range(0, 4096, integer=True)
 SHOWN = ("strategy", "servers", "p50_ms", "p90_ms", "p99_ms", "p99_overhead",
          "calls_per_request", "compute_overhead", "max_utilisation", "memory_gb_max")
 
@@ -103,8 +120,8 @@ def simulate_cmd(
     model: ModelOpt = "small",
     profile: ProfileOpt = None,
     strategy: StrategyOpt = "feature_group",
-    servers: Annotated[int | None, typer.Option(
-        help="Sparse servers (default: the memory bound).")] = None,
+    servers: Annotated[int | None, ranged(
+        SERVERS, "Sparse servers (default: the memory bound).")] = None,
     qps: QpsOpt = 1000.0,
     requests: RequestsOpt = 100_000,
     seed: SeedOpt = 0,
@@ -126,9 +143,6 @@ def simulate_cmd(
     else:
         chosen = get_strategy(strategy)
         count = servers if servers is not None else max(task.min_servers(), 1)
-        if servers is not None and servers < 0:
-            raise InputError("must be >= 0", source="command line", field="--servers",
-                             value=servers)
         mapping = chosen.map(task, count)
     row = dict(Evaluator(task).evaluate(mapping).row(), qps=qps, requests=requests)
     if output is not None:
@@ -142,13 +156,13 @@ def simulate_cmd(
 
 @serve_app.command("plan")
 def plan_cmd(
-    p99_ms: Annotated[float, typer.Option("--p99-ms", help="P99 latency target, ms.")],
+    p99_ms: Annotated[float, ranged(P99_TARGET_MS, "P99 latency target, ms.", "--p99-ms")],
     qps: QpsOpt,
     model: ModelOpt = "medium",
     profile: ProfileOpt = None,
     strategies: Annotated[str | None, typer.Option(
         help="Comma-separated strategies (default: all).")] = None,
-    span: Annotated[int, typer.Option(help="Server counts swept from the memory bound.")] = 6,
+    span: SpanOpt = 6,
     requests: RequestsOpt = 20_000,
     seed: SeedOpt = 0,
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
@@ -163,9 +177,7 @@ def plan_cmd(
     from autoshard.serving.registry import parse_strategies
 
     check_output_path(output / "plan.json")
-    if span < 1:
-        raise InputError("must be >= 1", source="command line", field="--span", value=span)
-    names = parse_strategies(strategies)
+    names = parse_strategies(strategies, "--strategies", "command line")
     task = make_task(model, profile, qps, requests, seed, p99_ms)
     rows = sweep(task, names, server_range(task, span))
     fewest = fewest_servers(rows, p99_ms)
@@ -212,29 +224,31 @@ def write_plan_outputs(task: Any, rows: list[dict[str, Any]], fewest: dict[str, 
                "optimiser_servers_over_bound": server_gap(fewest, task.min_servers()),
                "advantage_at_equal_servers": advantage_at_equal_servers(rows),
                "answer": answer, "machine": describe_machine()}
-    output.mkdir(parents=True, exist_ok=True)
-    if plan_doc is not None:
-        write_structured(output / "plan.json", plan_doc)
-    write_structured(output / "summary.json", summary)
-    write_csv(output / "sweep.csv", rows, SWEEP_COLUMNS)
-    from autoshard.fileio import atomic_write_text
+    from autoshard.fileio import atomic_write_text, output_folder
 
-    atomic_write_text(output / "sweep.md", markdown_table(rows, SWEEP_COLUMNS))
-    plot_p99_vs_servers(rows, output / "p99_vs_servers.png",
-                        f"{task.model.name} at {task.qps:g} qps", task.p99_ms)
+    with output_folder(output):  # a failure leaves no new folder behind
+        if plan_doc is not None:
+            write_structured(output / "plan.json", plan_doc)
+        write_structured(output / "summary.json", summary)
+        write_csv(output / "sweep.csv", rows, SWEEP_COLUMNS)
+        atomic_write_text(output / "sweep.md", markdown_table(rows, SWEEP_COLUMNS))
+        plot_p99_vs_servers(rows, output / "p99_vs_servers.png",
+                            f"{task.model.name} at {task.qps:g} qps", task.p99_ms)
     return summary
 
 
 def parse_rates(spec: str) -> tuple[float, ...]:
-    """Comma-separated request rates, each a number > 0."""
+    """Comma-separated request rates, each in :data:`autoshard.limits.QPS`."""
     try:
         rates = tuple(float(v) for v in spec.split(",") if v.strip())
     except ValueError as exc:
         raise InputError("expected comma-separated numbers", source="command line",
                          field="--qps", value=spec) from exc
-    if not rates or any(not (r > 0 and r < float("inf")) for r in rates):
-        raise InputError("request rates must be numbers > 0", source="command line",
-                         field="--qps", value=spec)
+    if not rates:
+        raise InputError("names no request rate", source="command line", field="--qps",
+                         value=spec)
+    for rate in rates:
+        QPS.check(rate, "--qps", "command line")
     return rates
 
 
@@ -243,18 +257,21 @@ def bench_cmd(
     model: ModelOpt = "bench",
     profile: ProfileOpt = None,
     strategy: StrategyOpt = "feature_group",
-    servers: Annotated[int, typer.Option(help="Sparse server processes.")] = 2,
-    qps: Annotated[str, typer.Option("--qps", help="Request rates, comma-separated.")] = "100",
+    servers: Annotated[int, ranged(Range(1, 64, integer=True),
+                                   "Sparse server processes.")] = 2,
+    qps: Annotated[str, typer.Option("--qps", help="Request rates, comma-separated, each "
+                                     f"{QPS.help()}.")] = "100",
     requests: Annotated[int, typer.Option(
         help="Requests per rate and round, warm-up included.")] = 300,
     rounds: Annotated[int, typer.Option(
         help="Rounds over the rates; each percentile is the median over rounds.")] = 1,
     warmup: Annotated[int, typer.Option(
         help="Requests dropped at the start of each rate's round.")] = 0,
-    max_rows: Annotated[int, typer.Option(help="Rows held per table (capped).")] = 20_000,
+    max_rows: Annotated[int, ranged(Range(1, 10_000_000, integer=True),
+                                    "Rows held per table (capped).")] = 20_000,
     seed: SeedOpt = 0,
-    timeout: Annotated[float, typer.Option(
-        help="Seconds a process may go without progress before the run is stopped.")] = 30.0,
+    timeout: Annotated[float, ranged(TIME_LIMIT_S, "Seconds a process may go without "
+                                     "progress before the run is stopped.")] = 30.0,
     logs: Annotated[Path | None, typer.Option(help="Folder for process logs.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o",
                                                 help="Write the rows (CSV or JSON).")] = None,
@@ -315,7 +332,8 @@ def calibrate_cmd(
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile YAML to write.")],
     base: Annotated[str, typer.Option(help="Profile whose other fields are kept.")] = (
         "local-cpu"),
-    calls: Annotated[int, typer.Option(help="Timed calls per configuration.")] = 40,
+    calls: Annotated[int, ranged(Range(3, 100_000, integer=True),
+                                 "Timed calls per configuration.")] = 40,
 ) -> None:
     """Measure this machine's call and lookup costs (torch.distributed.rpc, EmbeddingBag) and
     write a serving profile with them."""
@@ -329,8 +347,6 @@ def calibrate_cmd(
     )
 
     check_output_path(output)
-    if calls < 3:
-        raise InputError("must be >= 3", source="command line", field="--calls", value=calls)
     prof = load_serving_profile(base)
     found = calibrate(calls)
     prof = with_calibration(prof, found, output.stem)
@@ -359,7 +375,7 @@ def compare_cmd(
     suite: Annotated[str, typer.Option(help="Serving suite: small, medium, large, sparse, "
                                        "bench.")] = "medium",
     requests: RequestsOpt = 20_000,
-    span: Annotated[int, typer.Option(help="Server counts swept from the memory bound.")] = 4,
+    span: SpanOpt = 4,
     measure: Annotated[bool, typer.Option(
         help="Also serve every strategy for real here (small suites).")] = False,
     bench_requests: Annotated[int, typer.Option(
@@ -390,8 +406,6 @@ def compare_cmd(
         raise InputError(f"unknown serving suite (known: {', '.join(SUITES)})",
                          source="command line", field="--suite", value=suite)
     check_output_path(output / f"{suite}.md")
-    if span < 1:
-        raise InputError("must be >= 1", source="command line", field="--span", value=span)
     if measure:
         check_bench_options(suite, bench_requests, bench_rounds, bench_warmup)
     profile = calibrated_profile(suite) if measure else None

@@ -2,7 +2,7 @@
 
 Every :class:`autoshard.training.config.TrainConfig` field is an option (``--learning-rate``,
 ``--train-devices 2 --train-devices 8``, ...), generated from the dataclass itself: its type,
-its one-line documentation and its default, so nothing is declared twice.
+its one-line documentation, its default and its range, so nothing is declared twice.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import typer
 
 from autoshard.cli.app import app
 from autoshard.cli.common import console
-from autoshard.training.config import TrainConfig, field_help
+from autoshard.errors import InputError
+from autoshard.training.config import LIMITS, TrainConfig, field_help
 
 
 def _option_type(hint: Any) -> Any:
@@ -30,15 +31,20 @@ def _option_type(hint: Any) -> Any:
 
 
 def _config_parameters() -> list[inspect.Parameter]:
-    """One keyword parameter per config field (default None: the field's own default)."""
+    """One keyword parameter per config field, its default the field's (shown by ``--help``,
+    with the field's range where it has one)."""
     hints = typing.get_type_hints(TrainConfig)
     docs = field_help()
     params = []
     for f in fields(TrainConfig):
         default = f.default if f.default is not MISSING else None
-        shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
-        option = typer.Option(help=f"{docs[f.name]} [default: {shown}]", show_default=False)
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+        limit = LIMITS.get(f.name)
+        each = ", each" if isinstance(default, tuple) else ""
+        text = docs[f.name] + (f"{each} {limit.help()}" if limit else "")
+        if isinstance(default, tuple) and typing.get_args(hints[f.name])[-1] is Ellipsis:
+            default = list(default)  # a repeatable option
+        option = typer.Option(help=text, show_default=True if default != "" else "none")
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                         annotation=Annotated[_option_type(hints[f.name]),
                                                              option]))
     return params
@@ -47,17 +53,22 @@ def _config_parameters() -> list[inspect.Parameter]:
 def train(resume: bool = False, export: Path | None = None, export_policy: Path | None = None,
           **values: Any) -> None:
     """Train the `ppo` sharder's policy with MaskablePPO on autoshard/Placement-v0."""
+    from autoshard.training.report import describe
     from autoshard.training.train import train as run_training
 
     given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                              for k, v in values.items() if v is not None}
-    cfg = TrainConfig(**given)
+    try:
+        cfg = TrainConfig(**given)
+    except InputError as exc:  # name the option, not the field
+        option = "--" + (exc.field or "").replace("_", "-")
+        raise InputError(exc.reason, source="command line", field=option,
+                         value=exc.value) from None
     result = run_training(cfg, resume=resume, export=export, export_policy=export_policy)
-    console.print(f"trained {result.steps:,} steps in {result.wall_seconds:.0f} s"
-                  f"{' (stopped early)' if result.stopped_early else ''}; best held-out cost "
-                  f"ratio {result.best_ratio:.3f}; policy in {result.policy_dir}"
+    console.print(describe(result)
                   + (f"; exported to {export}" if export else "")
-                  + (f"; policy copied to {export_policy}" if export_policy else ""))
+                  + (f"; policy copied to {export_policy}" if export_policy else ""),
+                  markup=False, highlight=False)
 
 
 _own = [

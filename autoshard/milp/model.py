@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,10 @@ import numpy as np
 from autoshard.milp.curves import CostLines
 
 _TOLERANCE = 1e-9
+#: Status of a MIP stopped by its stall rule (:func:`solve`'s ``stall``).
+STALLED = "stalled"
+#: Seconds a MIP runs before its stall rule applies.
+STALL_AFTER_S = 1.0
 _BANNER_SHOWN = False
 
 
@@ -74,7 +78,8 @@ class Subproblem:
 @dataclass(frozen=True)
 class Solution:
     """A solved subproblem: device (position in the subproblem) and HBM memory (GB) per table,
-    the objective of the returned solution, HiGHS's proven bound, status, and seconds spent."""
+    the objective of the returned solution, HiGHS's proven bound, status, seconds spent, and
+    when (``time.perf_counter()``) its last improving solution was found, where recorded."""
 
     device: np.ndarray | None
     memory: np.ndarray | None
@@ -82,6 +87,7 @@ class Solution:
     bound: float
     status: str
     seconds: float
+    improved_at: float | None = None
 
 
 def _pairs(sub: Subproblem, lines: CostLines, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -174,9 +180,22 @@ def _tied_pairs(tied: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order[:-1][same], order[1:][same]
 
 
+def stalled(history: list[tuple[float, float]], stall: float, min_seconds: float) -> bool:
+    """True once a search has run ``min_seconds`` and its last half lowered its objective by
+    less than ``stall`` of it (``history``: (instant, objective) after each step, the first
+    entry its start); never with ``stall`` <= 0."""
+    begun, now = history[0][0], time.perf_counter()
+    if stall <= 0 or now - begun < min_seconds or len(history) < 2:
+        return False
+    halfway = begun + (now - begun) / 2
+    before = next(cost for at, cost in reversed(history) if at <= halfway)
+    return before - history[-1][1] < stall * history[-1][1]
+
+
 def solve(sub: Subproblem, lines: CostLines, *, order: np.ndarray | None = None,
           warm: tuple[np.ndarray, np.ndarray] | None = None, lower: float = 0.0,
-          spread: float = 0.0, time_limit: float = 60.0, mip_rel_gap: float = 1e-4) -> Solution:
+          spread: float = 0.0, time_limit: float = 60.0, mip_rel_gap: float = 1e-4,
+          stall: float = 0.0, stall_after: float = STALL_AFTER_S) -> Solution:
     """Solves a subproblem with HiGHS.
 
     Args:
@@ -189,6 +208,10 @@ def solve(sub: Subproblem, lines: CostLines, *, order: np.ndarray | None = None,
         spread: Weight of the total cost in the objective.
         time_limit: Seconds before HiGHS stops with its best solution.
         mip_rel_gap: Relative gap at which HiGHS stops.
+        stall: A MIP also stops (status :data:`STALLED`) once, after ``stall_after`` seconds,
+            the last half of its run lowered its best solution by less than this share of it
+            (:func:`stalled`); 0: it runs to its gap or time limit.
+        stall_after: Seconds before the stall rule applies.
     """
     import highspy
     from scipy.sparse import coo_matrix
@@ -218,8 +241,28 @@ def solve(sub: Subproblem, lines: CostLines, *, order: np.ndarray | None = None,
                 a.indices.astype(np.int32), a.data.astype(np.float64), integrality)
     if warm is not None and sub.integer:
         _set_start(h, sub, lines, pt, pd, order, warm, spread)
+    found: list[tuple[float, float]] = [(start, np.inf)]
+    if sub.integer and stall > 0:
+        _stop_when_stalled(h, found, stall, stall_after)
     h.run()
-    return _read(h, sub, pt, pd, start)
+    solution = _read(h, sub, pt, pd, start)
+    if h.modelStatusToString(h.getModelStatus()) == "Interrupted by user":
+        solution = replace(solution, status=STALLED)
+    return replace(solution, improved_at=found[-1][0]) if len(found) > 1 else solution
+
+
+def _stop_when_stalled(h: Any, found: list[tuple[float, float]], stall: float,
+                       after: float) -> None:
+    """Makes HiGHS record each improving solution in ``found`` and stop once they stall."""
+    def improved(e: Any) -> None:
+        found.append((time.perf_counter(), float(e.data_out.objective_function_value)))
+
+    def check(e: Any) -> None:
+        if stalled(found, stall, after):
+            e.interrupt()
+
+    h.cbMipImprovingSolution += improved
+    h.cbMipInterrupt += check
 
 
 def _new_highs() -> Any:

@@ -18,7 +18,8 @@ The value head reads the context only. Saved as ``weights.pt`` (a plain state di
 
 from __future__ import annotations
 
-import json
+import pickle
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,14 @@ from torch import nn
 
 from autoshard.cost import CostModel
 from autoshard.errors import InputError
-from autoshard.fileio import atomic_write_text
+from autoshard.fileio import (
+    atomic_write_text,
+    check_finite,
+    json_text,
+    read_structured,
+    write_output,
+)
+from autoshard.limits import POLICY_HIDDEN, Range, int_in
 from autoshard.policy.choice import GRIDS, ChoiceEpisode, SplitOffer, choice_layout
 from autoshard.policy.episode import LIMIT, PlacementEpisode, PricedTask
 from autoshard.policy.features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
@@ -42,6 +50,8 @@ FORMAT_VERSION = 2
 WEIGHTS, CONFIG = "weights.pt", "config.json"
 #: Logit of an option on a padded device slot.
 PADDED = -1e8
+#: HBM-split buckets per grid a policy file may declare (the committed policy has 9).
+MAX_BUCKETS = 64
 
 
 def _mlp(inputs: int, hidden: int) -> nn.Sequential:
@@ -141,53 +151,154 @@ def save_policy(net: PlacementNet, folder: str | Path, multipliers: tuple[float,
     doc = {"format": FORMAT, "version": FORMAT_VERSION, **net.config(),
            "multipliers": [str(m) for m in multipliers],
            "features": ObsLayout(1, net.buckets).features(), **(extra or {})}
-    tmp = folder / (WEIGHTS + ".tmp")
-    torch.save(net.state_dict(), tmp)
-    tmp.replace(folder / WEIGHTS)
-    atomic_write_text(folder / CONFIG, json.dumps(doc, indent=2) + "\n")
+    state = net.state_dict()
+    write_output(folder / WEIGHTS, lambda fh: torch.save(state, fh))
+    atomic_write_text(folder / CONFIG, json_text(doc, source=str(folder / CONFIG)))
 
 
 def load_policy(folder: str | Path) -> tuple[PlacementNet, tuple[float, ...], dict[str, Any]]:
     """(network in eval mode, bucket multipliers, config) from a folder of :func:`save_policy`.
 
+    Nothing is unpickled and nothing is built from unchecked numbers: the config's fields are
+    checked against their ranges before the network is made, and the weights are read with
+    ``torch.load(weights_only=True)`` (:func:`read_tensors`) and must match that network's
+    state dict key for key, shape for shape, every value finite (:func:`check_state_dict`).
+
     Raises:
-        InputError: Missing files, another format, or features that differ from this version's
-            observation.
+        InputError: A missing or unreadable file, another format, features that differ from
+            this version's observation, a config field out of its range, or weights that are
+            not this network's finite tensors; naming the file and the field.
     """
     folder = Path(folder)
     config_path, weights_path = folder / CONFIG, folder / WEIGHTS
     for path in (config_path, weights_path):
         if not path.is_file():
             raise InputError("policy file missing", source=str(path))
-    try:
-        doc = json.loads(config_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON ({exc})", source=str(config_path)) from exc
+    doc = _read_config(config_path)
+    buckets, hidden, grids, multipliers = _policy_shape(doc, str(config_path))
+    net = PlacementNet(buckets, hidden, grids)
+    expected = net.state_dict()
+    state = read_tensors(weights_path, allowed_bytes(expected))
+    check_state_dict(state, expected, str(weights_path))
+    net.load_state_dict(state)
+    net.eval()
+    return net, multipliers, doc
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """A policy's ``config.json``: strict JSON of this format, version and features."""
+    doc = read_structured(path)
+    source = str(path)
+    check_finite(doc, source)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise InputError(f"expected format '{FORMAT}'", source=str(config_path), field="format",
-                         value=doc.get("format") if isinstance(doc, dict) else doc)
-    if doc.get("version") not in range(1, FORMAT_VERSION + 1):
-        raise InputError(f"expected version 1..{FORMAT_VERSION}", source=str(config_path),
+        raise InputError(f"expected format '{FORMAT}'", source=source, field="format",
+                         value=doc.get("format") if isinstance(doc, dict) else None)
+    if not int_in(doc.get("version"), 1, FORMAT_VERSION):
+        raise InputError(f"expected version 1..{FORMAT_VERSION}", source=source,
                          field="version", value=doc.get("version"))
     if doc.get("features") != ObsLayout(1, 1).features():
         raise InputError("the policy was trained on other observation features; retrain it",
-                         source=str(config_path), field="features")
+                         source=source, field="features")
+    return doc
+
+
+def _policy_shape(doc: dict[str, Any], source: str
+                  ) -> tuple[int, int, int, tuple[float, ...]]:
+    """(buckets, hidden, grids, multipliers) of a policy config, each within its range."""
+    checks = (("buckets", Range(2, MAX_BUCKETS, integer=True)), ("hidden", POLICY_HIDDEN),
+              ("grids", Range(1, GRIDS, integer=True)))
+    for name, allowed in checks:
+        allowed.check(doc.get(name, 1 if name == "grids" else None), name, source)
+    raw = doc.get("multipliers")
+    multipliers = _multipliers(raw)
+    if multipliers is None or len(multipliers) + 1 != doc["buckets"]:
+        raise InputError(f"expected {doc['buckets'] - 1} multipliers (one per value bucket; the "
+                         "last bucket fills the free HBM), each a number >= 0 or 'inf'",
+                         source=source, field="multipliers", value=raw)
+    return doc["buckets"], doc["hidden"], doc.get("grids", 1), multipliers
+
+
+def _multipliers(raw: Any) -> tuple[float, ...] | None:
+    """The bucket multipliers of a config (numbers or their text), or None if any is not a
+    number >= 0 (``inf`` allowed: no row in HBM)."""
+    if not isinstance(raw, list):
+        return None
+    out = []
+    for m in raw:
+        if isinstance(m, bool) or not isinstance(m, (str, int, float)):
+            return None
+        try:
+            value = float(m)
+        except ValueError:
+            return None
+        if not value >= 0:  # also refuses NaN
+            return None
+        out.append(value)
+    return tuple(out)
+
+
+def allowed_bytes(expected: Mapping[str, torch.Tensor]) -> int:
+    """The largest file that may hold ``expected``'s tensors: twice their bytes and 1 MiB for
+    the archive's own records; anything larger is refused before it is read."""
+    return 2 * sum(t.numel() * t.element_size() for t in expected.values()) + (1 << 20)
+
+
+def read_tensors(path: Path, max_bytes: int) -> Any:
+    """What a tensor file holds, read with ``torch.load(weights_only=True)``: tensors and
+    plain containers only, never an arbitrary object (nothing is unpickled).
+
+    Raises:
+        InputError: The file is over ``max_bytes``, holds anything else (a pickled object),
+            or is not a readable tensor file (truncated, corrupt); naming the file.
+    """
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise InputError(f"{size:,} bytes, more than the {max_bytes:,} its network's tensors "
+                         "can take; not this network's weights", source=str(path))
     try:
-        net = PlacementNet(int(doc["buckets"]), int(doc["hidden"]), int(doc.get("grids", 1)))
-        multipliers = tuple(float(m) for m in doc["multipliers"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"bad policy config ({exc})", source=str(config_path)) from exc
-    if len(multipliers) + 1 != net.buckets:  # the value buckets and the fill bucket
-        raise InputError(f"{len(multipliers)} multipliers for {net.buckets} buckets",
-                         source=str(config_path), field="multipliers")
-    state = torch.load(weights_path, map_location="cpu", weights_only=True)
-    try:
-        net.load_state_dict(state)
-    except RuntimeError as exc:
-        raise InputError(f"weights do not match the config ({exc})",
-                         source=str(weights_path)) from exc
-    net.eval()
-    return net, multipliers, doc
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:  # something other than tensors and containers
+        detail = _first_sentence(str(exc).split("WeightsUnpickler error:")[-1])
+        raise InputError(f"refused: holds something other than tensors, and nothing is "
+                         f"unpickled ({detail})", source=str(path)) from exc
+    except (RuntimeError, EOFError, OSError, ValueError, TypeError, KeyError) as exc:
+        detail = _first_sentence(str(exc)) or type(exc).__name__
+        raise InputError(f"not a readable tensor file: truncated or corrupt ({detail})",
+                         source=str(path)) from exc
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of an error message (torch's run to several paragraphs)."""
+    return text.strip().split("\n")[0].split(". ")[0][:160]
+
+
+def check_state_dict(state: Any, expected: Mapping[str, torch.Tensor], source: str,
+                     prefix: str = "") -> None:
+    """Fails unless ``state`` holds exactly ``expected``'s keys, each a finite floating-point
+    tensor of the same shape (the field named is ``prefix`` + the key).
+
+    Raises:
+        InputError: A missing or unexpected key, a value that is not such a tensor, another
+            shape, or a NaN or an infinity.
+    """
+    if not isinstance(state, Mapping):
+        raise InputError("expected a state dict of tensors", source=source, field=prefix or None)
+    missing, extra = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or extra:
+        key = (missing or extra)[0]
+        raise InputError("missing from the weights" if missing else "not a weight of this "
+                         "network", source=source, field=f"{prefix}{key}")
+    for key, want in expected.items():
+        value = state[key]
+        field = f"{prefix}{key}"
+        if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point != (
+                want.dtype.is_floating_point):
+            raise InputError(f"expected a {want.dtype} tensor", source=source, field=field)
+        if value.shape != want.shape:
+            raise InputError(f"shape {list(value.shape)}, expected {list(want.shape)} (the "
+                             "config's network)", source=source, field=field)
+        if value.dtype.is_floating_point and not bool(torch.isfinite(value).all()):
+            raise InputError("holds NaN or infinite values", source=source, field=field)
 
 
 def decode(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,

@@ -67,6 +67,8 @@ class MeasuredReport:
     warmup: int
     note: str
     measured: bool = True
+    weights_bound_ms: float | None = None
+    reservation: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -140,7 +142,8 @@ def measured_report(results: list[dict[str, Any]], plan: Plan, task: ShardingTas
         _assumptions(task), step_wall_ms=max(p.step_ms for p in per_device),
         backend=results[0]["backend"], kernel=config.kernel,
         lookups_from=config.trace or "synthetic", iterations=config.iterations,
-        warmup=config.warmup, note=tier_note(results[0]["backend"], devices))
+        warmup=config.warmup, note=tier_note(results[0]["backend"], devices),
+        reservation=task.reservation.name)
 
 
 def _assumptions(task: ShardingTask) -> dict[str, int]:

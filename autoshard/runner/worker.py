@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.fileio import atomic_write_text
+from autoshard.fileio import atomic_write_text, json_text
 from autoshard.plan import Plan
 from autoshard.runner.config import FAULT_ENV, RunConfig, ShardTable
 from autoshard.runner.data import TableBatch, shard_lookups, synthetic_batch, trace_batches
@@ -240,7 +240,7 @@ def main(argv: list[str]) -> int:
         result = run_rank(spec, rank, spec["world_size"], spec["init_method"], progress,
                           local_rank=rank, local_world=spec["world_size"])
         if result is not None:
-            atomic_write_text(work / "result.json", json.dumps(result))
+            atomic_write_text(work / "result.json", json_text(result, indent=None))
         return 0
     except BaseException as exc:
         atomic_write_text(work / f"rank{rank}.error",

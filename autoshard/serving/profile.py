@@ -7,23 +7,38 @@ bundled by name (:data:`BUNDLED`) or read from YAML/JSON (``kind: serving_profil
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from autoshard.errors import InputError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.limits import (
+    BANDWIDTH_GBPS,
+    CAPACITY_GB,
+    LATENCY_US,
+    MAX_CAPACITY_GB,
+    MAX_LATENCY_US,
+    Range,
+    check_fields,
+)
 
 GB = 1e9
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+#: Servers, or cores of one, a profile may name.
+_COUNT = Range(1, 4096, integer=True)
+#: The range of every numeric field of a profile (:mod:`autoshard.limits` holds the shared
+#: ones): far above any real server, low enough that every simulated figure stays finite.
+FIELD_RANGES: dict[str, Range] = {
+    "server_memory_gb": Range(0, MAX_CAPACITY_GB, open_low=True),
+    "main_memory_gb": CAPACITY_GB,
+    "memory_bandwidth_gbps": BANDWIDTH_GBPS, "network_gbps": BANDWIDTH_GBPS,
+    "cores": _COUNT, "max_servers": _COUNT, "host_cores": Range(0, 4096, integer=True),
+    "lookup_ns": Range(0, MAX_LATENCY_US * 1e3),
+    **{key: LATENCY_US for key in ("table_overhead_us", "call_overhead_us",
+                                   "network_latency_us", "main_call_us", "main_request_us",
+                                   "call_table_overhead_us", "dense_us_per_item")},
+    "tail_sigma": Range(0, 3),  # a wider tail is not a service-time distribution
+}
 
 
 @dataclass(frozen=True)
@@ -79,30 +94,10 @@ class ServingProfile:
     max_servers: int = 32
 
     def __post_init__(self) -> None:
-        for name, value, ok, rule in self._checks():
-            if not ok:
-                raise InputError(rule, field=name, value=value)
-
-    def _checks(self) -> list[tuple[str, Any, bool, str]]:
-        positive = ("server_memory_gb", "memory_bandwidth_gbps", "network_gbps")
-        non_negative = ("main_memory_gb", "lookup_ns", "table_overhead_us", "call_overhead_us",
-                        "network_latency_us", "main_call_us", "main_request_us",
-                        "call_table_overhead_us",
-                        "dense_us_per_item", "tail_sigma")
-        checks: list[tuple[str, Any, bool, str]] = [
-            ("name", self.name, isinstance(self.name, str) and bool(self.name),
-             "must be a non-empty string")]
-        checks += [(k, getattr(self, k), _finite(getattr(self, k)) and getattr(self, k) > 0,
-                    "must be a number > 0") for k in positive]
-        checks += [(k, getattr(self, k), _finite(getattr(self, k)) and getattr(self, k) >= 0,
-                    "must be a number >= 0") for k in non_negative]
-        checks += [(k, getattr(self, k), _is_int(getattr(self, k)) and 1 <= getattr(self, k)
-                    <= 4096, "must be an integer in [1, 4096]") for k in ("cores", "max_servers")]
-        checks.append(("host_cores", self.host_cores, _is_int(self.host_cores)
-                       and 0 <= self.host_cores <= 4096, "must be an integer in [0, 4096]"))
-        checks.append(("tail_sigma", self.tail_sigma, self.tail_sigma <= 3,
-                       "must be <= 3 (a wider tail is not a service-time distribution)"))
-        return checks
+        if not (isinstance(self.name, str) and self.name):
+            raise InputError("must be a non-empty string", field="name", value=self.name)
+        for key, rng in FIELD_RANGES.items():
+            rng.check(getattr(self, key), key)
 
     @property
     def server_bytes(self) -> float:
@@ -121,11 +116,10 @@ class ServingProfile:
         doc = dict(check_schema(doc, "serving_profile", source))
         doc.pop("schema_version", None)
         doc.pop("kind", None)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(doc) - known)
-        if unknown:
-            raise InputError(f"unknown field (known: {', '.join(sorted(known))})",
-                             source=source, field=unknown[0])
+        try:
+            check_fields(doc, tuple(f.name for f in fields(cls)))
+        except InputError as exc:
+            raise exc.located(source) from exc
         if "name" not in doc:
             doc["name"] = Path(source).stem
         for key, value in doc.items():

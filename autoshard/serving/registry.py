@@ -10,6 +10,7 @@ import importlib
 from typing import Any, Protocol
 
 from autoshard.errors import InputError
+from autoshard.limits import names_in
 from autoshard.serving.mapping import Mapping
 from autoshard.serving.task import ServingTask
 
@@ -62,11 +63,8 @@ def get_strategy(name: str, **options: Any) -> Strategy:
     return strategy
 
 
-def parse_strategies(spec: str | None) -> list[str]:
-    """Comma-separated names (all when None), each checked against the registry."""
-    names = strategy_names() if not spec else [s.strip() for s in spec.split(",") if s.strip()]
-    for name in names:
-        if name not in _ENTRIES:
-            raise InputError(f"unknown serving strategy (known: {', '.join(_ENTRIES)})",
-                             field="strategy", value=name)
-    return names
+def parse_strategies(spec: str | None, field: str = "strategy",
+                     source: str | None = None) -> list[str]:
+    """Comma-separated names (all when None), each checked against the registry; naming none
+    is an error (:func:`autoshard.limits.names_in`)."""
+    return names_in(spec, strategy_names(), field, "serving strategy", source)

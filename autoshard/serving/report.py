@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.fileio import atomic_write_text, csv_text
+from autoshard.fileio import atomic_write_text, csv_text, save_figure
 
 SWEEP_COLUMNS = ("qps", "strategy", "servers", "p50_ms", "p90_ms", "p99_ms", "p99_overhead",
                  "calls_per_request", "compute_us_per_request", "compute_overhead",
@@ -63,8 +63,7 @@ def plot_p99_vs_servers(rows: Sequence[dict[str, Any]], path: Path, title: str,
                 title="fan-out")
     axes[0].legend(fontsize=6)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -87,8 +86,7 @@ def plot_measured_vs_simulated(rows: Sequence[dict[str, Any]], path: Path, title
            title=title)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 

@@ -9,6 +9,7 @@ from functools import cached_property
 import numpy as np
 
 from autoshard.errors import InputError, gib
+from autoshard.limits import P99_TARGET_MS, QPS, SIMULATED_REQUESTS
 from autoshard.serving.model import ServingModel, TableCosts, table_costs
 from autoshard.serving.profile import ServingProfile
 from autoshard.serving.simulate import RequestSample, sample_requests
@@ -35,13 +36,10 @@ class ServingTask:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.qps, bool) or not (math.isfinite(self.qps) and self.qps > 0):
-            raise InputError("request rate must be a number > 0", field="qps", value=self.qps)
-        if self.p99_ms is not None and not (math.isfinite(self.p99_ms) and self.p99_ms > 0):
-            raise InputError("must be a number > 0", field="p99_ms", value=self.p99_ms)
-        if not (isinstance(self.requests, int) and 100 <= self.requests <= 10_000_000):
-            raise InputError("must be an integer in [100, 10000000]", field="requests",
-                             value=self.requests)
+        QPS.check(self.qps, "qps")
+        if self.p99_ms is not None:
+            P99_TARGET_MS.check(self.p99_ms, "p99_ms")
+        SIMULATED_REQUESTS.check(self.requests, "requests")
         largest = max(self.profile.server_bytes, self.profile.main_bytes)
         sizes = self.model.table_bytes()
         big = int(np.argmax(sizes))

@@ -2,16 +2,23 @@
 
 Entries are ``module:Class`` strings, imported only when used, so listing sharders stays fast and
 optional dependencies (torchrec, torch) are needed only by the sharders that use them.
+
+Each sharder class declares the range of each numeric option next to its constructor, as a
+class attribute ``option_ranges: ClassVar[dict[str, Range]]`` (:class:`autoshard.limits.Range`);
+:func:`check_sharder_options` holds every given option to it before any work.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
 from autoshard.errors import InputError, PlannerError
+from autoshard.limits import Range
 from autoshard.sharders.base import Sharder
 
 _ENTRIES: dict[str, str] = {
@@ -83,6 +90,27 @@ def accepted_options(name: str) -> dict[str, Any]:
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
+def sharder_class(name: str) -> Any:
+    """The class registered as ``name``, imported now.
+
+    Raises:
+        InputError: Unknown name.
+        PlannerError: The sharder's module cannot be imported here.
+    """
+    return _load_class(name)
+
+
+def option_ranges(name: str) -> dict[str, Range]:
+    """The declared range of each numeric option of sharder ``name`` (its class's
+    ``option_ranges``).
+
+    Raises:
+        InputError: Unknown name.
+        PlannerError: The sharder's module cannot be imported here.
+    """
+    return dict(getattr(_load_class(name), "option_ranges", {}))
+
+
 def common_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """The part of a set of *common* settings (``seed``, ``time_limit``) that sharder ``name``
     takes, for harnesses that run many sharders under the same settings. Options a user gave
@@ -100,24 +128,35 @@ def common_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_sharder_options(name: str, options: dict[str, Any]) -> None:
-    """Fails unless every option is one sharder ``name`` takes, with a value of its type.
+    """Fails unless every option is one sharder ``name`` takes, with a value of its type
+    within the option's declared range (:func:`option_ranges`).
 
     Raises:
-        InputError: An unknown option (the message lists the accepted ones), or a value whose
-            type differs from the option's default (an integer is accepted for a float).
+        InputError: An unknown option (the message lists the accepted ones), a NaN or an
+            infinity, a value whose type differs from the option's default (an integer is
+            accepted for a float), or one out of the option's range; the field is
+            ``SHARDER.OPTION``.
     """
     accepted = accepted_options(name)
     parameters = inspect.signature(_load_class(name)).parameters
+    ranges = option_ranges(name)
     for key, value in options.items():
+        field = f"{name}.{key}"
         if key not in accepted:
             listing = ", ".join(accepted) or "none"
             raise InputError(f"unknown option for sharder '{name}' (accepted: {listing})",
-                             field=f"{name}.{key}", value=value)
-        if value is None and _takes_none(parameters[key].annotation):
+                             field=field, value=value)
+        takes_none = _takes_none(parameters[key].annotation)
+        if value is None and takes_none:
             continue
+        if isinstance(value, numbers.Real) and not math.isfinite(value):
+            raise InputError("must be a finite number", field=field, value=value)
         if not _same_kind(accepted[key], value):
             raise InputError(f"expected {type(accepted[key]).__name__} (default "
-                             f"{accepted[key]!r})", field=f"{name}.{key}", value=value)
+                             f"{accepted[key]!r})", field=field, value=value)
+        if key in ranges and value not in ranges[key]:
+            raise InputError(f"must be {ranges[key]}" + (" or null" if takes_none else ""),
+                             field=field, value=value)
 
 
 def get_sharder(name: str, **options: Any) -> Sharder:

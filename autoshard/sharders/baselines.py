@@ -7,6 +7,7 @@ from typing import ClassVar
 import numpy as np
 
 from autoshard.cost import CostModel
+from autoshard.limits import SEED, Range
 from autoshard.placement import PlacementState
 from autoshard.plan import Plan
 from autoshard.task import ShardingTask
@@ -21,6 +22,7 @@ class RandomSharder:
 
     name: ClassVar[str] = "random"
     summary: ClassVar[str] = "random device among those where the table fits (seeded)"
+    option_ranges: ClassVar[dict[str, Range]] = {"seed": SEED}
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed

@@ -26,6 +26,7 @@ import autoshard
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import plan_cost_ms, step_cost_ms
+from autoshard.limits import SEED, THREADS, Range
 from autoshard.plan import Plan
 from autoshard.provenance import Provenance
 from autoshard.search.polish import polish_plan
@@ -130,6 +131,8 @@ class PPOSharder:
     name: ClassVar[str] = "ppo"
     summary: ClassVar[str] = ("learned placement policy: greedy and best-of-K sampled decodes, "
                               "greedy sharders as candidates")
+    option_ranges: ClassVar[dict[str, Range]] = {
+        "threads": THREADS, "samples": Range(0, 1000, integer=True), "seed": SEED}
 
     def __init__(self, policy: str | Path | None = None, threads: int = 1,
                  samples: int | None = None, candidates: bool = True, seed: int = 0,

@@ -56,6 +56,7 @@ import numpy as np
 from autoshard.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
 from autoshard.cost import CostModel, is_model_spec
 from autoshard.errors import InputError, PlannerError
+from autoshard.limits import MAX_DEVICES, MAX_TABLES, SEED, TIME_LIMIT_S, Range
 from autoshard.milp import model as milp_model
 from autoshard.milp.curves import cost_curves, device_kinds
 from autoshard.milp.plans import aggregated, single_bound, step_cost
@@ -151,6 +152,12 @@ class RecShard:
 
     name: ClassVar[str] = "recshard"
     summary: ClassVar[str] = "MILP over devices and HBM/UVM row splits (HiGHS), greedy warm start"
+    option_ranges: ClassVar[dict[str, Range]] = {
+        "time_limit": TIME_LIMIT_S, "mip_rel_gap": Range(0, 1), "stall": Range(0, 1),
+        "max_lines": Range(2, 10_000, integer=True),
+        "max_pairs": Range(1, MAX_TABLES * MAX_DEVICES, integer=True),
+        "group_devices": Range(2, MAX_DEVICES, integer=True), "seed": SEED,
+        "split_search_cap": Range(0, 1000, open_low=True)}
 
     def __init__(self, time_limit: float = 60.0, mip_rel_gap: float = 5e-3,
                  max_lines: int | None = None, max_pairs: int = 2400, group_devices: int = 2,
@@ -183,6 +190,11 @@ class RecShard:
         except ImportError:
             return "needs the HiGHS solver: pip install highspy"
         return None
+
+    @property
+    def last_report(self) -> dict[str, object] | None:
+        """The last solve's status, bound, gap and timings (:meth:`RecShardResult.report`)."""
+        return None if self.last_result is None else self.last_result.report()
 
     @property
     def last_bound_ms(self) -> float | None:
@@ -228,10 +240,11 @@ class RecShard:
         record = Provenance(self.name, "milp", result.step_cost_ms, found.steps,
                             ((self.name, result.step_cost_ms),))
         cost, bound = found.cost_ms, min(result.bound_ms, found.cost_ms)
+        seconds = time.perf_counter() - start
         return replace(result, plan=replace(found.plan, sharder=self.name, provenance=record),
                        step_cost_ms=cost, bound_ms=bound,
-                       gap=(cost - bound) / cost if cost > 0 else 0.0,
-                       seconds=time.perf_counter() - start)
+                       gap=(cost - bound) / cost if cost > 0 else 0.0, seconds=seconds,
+                       found_s=seconds if found.steps else result.found_s)
 
     def _solve(self, task: ShardingTask, cost_model: CostModel) -> RecShardResult:
         """The solve of the module docstring (one cost model, no search stage)."""
@@ -249,7 +262,8 @@ class RecShard:
             return self._result(Plan.from_arrays(task, found.device, found.rows, self.name),
                                 found, 0.0, start)
         layout, found = self._best_split(task, cost_model, choices, bound, deadline)
-        return self._result(layout.to_plan(task, self.name), found, bound, start)
+        return self._result(layout.to_plan(task, self.name), found,
+                            max(bound, self._reserved_bound(task, cost_model, deadline)), start)
 
     def _choices(self, task: ShardingTask, cost_model: CostModel, start: float
                  ) -> tuple[list[ShardGeometry], float]:
@@ -315,6 +329,19 @@ class RecShard:
         assert best is not None
         return best
 
+    @staticmethod
+    def _reserved_bound(task: ShardingTask, cost_model: CostModel, deadline: float) -> float:
+        """The spread-work bound counting the task's reservation (valid for every plan of the
+        task as posed, tighter than the weights-only one it splits by), while time allows;
+        0 for a task that reserves nothing."""
+        if not task.reservation.keeps_room:
+            return 0.0
+        try:
+            return lower_bound_ms(task, cost_model, reserved=True,
+                                  deadline=max(deadline, time.perf_counter() + 1.0))
+        except DeadlineReached:
+            return 0.0
+
     @property
     def _settings(self) -> SolveSettings:
         return SolveSettings(self.time_limit, self.mip_rel_gap, self.max_lines, self.max_pairs,
@@ -343,7 +370,8 @@ class RecShard:
         bound = min(bound, cost)
         return RecShardResult(plan, cost, bound, (cost - bound) / cost if cost > 0 else 0.0,
                               time.perf_counter() - start, found.method, found.status,
-                              found.warm_start, found.warm_cost)
+                              found.warm_start, found.warm_cost,
+                              max(found.found_at - start, 0.0))
 
     def _solve_tables(self, task: ShardingTask, cost_model: CostModel, deadline: float,
                       pins: np.ndarray | None = None, search_cap: float | None = None

@@ -84,7 +84,8 @@ def solve_both(with_limit: Callable[[float], Solver], task: ShardingTask,
     bound = min(first.bound_ms, step)
     return replace(first, plan=replace(plans[pick], sharder=name), step_cost_ms=step,
                    bound_ms=bound, gap=(step - bound) / step if step > 0 else 0.0,
-                   seconds=time.perf_counter() - start, method=f"both-{names[pick]}",
+                   seconds=time.perf_counter() - start,
+                   found_s=time.perf_counter() - start, method=f"both-{names[pick]}",
                    status=status)
 
 

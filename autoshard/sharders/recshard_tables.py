@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -78,9 +79,13 @@ class RecShardResult:
         seconds: Wall time of the whole solve.
         method: ``milp`` (the whole MILP gave the plan), ``lns`` (the search did) or ``warm``
             (the best warm start, splits re-optimised, was not improved on).
-        status: HiGHS's status of the whole MILP, or ``search`` when it did not run.
+        status: How the whole MILP ended: HiGHS's ``Optimal`` (within ``mip_rel_gap``),
+            ``stalled`` (its stall rule: no longer improving), ``Time limit reached``; or
+            ``search`` when it did not run (the search closed the gap, or the task is too
+            large for one MILP).
         warm_start: Name of the warm-start plan.
         warm_cost_ms: Its step cost.
+        found_s: Seconds from the start of the solve to when the returned plan was found.
     """
 
     plan: Plan
@@ -92,6 +97,14 @@ class RecShardResult:
     status: str
     warm_start: str
     warm_cost_ms: float
+    found_s: float = 0.0
+
+    def report(self) -> dict[str, object]:
+        """The solve's figures, as a plan's report shows them (JSON-ready)."""
+        return {"solver": "recshard (HiGHS MILP)", "status": self.status,
+                "method": self.method, "bound_ms": self.bound_ms, "gap": self.gap,
+                "seconds": self.seconds, "found_s": self.found_s,
+                "warm_start": self.warm_start, "warm_cost_ms": self.warm_cost_ms}
 
 
 @dataclass(frozen=True)
@@ -126,19 +139,14 @@ def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostMo
     except DeadlineReached:
         assert fallback is not None
         cost = step_cost(task, cost_model, *fallback[1:])
-        return Found(*fallback[1:], cost, 0.0, "warm", DEADLINE_STATUS, fallback[0], cost)
+        return Found(*fallback[1:], cost, 0.0, "warm", DEADLINE_STATUS, fallback[0], cost,
+                     time.perf_counter())
     full = curves.lines()
     if int(full.count.sum()) > FULL_LINES_LIMIT:  # keep the LPs small enough to stop in time
         full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
     relaxed, bound = _relaxation(task, cost_model, kinds, full, start, deadline)
-    focus = None
-    if relaxed.memory is not None:
-        focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
-    pairs = task.num_tables * task.num_devices
-    whole = pairs <= settings.max_pairs
-    lines_budget = int(np.clip(20000 // pairs, 8, 48)) if whole else 24
-    lines = curves.lines(settings.max_lines or lines_budget, focus,
-                         deadline=start + 0.2 * budget)
+    whole = task.num_tables * task.num_devices <= settings.max_pairs
+    lines = _lines(settings, task, curves, relaxed, kinds, start + 0.2 * budget)
     search_end = start + budget * (0.5 if whole else 1.0)
     ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound, pins)
     name, device, rows = _warm_start(settings, ctx, relaxed, fallback, time.perf_counter() - start)
@@ -147,26 +155,40 @@ def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostMo
         now = time.perf_counter()
         ctx = replace(ctx, deadline=min(ctx.deadline, now + max(
             MIN_SEARCH_S, search_cap * (now - start))))
-    # With the whole MILP to follow (to the deadline), stopping the search early saves
-    # nothing: it runs while it improves at all.
-    device, rows = _search(settings, ctx, device, rows, 0.0 if whole else settings.stall)
+    found_at = time.perf_counter()
+    device, rows, improved = _search(settings, ctx, device, rows, settings.stall)
     cost = step_cost(task, cost_model, device, rows)
     method, status = ("lns" if cost < warm_cost else "warm"), "search"
+    found_at = improved or found_at
     if whole and (cost - bound) > settings.mip_rel_gap * cost:
         ctx = _Context(task, cost_model, kinds, lines, full, deadline, bound, pins)
-        status, found, mip_bound = _whole(settings, ctx, device, rows, bound)
+        status, better, mip_bound, when = _whole(settings, ctx, device, rows, bound)
         bound = max(bound, mip_bound)
-        if found is not None and feasible(task, *found):
-            new_cost = step_cost(task, cost_model, *found)
+        if better is not None and feasible(task, *better):
+            new_cost = step_cost(task, cost_model, *better)
             if new_cost < cost:
-                (device, rows), cost, method = found, new_cost, "milp"
+                (device, rows), cost, method = better, new_cost, "milp"
+                found_at = when or time.perf_counter()
     tied = _tied(task)
     if tied is not None:  # one share of rows in HBM per split table (TorchRec's one)
         even = polish(task, kinds, full, np.arange(task.num_tables),
                       np.arange(task.num_devices), device, max(left(deadline), 2.0), tied)
         if even is not None and feasible(task, device, even):
             rows, cost = even, step_cost(task, cost_model, device, even)
-    return Found(device, rows, cost, bound, method, status, name, warm_cost)
+    return Found(device, rows, cost, bound, method, status, name, warm_cost, found_at)
+
+
+def _lines(settings: SolveSettings, task: ShardingTask, curves: Any,
+           relaxed: milp_model.Solution, kinds: DeviceKinds, deadline: float) -> CostLines:
+    """The lines kept under each cost curve for the MILP: ``max_lines``, or as many as keep
+    the whole model near 20,000 rows (24 for the search alone), focused where the relaxation
+    puts each table's HBM."""
+    focus = None
+    if relaxed.memory is not None:
+        focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
+    pairs = task.num_tables * task.num_devices
+    budget = int(np.clip(20000 // pairs, 8, 48)) if pairs <= settings.max_pairs else 24
+    return curves.lines(settings.max_lines or budget, focus, deadline=deadline)
 
 
 def _relaxation(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds,
@@ -214,6 +236,11 @@ def _warm_start(settings: SolveSettings, ctx: _Context, relaxed: milp_model.Solu
     if packed is not None:
         starts.append(("lp_packing", *packed))
     if not starts:
+        try:  # the first greedy's own error says which table fits nowhere, with the bytes
+            get_sharder(WARM_STARTS[0]).shard(task, model)
+        except PlannerError as exc:
+            raise PlannerError("capacity", f"no feasible start: every greedy sharder and the LP "
+                               f"packing failed ({WARM_STARTS[0]}: {exc})") from exc
         raise PlannerError("capacity", f"no feasible start: every greedy sharder and the LP "
                            f"packing failed to place {task.num_tables} tables on "
                            f"{task.num_devices} devices")
@@ -232,15 +259,19 @@ def _warm_start(settings: SolveSettings, ctx: _Context, relaxed: milp_model.Solu
 
 
 def _whole(settings: SolveSettings, ctx: _Context, device: np.ndarray, rows: np.ndarray,
-           bound: float) -> tuple[str, tuple[np.ndarray, np.ndarray] | None, float]:
-    """The whole task as one MILP, then its splits polished on the full curves."""
+           bound: float
+           ) -> tuple[str, tuple[np.ndarray, np.ndarray] | None, float, float | None]:
+    """The whole task as one MILP (stopped at its gap, its stall rule or the deadline), then
+    its splits polished on the full curves: (status, plan, proven bound, when its last
+    improving solution was found)."""
     task = ctx.task
     tables, devices = np.arange(task.num_tables), np.arange(task.num_devices)
     sub = device_subproblem(task, ctx.kinds, tables, devices, pins=ctx.pins)
     sol = milp_model.solve(sub, ctx.lines, warm=(device, to_memory(task, rows)), lower=bound,
-                           mip_rel_gap=settings.mip_rel_gap, time_limit=left(ctx.deadline))
+                           mip_rel_gap=settings.mip_rel_gap, time_limit=left(ctx.deadline),
+                           stall=settings.stall)
     if sol.device is None or sol.memory is None:
-        return sol.status, None, sol.bound
+        return sol.status, None, sol.bound, None
     new_rows = fit_hbm(task, sol.device, to_rows(task, sol.memory))
     better = polish(task, ctx.kinds, ctx.full, tables, devices, sol.device,
                     max(left(ctx.deadline), 2.0))
@@ -248,26 +279,28 @@ def _whole(settings: SolveSettings, ctx: _Context, device: np.ndarray, rows: np.
             task, ctx.cost_model, sol.device, better) < step_cost(
             task, ctx.cost_model, sol.device, new_rows):
         new_rows = better
-    return sol.status, (sol.device, new_rows), sol.bound
+    return sol.status, (sol.device, new_rows), sol.bound, sol.improved_at
 
 
 def _search(settings: SolveSettings, ctx: _Context, device: np.ndarray, rows: np.ndarray,
-            stall: float) -> tuple[np.ndarray, np.ndarray]:
+            stall: float) -> tuple[np.ndarray, np.ndarray, float | None]:
     """Large-neighbourhood search: re-solve the most loaded device with a few others (until
-    it stalls: :func:`_stalled`)."""
+    it stalls: :func:`autoshard.milp.model.stalled`); also returns when it last improved
+    (None if it never did)."""
     task = ctx.task
     rng = np.random.default_rng(settings.seed)
     device, rows = device.copy(), rows.copy()
     loads = device_loads(task, ctx.cost_model, device, rows)
     group = min(settings.group_devices, task.num_devices)
     if group < 2:
-        return device, rows
+        return device, rows, None
+    improved = None
     stale, patience = 0, max(3 * task.num_devices // group, 6)
     history = [(time.perf_counter(), float(loads.max()))]
     while left(ctx.deadline) > 0.2 and stale < patience:
         if loads.max() - ctx.bound <= settings.mip_rel_gap * loads.max():
             break
-        if _stalled(history, stall):
+        if milp_model.stalled(history, stall, MIN_SEARCH_S):
             break
         order = np.argsort(loads)
         worst = int(order[-1])
@@ -278,9 +311,12 @@ def _search(settings: SolveSettings, ctx: _Context, device: np.ndarray, rows: np
         else:
             partners = rng.choice(pool, size=group - 1, replace=False)
         devs = np.unique(np.append(partners, worst))
-        stale = 0 if _improve(settings, ctx, devs, device, rows, loads) else stale + 1
+        if _improve(settings, ctx, devs, device, rows, loads):
+            stale, improved = 0, time.perf_counter()
+        else:
+            stale += 1
         history.append((time.perf_counter(), float(loads.max())))
-    return device, rows
+    return device, rows, improved
 
 
 def _improve(settings: SolveSettings, ctx: _Context, devs: np.ndarray, device: np.ndarray,
@@ -326,6 +362,7 @@ class Found:
     status: str
     warm_start: str
     warm_cost: float
+    found_at: float
 
 
 def _cheap_start(task: ShardingTask, cost_model: CostModel, pins: np.ndarray | None = None
@@ -363,17 +400,6 @@ class _Context:
     deadline: float
     bound: float
     pins: np.ndarray | None = None
-
-
-def _stalled(history: list[tuple[float, float]], stall: float) -> bool:
-    """True once the search has run :data:`MIN_SEARCH_S` and its last half lowered the step cost
-    by less than ``stall`` of it (``history``: (instant, step cost) after each step)."""
-    begun, now = history[0][0], time.perf_counter()
-    if stall <= 0 or now - begun < MIN_SEARCH_S:
-        return False
-    halfway = begun + (now - begun) / 2
-    before = next(cost for at, cost in reversed(history) if at <= halfway)
-    return before - history[-1][1] < stall * history[-1][1]
 
 
 def _lp_seconds(lines: CostLines) -> float:

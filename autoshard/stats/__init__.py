@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from autoshard.errors import InputError
+from autoshard.fileio import open_text
 from autoshard.stats.profile import TableProfile, merged_reuse, profile_table
 
 FORMATS = ("dlrm", "criteo", "columnar")
@@ -22,7 +23,7 @@ def detect_format(path: str | Path) -> str:
     if name.endswith((".parquet", ".pq")):
         return "columnar"
     if path.is_file():
-        with path.open(newline="") as fh:
+        with open_text(path) as fh:
             first = fh.readline()
         if first.lower().startswith("label") or first.count("\t") == 39:
             return "criteo"

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from autoshard.errors import InputError
+from autoshard.fileio import read_text
 from autoshard.stats.profile import TableProfile, cdf_distance, profile_table
 from autoshard.synth import SynthConfig, SynthTable, power_law_cdf, table_parameters
 from autoshard.tables import REUSE_BINS
@@ -40,9 +41,7 @@ class LocalityStats:
 def read_locality_stats(path: str | Path) -> list[LocalityStats]:
     """Parses Meta's ``locality_stats.txt`` (one block per trace file)."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError("file not found", source=str(path))
-    blocks = re.split(r"\n\s*\n", path.read_text().strip())
+    blocks = re.split(r"\n\s*\n", read_text(path).strip())
     out = []
     for block in blocks:
         lines = block.strip().splitlines()

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.fileio import atomic_write_text, write_structured
+from autoshard.fileio import atomic_write_text, output_folder, save_figure, write_structured
 from autoshard.stats.calibrate import (
     LocalityStats,
     distances,
@@ -60,10 +60,10 @@ def run_calibration(reference: Path, out: Path, fit: bool, write_default: bool, 
     doc = _document(cfg, target, targets, rows_hist, lookups_hist, expected, measured,
                     [sum(p.lookups for p in profiles), sum(p.rows_used for p in profiles)],
                     fit, seed, time.perf_counter() - start)
-    out.mkdir(parents=True, exist_ok=True)
-    write_structured(out / "calibration.json", doc)
-    atomic_write_text(out / "calibration.md", _markdown(doc))
-    _plot(doc, out / "reuse_cdf.png")
+    with output_folder(out):  # a failure leaves no new folder behind
+        write_structured(out / "calibration.json", doc)
+        atomic_write_text(out / "calibration.md", _markdown(doc))
+        _plot(doc, out / "reuse_cdf.png")
     if write_default:
         from autoshard.tables import save_tables
 
@@ -157,7 +157,5 @@ def _plot(doc: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(f"Reuse CDFs, {doc['tables']} tables, batch {doc['batch_size']}")
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
-    tmp.replace(path)

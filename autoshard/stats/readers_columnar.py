@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.errors import InputError
+from autoshard.fileio import check_csv_header, open_text
 from autoshard.stats.profile import CountAccumulator, TableProfile
 
 #: Hash size of string columns when none is given.
@@ -223,9 +224,9 @@ def _parquet_batches(path: Path, columns: list[str]) -> Iterator[Any]:
 def _csv_columns(path: Path, layout: CsvLayout) -> list[str]:
     if layout.names is not None:
         return list(layout.names)
-    with path.open(newline="") as fh:
+    with open_text(path) as fh:
         header = fh.readline().rstrip("\r\n")
-    return [c.strip() for c in header.split(layout.delimiter)]
+    return check_csv_header(header.split(layout.delimiter), str(path))
 
 
 def _csv_batches(path: Path, columns: list[str], layout: CsvLayout) -> Iterator[Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoshard.errors import InputError
+from autoshard.fileio import open_text
 from autoshard.stats.profile import TableProfile
 from autoshard.stats.readers_columnar import CsvLayout, Progress, profile_columnar
 
@@ -22,7 +23,7 @@ def criteo_layout(path: str | Path) -> CsvLayout:
     path = Path(path)
     if not path.is_file():
         raise InputError("file not found", source=str(path))
-    with path.open(newline="") as fh:
+    with open_text(path) as fh:
         first = fh.readline().rstrip("\r\n")
     if not first:
         raise InputError("file is empty", source=str(path))

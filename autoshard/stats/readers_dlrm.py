@@ -9,18 +9,18 @@ file, so a trace of several GB is never held in memory twice.
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from autoshard.errors import InputError
+from autoshard.fileio import write_output
 
 
 @dataclass(frozen=True)
@@ -95,26 +95,23 @@ def load_trace(path: str | Path) -> Trace:
 
 def save_trace(path: str | Path, indices: np.ndarray, offsets: np.ndarray,
                lengths: np.ndarray) -> None:
-    """Writes a trace in Meta's format (gzipped when the name ends in ``.gz``), atomically."""
+    """Writes a trace in Meta's format (gzipped when the name ends in ``.gz``) through
+    :func:`autoshard.fileio.write_output` (atomically at a regular path)."""
     import torch
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        tensors = (torch.from_numpy(np.ascontiguousarray(indices, dtype=np.int64)),
-                   torch.from_numpy(np.ascontiguousarray(offsets, dtype=np.int64)),
-                   torch.from_numpy(np.ascontiguousarray(lengths, dtype=np.int64)))
+    tensors = (torch.from_numpy(np.ascontiguousarray(indices, dtype=np.int64)),
+               torch.from_numpy(np.ascontiguousarray(offsets, dtype=np.int64)),
+               torch.from_numpy(np.ascontiguousarray(lengths, dtype=np.int64)))
+
+    def write(fh: IO[bytes]) -> None:
         if path.suffix == ".gz":
-            with gzip.open(tmp, "wb", compresslevel=1) as fh:
-                torch.save(tensors, fh)  # type: ignore[arg-type]
+            with gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=1) as packed:
+                torch.save(tensors, packed)  # type: ignore[arg-type]
         else:
-            torch.save(tensors, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            torch.save(tensors, fh)
+
+    write_output(path, write)
 
 
 def iter_tables(trace: Trace, hash_sizes: Sequence[int] | None = None

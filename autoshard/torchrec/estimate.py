@@ -238,14 +238,30 @@ def torchrec_topology(task: ShardingTask) -> Any:
     dev = task.device_arrays
     hw = task.hardware
     host_bw = float(dev.host_gbps.min()) * _BYTES_PER_MS_PER_GBPS
-    return Topology(
-        world_size=task.num_devices, compute_device="cuda",
-        hbm_cap=int(dev.hbm_capacity.min()), ddr_cap=int(dev.host_capacity.min()),
-        local_world_size=min(hw.devices_per_node, task.num_devices),
-        hbm_mem_bw=float(dev.hbm_gbps.min()) * _BYTES_PER_MS_PER_GBPS,
-        ddr_mem_bw=host_bw, hbm_to_ddr_mem_bw=host_bw,
-        intra_host_bw=hw.intra_node_gbps * _BYTES_PER_MS_PER_GBPS,
-        inter_host_bw=hw.inter_node_gbps * _BYTES_PER_MS_PER_GBPS)
+    # The topology is simulated on purpose: it describes the profile's hardware, not the
+    # devices of this machine (which may have no GPU), so it is built directly, not through
+    # TopologyFactory.create_topology(), which would resolve the hardware present. TorchRec
+    # warns on every such construction that "the job will fail"; planning and estimating do
+    # not, so that one warning is dropped (and nothing else TorchRec logs).
+    log = logging.getLogger("torchrec.distributed.planner.types")
+    log.addFilter(_drop_direct_topology_warning)
+    try:
+        return Topology(
+            world_size=task.num_devices, compute_device="cuda",
+            hbm_cap=int(dev.hbm_capacity.min()), ddr_cap=int(dev.host_capacity.min()),
+            local_world_size=min(hw.devices_per_node, task.num_devices),
+            hbm_mem_bw=float(dev.hbm_gbps.min()) * _BYTES_PER_MS_PER_GBPS,
+            ddr_mem_bw=host_bw, hbm_to_ddr_mem_bw=host_bw,
+            intra_host_bw=hw.intra_node_gbps * _BYTES_PER_MS_PER_GBPS,
+            inter_host_bw=hw.inter_node_gbps * _BYTES_PER_MS_PER_GBPS)
+    finally:
+        log.removeFilter(_drop_direct_topology_warning)
+
+
+def _drop_direct_topology_warning(record: logging.LogRecord) -> bool:
+    """A logging filter: False (drop) for TorchRec's warning about a topology built directly
+    (see :func:`torchrec_topology`), True for every other record."""
+    return "topology was constructed directly" not in record.getMessage()
 
 
 def torchrec_constraints(task: ShardingTask, use_stats: bool = True, pipeline: str = "none",

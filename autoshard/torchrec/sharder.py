@@ -20,30 +20,40 @@ into the topology, the optimizer state into its storage estimate
 (:mod:`autoshard.torchrec.estimate`). The plan converts shard by shard: row ranges, column
 blocks and ranks as TorchRec placed them, a cache of load factor f over a shard of n rows as its
 round(f * n) hottest rows in HBM. The same evaluator then prices it with our cost model.
+
+A time limit covers the whole run (importing TorchRec, seconds once per process, happens when
+the sharder is made, as the ``ppo`` sharder loads its policy). The options are enumerated once
+per starting load factor and handed to TorchRec's planner, whose proposers stop at the
+deadline once a plan is found (:mod:`autoshard.torchrec.planning`). Where TorchRec's
+enumeration of every option is predicted (:data:`ENUMERATE_S_PER_SHARD`) to take more than
+:data:`ENUMERATE_SHARE` of the limit, the split types are offered to the dominant tables only,
+or to none; the fitting cache start is searched only with time left for it, a second start
+only with :data:`MIN_START_S` left, and the cache-size search runs only with that much left.
+``last_notes`` says what the limit cut.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any, ClassVar
 
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
+from autoshard.limits import MAX_DEVICES, MAX_TABLES, TIME_LIMIT_S, Range
 from autoshard.plan import Plan
 from autoshard.splitting import dominant_tables
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
-from autoshard.torchrec.export import meta_collection
 from autoshard.torchrec.mapping import (
     DEFAULT_CACHE_LOAD_FACTOR,
-    FUSED,
-    FUSED_UVM,
     FUSED_UVM_CACHING,
     SHARDING_TYPES,
     WHOLE_TYPE,
     data_type,
 )
+from autoshard.torchrec.planning import SearchSpace, largest_hbm, predicted_shards
 from autoshard.torchrec.shardings import from_parameter_sharding, to_plan
 
 #: Share of the cluster's HBM the starting caches may fill, leaving the partitioner room.
@@ -53,7 +63,18 @@ _TINY_CACHE = 1e-3  # the smallest starting load factor tried
 #: offer the split types only to dominant tables (:func:`offered_sharding_types`).
 FULL_STRENGTH_CELLS = 4096
 _log = logging.getLogger(__name__)
-_FIRST_START_SHARE = 0.75  # of the time limit, for the fitting cache start of two
+_FIRST_START_SHARE = 0.75  # of the time left, for the fitting cache start of two
+#: Seconds TorchRec's enumerator takes per shard of a sharding option it estimates: 0.18 to
+#: 0.49 ms measured on a 2-core Xeon (200 default tables on 8 devices, one sharding type at a
+#: time: table-row-wise the cheapest, table-column-wise the dearest), rounded up.
+ENUMERATE_S_PER_SHARD = 5e-4
+#: Share of the time limit the enumeration may be predicted to take; a larger search space is
+#: offered less (split types for dominant tables only, then for none).
+ENUMERATE_SHARE = 0.2
+#: A further cache start begins only with at least this many seconds left (plus what its
+#: enumeration took), and the fitting start is searched only with that much left after the
+#: enumeration's own time again.
+MIN_START_S = 1.0
 
 
 def offered_sharding_types(task: ShardingTask, cost_model: CostModel,
@@ -76,45 +97,6 @@ def offered_sharding_types(task: ShardingTask, cost_model: CostModel,
     return {t.name: types if heavy[i] else [WHOLE_TYPE] for i, t in enumerate(task.tables)}
 
 
-class _SearchSpace:
-    """The meta-device module, topology and per-table constraints TorchRec plans over."""
-
-    def __init__(self, task: ShardingTask, offered: dict[str, list[str]],
-                 use_stats: bool, pipeline: str) -> None:
-        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-
-        from autoshard.torchrec.estimate import declare_optimizers, torchrec_topology
-
-        self.task, self.offered, self.use_stats = task, offered, use_stats
-        self.pipeline = pipeline
-        self.module = meta_collection([(t.name, t.rows, t.dim, data_type(t))
-                                       for t in task.tables])
-        if task.workload.train:
-            declare_optimizers(self.module, task.tables)
-        self.sharders = [EmbeddingBagCollectionSharder()]
-        self.topology = torchrec_topology(task)
-
-    def enumerator(self, clf: float) -> tuple[Any, dict[str, Any]]:
-        """TorchRec's enumerator at starting cache load factor ``clf``, and its constraints."""
-        from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
-
-        from autoshard.torchrec.estimate import (
-            per_rank_batch,
-            torchrec_constraints,
-            torchrec_estimators,
-        )
-
-        constraints = torchrec_constraints(self.task, self.use_stats, pipeline=self.pipeline,
-                                           cache_load_factor=clf,
-                                           compute_kernels=[FUSED, FUSED_UVM_CACHING, FUSED_UVM])
-        for name, c in constraints.items():
-            c.sharding_types = list(self.offered[name])
-        return EmbeddingEnumerator(
-            self.topology, per_rank_batch(self.task), constraints,
-            estimator=torchrec_estimators(self.task, self.topology, constraints,
-                                          self.pipeline)), constraints
-
-
 class TorchRecSharder:
     """TorchRec's planner at full strength: all sharding types and kernels, cache-size search.
 
@@ -126,11 +108,10 @@ class TorchRecSharder:
         use_stats: Pass the access curves as cache statistics (and run the cache-size search).
         sharding_types: Sharding types TorchRec may choose (default: all it has that our plans
             hold).
-        time_limit: Seconds for the whole run, enumeration included: what is left when a
-            starting point begins (three quarters of it for the fitting start of two) bounds
-            TorchRec's proposal search there (its planner's ``timeout_seconds``); a start left
-            with under a second is skipped, keeping the best plan so far, and said so in
-            ``last_notes``.
+        time_limit: Seconds for the whole run, enumeration included; None: no limit. Options
+            TorchRec would take too long to enumerate are not offered, TorchRec's proposers
+            stop at the deadline once a plan is found, and a further start is tried only with
+            time left (module docstring); ``last_notes`` says what was cut.
         full_strength_cells: Tasks of more tables x devices than this offer the split sharding
             types to dominant tables only (:func:`offered_sharding_types`), bounding the
             options.
@@ -147,6 +128,9 @@ class TorchRecSharder:
     name: ClassVar[str] = "torchrec"
     summary: ClassVar[str] = ("TorchRec's EmbeddingShardingPlanner, every sharding type, cache "
                               "search, converted")
+    option_ranges: ClassVar[dict[str, Range]] = {
+        "cache_load_factor": Range(0, 1, open_low=True), "time_limit": TIME_LIMIT_S,
+        "full_strength_cells": Range(1, MAX_TABLES * MAX_DEVICES, integer=True)}
 
     def __init__(self, cache_load_factor: float | None = None, use_stats: bool = True,
                  sharding_types: tuple[str, ...] = SHARDING_TYPES,
@@ -163,94 +147,145 @@ class TorchRecSharder:
         self.sharding_types = tuple(sharding_types)
         self.last_sharding_plan: Any = None
         self.last_cache_load_factor: float | None = None
-        self.last_rating_ms: float | None = None
         self.last_notes: list[str] = []
+        self._rated: tuple[ShardingTask, str, float | None] | None = None
+        # Import TorchRec now (seconds, once per process), so that shard() is planning only.
+        self._unloadable = torchrec_unavailable(load=True) if self.unavailable() is None else None
 
     @classmethod
     def unavailable(cls) -> str | None:
         return torchrec_unavailable()
 
+    @property
+    def last_rating_ms(self) -> float | None:
+        """TorchRec's perf estimate of the slowest rank of the last plan, ms (None before
+        :meth:`shard`); rated when first asked for, where one start made no rating needed."""
+        if self._rated is None:
+            return None
+        task, pipeline, rating = self._rated
+        if rating is None:
+            rating = _rating(self.last_sharding_plan, task, pipeline)
+            self._rated = (task, pipeline, rating)
+        return rating
+
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
-        reason = torchrec_unavailable(load=True)
+        reason = self._unloadable or torchrec_unavailable(load=True)
         if reason:
             raise PlannerError("unavailable", reason)
-        from torchrec.distributed.planner import EmbeddingShardingPlanner
-        from torchrec.distributed.planner.storage_reservations import (
-            FixedPercentageStorageReservation,
-        )
-        from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
-
-        from autoshard.torchrec.estimate import per_rank_batch, quiet_torchrec, task_pipeline
+        from autoshard.torchrec.estimate import quiet_torchrec, task_pipeline
 
         began = time.monotonic()
-        self.last_notes = []
+        deadline = math.inf if self.time_limit is None else began + self.time_limit
+        self.last_notes, self._rated = [], None
         pipeline = task_pipeline(task, self.pipeline)
-        space = _SearchSpace(task, self._offered(task, cost_model), self.use_stats, pipeline)
         with quiet_torchrec():
+            space = SearchSpace(task, self._offered_in_time(task, cost_model, deadline),
+                                 self.use_stats, pipeline)
             starts = ([self.cache_load_factor] if self.cache_load_factor is not None
-                      else self._starts(space, task))
-            best: tuple[float, float, Any] | None = None
-            for i, clf in enumerate(starts):
-                left = self._seconds_left(began, len(starts) - i)
-                if best is not None and left is not None and left < 1:
-                    self.last_notes.append(f"time limit reached: cache start {clf:.3g} not "
-                                           f"tried, kept the plan from {best[1]:.3g}")
-                    _log.warning("torchrec: %s", self.last_notes[-1])
-                    break
-                chosen, constraints = space.enumerator(clf)
-                try:
-                    planner = EmbeddingShardingPlanner(
-                        topology=space.topology, batch_size=per_rank_batch(task),
-                        enumerator=chosen, constraints=constraints,
-                        storage_reservation=FixedPercentageStorageReservation(0.0),
-                        proposer=self._proposers(), debug=False,
-                        timeout_seconds=None if left is None else max(1, int(left)))
-                    plan = planner.plan(space.module, space.sharders)
-                except TorchRecPlannerError as exc:
-                    if best is None and clf == starts[-1]:
-                        raise PlannerError("torchrec", f"TorchRec's planner found no plan for "
-                                           f"{task.num_tables} tables on {task.num_devices} "
-                                           f"devices: {str(exc).splitlines()[0]}") from exc
-                    continue
-                rating = _rating(plan, task, pipeline)
-                if best is None or rating < best[0]:
-                    best = (rating, clf, plan)
-        assert best is not None
-        self.last_rating_ms, self.last_cache_load_factor, self.last_sharding_plan = best
-        return convert_plan(self.last_sharding_plan, task, self.name)
+                      else self._starts(space, task, deadline))
+            rating, clf, plan = self._best_start(space, task, starts, deadline)
+        self.last_cache_load_factor, self.last_sharding_plan = clf, plan
+        self._rated = (task, pipeline, rating)
+        return convert_plan(plan, task, self.name)
+
+    def _best_start(self, space: SearchSpace, task: ShardingTask, starts: list[float],
+                    deadline: float) -> tuple[float | None, float, Any]:
+        """(rating, starting load factor, ShardingPlan) of the best start TorchRec planned in
+        time; the rating is None where only one start was planned (none to compare)."""
+        from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
+
+        plans: list[tuple[float, Any]] = []
+        for i, clf in enumerate(starts):
+            left = deadline - time.monotonic()
+            need = MIN_START_S + (0.0 if clf in space.enumerated else space.enumerate_s)
+            if plans and left < need:
+                self._note(f"time limit: cache start {clf:.3g} not tried ({left:.1f} s left), "
+                           f"kept the plan from {plans[0][0]:.3g}")
+                break
+            last = i == len(starts) - 1
+            stop = deadline if last else time.monotonic() + left * _FIRST_START_SHARE
+            if left < 0 and not plans:
+                self._note(f"time limit passed before TorchRec proposed (its enumeration took "
+                           f"{space.enumerate_s:.1f} s): its first proposals that fit are kept")
+            try:
+                plans.append((clf, space.planned(clf, stop, deadline, task,
+                                                 self._proposers(deadline))))
+            except TorchRecPlannerError as exc:
+                if not plans and last:
+                    within = ("" if self.time_limit is None else
+                              f" within its time limit of {self.time_limit:g} s")
+                    raise PlannerError("torchrec", f"TorchRec's planner found no plan for "
+                                       f"{task.num_tables} tables on {task.num_devices} "
+                                       f"devices{within}: {str(exc).splitlines()[0]}") from exc
+        if len(plans) == 1:
+            return None, *plans[0]
+        rated = [(_rating(plan, task, space.pipeline), clf, plan) for clf, plan in plans]
+        return min(rated, key=lambda r: r[0])
 
     def search_space(self, task: ShardingTask, cost_model: CostModel,
                      cache_load_factor: float = DEFAULT_CACHE_LOAD_FACTOR) -> list[Any]:
-        """TorchRec's enumerated sharding options for ``task``, as :meth:`shard` offers them."""
+        """TorchRec's enumerated sharding options for ``task``, as :meth:`shard` offers them
+        without a time limit."""
         from autoshard.torchrec.estimate import quiet_torchrec, task_pipeline
 
-        space = _SearchSpace(task, self._offered(task, cost_model), self.use_stats,
+        space = SearchSpace(task, self._offered(task, cost_model), self.use_stats,
                              task_pipeline(task, self.pipeline))
 
         with quiet_torchrec():
-            return list(space.enumerator(cache_load_factor)[0].enumerate(space.module,
-                                                                         space.sharders))
+            return list(space.options(cache_load_factor)[2])
 
     def _offered(self, task: ShardingTask, cost_model: CostModel) -> dict[str, list[str]]:
         return offered_sharding_types(task, cost_model, self.sharding_types,
                                       self.full_strength_cells)
 
-    def _starts(self, space: _SearchSpace, task: ShardingTask) -> list[float]:
-        """The fitting cache start, and TorchRec's default when that is larger."""
-        fit = fitting_cache_load_factor(space.enumerator(DEFAULT_CACHE_LOAD_FACTOR)[0],
-                                        space.module, space.sharders, task)
+    def _offered_in_time(self, task: ShardingTask, cost_model: CostModel, deadline: float
+                         ) -> dict[str, list[str]]:
+        """The sharding types offered per table: as :meth:`_offered`, or fewer where TorchRec's
+        enumeration of those is predicted to take more than :data:`ENUMERATE_SHARE` of the
+        time left (split types for dominant tables only, then for none; said in
+        ``last_notes``)."""
+        budget = ENUMERATE_SHARE * (deadline - time.monotonic())
+        offered = self._offered(task, cost_model)
+        if WHOLE_TYPE not in self.sharding_types:
+            return offered
+        for label, cells in (("the dominant tables only", 0), ("no table", None)):
+            predicted = predicted_shards(task, offered) * ENUMERATE_S_PER_SHARD
+            if predicted <= budget:
+                return offered
+            fewer = ({t.name: [WHOLE_TYPE] for t in task.tables} if cells is None else
+                     offered_sharding_types(task, cost_model, self.sharding_types, cells))
+            if fewer != offered:
+                self._note(f"time limit: split sharding types offered to {label} (TorchRec's "
+                           f"enumeration of the options predicted to take {predicted:.1f} s)")
+            offered = fewer
+        return offered
+
+    def _starts(self, space: SearchSpace, task: ShardingTask, deadline: float) -> list[float]:
+        """The fitting cache start, and TorchRec's default when that is larger; the default
+        alone when the fitting start cannot be searched in time."""
+        enumerator, _, options = space.options(DEFAULT_CACHE_LOAD_FACTOR)
+        room = _START_FILL * float(task.device_arrays.hbm_capacity.sum())
+        if largest_hbm(options) <= room:  # every start fits: the fitting one is the default
+            return [DEFAULT_CACHE_LOAD_FACTOR]
+        left = deadline - time.monotonic()
+        if left < 2 * space.enumerate_s + MIN_START_S:
+            self._note(f"time limit: the fitting cache start not searched ({left:.1f} s "
+                       f"left), planned from TorchRec's default {DEFAULT_CACHE_LOAD_FACTOR}")
+            return [DEFAULT_CACHE_LOAD_FACTOR]
+        fit = fitting_cache_load_factor(enumerator, space.module, space.sharders, task,
+                                        options)
         return [fit] + ([DEFAULT_CACHE_LOAD_FACTOR] if fit < DEFAULT_CACHE_LOAD_FACTOR else [])
 
-    def _seconds_left(self, began: float, starts_left: int) -> float | None:
-        """This start's share of what is left of ``time_limit`` (``None``: no limit): the first
-        of two starts (the one whose caches fit) gets most of it."""
-        if self.time_limit is None:
-            return None
-        left = self.time_limit - (time.monotonic() - began)
-        return left if starts_left == 1 else left * _FIRST_START_SHARE
+    def _note(self, note: str) -> None:
+        self.last_notes.append(note)
+        _log.warning("torchrec: %s", note)
 
-    def _proposers(self) -> list[Any]:
-        """TorchRec's default proposers, plus its cache-size search when it has statistics."""
+    def _proposers(self, deadline: float) -> list[Any]:
+        """TorchRec's default proposers, plus its cache-size search when it has statistics.
+
+        Under a time limit the cache-size search comes first (its first proposal, the fitting
+        start, fits where any does), and is left out when under :data:`MIN_START_S` is left
+        (loading it copies the options)."""
         from torchrec.distributed.planner.proposers import (
             EmbeddingOffloadScaleupProposer,
             GreedyProposer,
@@ -260,9 +295,15 @@ class TorchRecSharder:
 
         proposers = [GridSearchProposer(), GreedyProposer(), GreedyProposer(use_depth=False),
                      UniformProposer()]
-        if self.use_stats:
-            proposers.append(EmbeddingOffloadScaleupProposer())
-        return proposers
+        if not self.use_stats:
+            return proposers
+        if math.isinf(deadline):
+            return [*proposers, EmbeddingOffloadScaleupProposer()]
+        left = deadline - time.monotonic()
+        if left < MIN_START_S:
+            self._note(f"time limit: TorchRec's cache-size search not run ({left:.1f} s left)")
+            return proposers
+        return [EmbeddingOffloadScaleupProposer(), *proposers]
 
 
 def _rating(sharding_plan: Any, task: ShardingTask, pipeline: str) -> float:
@@ -276,28 +317,32 @@ def _rating(sharding_plan: Any, task: ShardingTask, pipeline: str) -> float:
 
 
 def fitting_cache_load_factor(enumerator: Any, module: Any, sharders: list[Any],
-                              task: ShardingTask) -> float:
+                              task: ShardingTask, options: list[Any] | None = None) -> float:
     """The largest cache load factor, up to TorchRec's default, at which the cache-size search's
     starting plan (every table on its best-rated cached option) fits the cluster's HBM under
     TorchRec's own storage estimate, with room to partition.
 
-    ``enumerator`` enumerates at TorchRec's default load factor; the starting plan's HBM is
-    affine in the load factor (TorchRec's own model for its cache search), so two estimates
-    give it. A small positive factor when even the buffers leave no room.
+    ``enumerator`` enumerates at TorchRec's default load factor (``options``: what it
+    enumerated, left unchanged); the starting plan's HBM is affine in the load factor
+    (TorchRec's own model for its cache search), so two estimates give it. A small positive
+    factor when even the buffers leave no room.
     """
     from torchrec.distributed.planner.proposers import EmbeddingOffloadScaleupProposer
 
-    proposer = EmbeddingOffloadScaleupProposer()
-    proposer.load(enumerator.enumerate(module, sharders), enumerator)
+    proposer = EmbeddingOffloadScaleupProposer()  # its starting proposal is a copy
+    proposer.load(options if options is not None else enumerator.enumerate(module, sharders),
+                  enumerator)
     start = proposer.starting_proposal
-    cached = [o for o in start if o.compute_kernel == FUSED_UVM_CACHING]
     high = sum(o.total_storage.hbm for o in start)
+    room = _START_FILL * float(task.device_arrays.hbm_capacity.sum())
+    if high <= room:
+        return DEFAULT_CACHE_LOAD_FACTOR
+    cached = [o for o in start if o.compute_kernel == FUSED_UVM_CACHING]
     for o in cached:
         o.cache_params.load_factor = _TINY_CACHE
     enumerator.populate_estimates(cached)
     low = sum(o.total_storage.hbm for o in start)
-    room = _START_FILL * float(task.device_arrays.hbm_capacity.sum())
-    if high <= room or high <= low:
+    if high <= low:
         return DEFAULT_CACHE_LOAD_FACTOR
     clf = _TINY_CACHE + (room - low) / (high - low) * (DEFAULT_CACHE_LOAD_FACTOR - _TINY_CACHE)
     return float(min(max(clf, _TINY_CACHE), DEFAULT_CACHE_LOAD_FACTOR))

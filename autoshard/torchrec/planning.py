@@ -1,0 +1,158 @@
+"""TorchRec's planner run against a deadline: its search space enumerated once per starting
+cache load factor and handed to the planner, whose proposers stop at the deadline.
+
+Everything here serves :class:`autoshard.torchrec.sharder.TorchRecSharder`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from autoshard.task import ShardingTask
+from autoshard.torchrec.export import meta_collection
+from autoshard.torchrec.mapping import FUSED, FUSED_UVM, FUSED_UVM_CACHING, data_type, kind_of
+
+#: The compute kernels TorchRec may choose (every one our plans hold), in the order offered.
+PLANNED_KERNELS = (FUSED, FUSED_UVM_CACHING, FUSED_UVM)
+
+
+def predicted_shards(task: ShardingTask, offered: dict[str, list[str]]) -> int:
+    """Shards of the options TorchRec enumerates for ``offered``: per table, kernel and type,
+    one for a whole table, one per rank (of the world, or of a node for node-local kinds) for
+    a row split, one per 128 columns for a column split."""
+    per_node = min(task.hardware.devices_per_node, task.num_devices)
+    total = 0
+    for t in task.tables:
+        for sharding_type in offered[t.name]:
+            kind = kind_of(sharding_type)
+            total += ((per_node if kind.node_local else task.num_devices) if kind.splits_rows
+                      else max(1, math.ceil(t.dim / 128)) if kind.splits_cols else 1)
+    return total * len(PLANNED_KERNELS)
+
+
+class SearchSpace:
+    """The meta-device module, topology and per-table constraints TorchRec plans over, and
+    the options enumerated at each starting load factor (each handed to one planner run)."""
+
+    def __init__(self, task: ShardingTask, offered: dict[str, list[str]],
+                 use_stats: bool, pipeline: str) -> None:
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+        from autoshard.torchrec.estimate import declare_optimizers, torchrec_topology
+
+        self.task, self.offered, self.use_stats = task, offered, use_stats
+        self.pipeline = pipeline
+        self.module = meta_collection([(t.name, t.rows, t.dim, data_type(t))
+                                       for t in task.tables])
+        if task.workload.train:
+            declare_optimizers(self.module, task.tables)
+        self.sharders = [EmbeddingBagCollectionSharder()]
+        self.topology = torchrec_topology(task)
+        self.enumerated: dict[float, tuple[Any, dict[str, Any], list[Any]]] = {}
+        self.enumerate_s = 0.0  # how long the last enumeration took
+
+    def enumerator(self, clf: float) -> tuple[Any, dict[str, Any]]:
+        """TorchRec's enumerator at starting cache load factor ``clf``, and its constraints."""
+        from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+
+        from autoshard.torchrec.estimate import (
+            per_rank_batch,
+            torchrec_constraints,
+            torchrec_estimators,
+        )
+
+        constraints = torchrec_constraints(self.task, self.use_stats, pipeline=self.pipeline,
+                                           cache_load_factor=clf,
+                                           compute_kernels=list(PLANNED_KERNELS))
+        for name, c in constraints.items():
+            c.sharding_types = list(self.offered[name])
+        return EmbeddingEnumerator(
+            self.topology, per_rank_batch(self.task), constraints,
+            estimator=torchrec_estimators(self.task, self.topology, constraints,
+                                          self.pipeline)), constraints
+
+    def options(self, clf: float) -> tuple[Any, dict[str, Any], list[Any]]:
+        """TorchRec's enumerator at ``clf``, its constraints and its options, enumerated once
+        (timed)."""
+        if clf not in self.enumerated:
+            began = time.monotonic()
+            chosen, constraints = self.enumerator(clf)
+            self.enumerated[clf] = (chosen, constraints,
+                                    chosen.enumerate(self.module, self.sharders))
+            self.enumerate_s = time.monotonic() - began
+        return self.enumerated[clf]
+
+    def planned(self, clf: float, stop: float, deadline: float, task: ShardingTask,
+                proposers: list[Any]) -> Any:
+        """TorchRec's plan from the options at ``clf`` (which it then owns), its proposers
+        stopped at ``stop`` once some proposal fits, and at ``deadline`` in any case."""
+        from torchrec.distributed.planner import EmbeddingShardingPlanner
+        from torchrec.distributed.planner.storage_reservations import (
+            FixedPercentageStorageReservation,
+        )
+
+        from autoshard.torchrec.estimate import per_rank_batch
+
+        enumerator, constraints, options = self.options(clf)
+        del self.enumerated[clf]
+        found: list[bool] = []
+        planner = EmbeddingShardingPlanner(
+            topology=self.topology, batch_size=per_rank_batch(task),
+            enumerator=_Enumerated(enumerator, options), constraints=constraints,
+            storage_reservation=FixedPercentageStorageReservation(0.0),
+            proposer=[_UntilDeadline(p, stop, deadline, found) for p in proposers],
+            debug=False)
+        return planner.plan(self.module, self.sharders)
+
+
+class _Enumerated:
+    """TorchRec's enumerator whose options are already enumerated: the planner gets them
+    instead of enumerating again; everything else is the enumerator's."""
+
+    def __init__(self, enumerator: Any, options: list[Any]) -> None:
+        self._enumerator, self._options = enumerator, options
+
+    def enumerate(self, module: Any, sharders: list[Any]) -> list[Any]:
+        return self._options
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._enumerator, name)
+
+
+class _UntilDeadline:
+    """A TorchRec proposer that proposes nothing more once ``stop`` (time.monotonic) has
+    passed and some proposal fitted (``found``, shared by the run's proposers), nor once
+    ``deadline`` has passed, but for its first proposal while none has fitted (so that a run
+    whose enumeration took its time still gets a plan)."""
+
+    def __init__(self, proposer: Any, stop: float, deadline: float, found: list[bool]) -> None:
+        self._proposer, self._found = proposer, found
+        self._stop, self._deadline = stop, deadline
+        self._proposed = False
+
+    def load(self, search_space: list[Any], enumerator: Any = None) -> None:
+        self._proposer.load(search_space=search_space, enumerator=enumerator)
+
+    def propose(self) -> Any:
+        now = time.monotonic()
+        late = now > self._deadline or (self._found and now > self._stop)
+        if late and (self._found or self._proposed):
+            return None
+        self._proposed = True
+        return self._proposer.propose()
+
+    def feedback(self, partitionable: bool, **details: Any) -> None:
+        if partitionable:
+            self._found.append(True)
+        self._proposer.feedback(partitionable=partitionable, **details)
+
+
+def largest_hbm(options: list[Any]) -> float:
+    """The most HBM any choice of one option per table takes under TorchRec's own storage
+    estimate: the sum over tables of their options' largest."""
+    largest: dict[str, float] = {}
+    for o in options:
+        largest[o.fqn] = max(largest.get(o.fqn, 0.0), float(o.total_storage.hbm))
+    return sum(largest.values())
