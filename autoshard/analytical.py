@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.cost import Pricing
-from autoshard.shards import comm_scales
+from autoshard.shard_terms import batch_share, comm_scales, replica_terms
 from autoshard.task import ShardingTask
 
 _MS_PER_S = 1e3
@@ -52,7 +52,12 @@ class AnalyticalCostModel:
     Shards (:mod:`autoshard.shards`) are priced as small tables: a column block with its block
     of r, a row shard with its share of L and the full r (its partial pooled sums); a
     table-row-wise shard sends (k-1)/k of its partial sums over the intra-node link (the
-    reduce-scatter in its node) and 1/k of them through the all-to-all.
+    reduce-scatter in its node) and 1/k of them through the all-to-all, and a grid shard (a
+    row shard of a column block, k per block) does the same with its block's r. A replica
+    (``data_parallel``) serves 1/D of L from HBM and sends nothing through the all-to-all; in
+    train it pays its table's gradient all-reduce (a ring: 2 (D-1)/D of the table's bytes over
+    the slowest link it crosses, the inter-node one when the cluster has several nodes) and the
+    dense update of the whole table in HBM (:func:`autoshard.kinds.replica_sync_bytes`).
 
     Args:
         hbm_efficiency: Fraction of the HBM tier's spec-sheet bandwidth achieved (1.0 = spec).
@@ -73,21 +78,25 @@ class AnalyticalCostModel:
         d = np.asarray(device_idx)
         hw = task.hardware
         a2a, reduce = comm_scales(task, t)
+        sync, update = replica_terms(task, t)
+        ring = hw.inter_node_gbps if task.num_devices > hw.devices_per_node else hw.intra_node_gbps
         return self.price_terms(
             hbm_share=task.hbm_share(t, hbm_rows), row_bytes=a.row_bytes[t], dim=a.dim[t],
             optimizer_bytes=a.optimizer_bytes[t], lookups=a.lookups[t],
             hbm_gbps=dev.hbm_gbps[d], host_gbps=dev.host_gbps[d],
             intra_share=dev.intra_share[d], inter_share=dev.inter_share[d],
-            train=task.workload.train, batch_size=task.workload.batch_size,
+            train=task.workload.train, batch_size=task.workload.batch_size * batch_share(task, t),
             kernel_overhead_us=hw.kernel_overhead_us, num_devices=task.num_devices,
             intra_node_gbps=hw.intra_node_gbps, inter_node_gbps=hw.inter_node_gbps,
-            a2a_scale=a2a, reduce_scale=reduce)
+            a2a_scale=a2a, reduce_scale=reduce, sync_bytes=sync, update_bytes=update,
+            ring_gbps=ring)
 
     def price_terms(self, *, hbm_share: Any, row_bytes: Any, dim: Any, optimizer_bytes: Any,
                     lookups: Any, hbm_gbps: Any, host_gbps: Any, intra_share: Any,
                     inter_share: Any, train: Any, batch_size: Any, kernel_overhead_us: Any,
                     num_devices: Any, intra_node_gbps: Any, inter_node_gbps: Any,
-                    a2a_scale: Any = 1.0, reduce_scale: Any = 0.0) -> Pricing:
+                    a2a_scale: Any = 1.0, reduce_scale: Any = 0.0, sync_bytes: Any = 0.0,
+                    update_bytes: Any = 0.0, ring_gbps: Any = 1.0) -> Pricing:
         """Prices rows given by their terms rather than by a task: each argument a scalar or an
         array that broadcasts against the rows, so that rows of several tasks (a batch of
         environment episodes) are priced in one call, with :meth:`price`'s arithmetic.
@@ -101,11 +110,14 @@ class AnalyticalCostModel:
             intra_share, inter_share: Shares of the device's all-to-all peers in and out of
                 its node.
             train: Train mode (forward, backward, optimizer) rather than inference.
-            batch_size: Global batch size.
+            batch_size: Samples whose pooled outputs the row writes: the global batch, or a
+                replica's device's share of it (:func:`autoshard.shard_terms.batch_share`).
             kernel_overhead_us: Fixed cost of a kernel pass, us.
             num_devices: Devices of the cluster.
             intra_node_gbps, inter_node_gbps: Link bandwidths, GB/s.
-            a2a_scale, reduce_scale: See :func:`autoshard.shards.comm_scales`.
+            a2a_scale, reduce_scale: See :func:`autoshard.shard_terms.comm_scales`.
+            sync_bytes, update_bytes: A replica's all-reduce and dense-update bytes
+                (:func:`autoshard.shard_terms.replica_terms`); ``ring_gbps`` the all-reduce's link.
         """
         h, r = hbm_share, row_bytes
         read = r * narrow_row_factor(dim)
@@ -127,7 +139,20 @@ class AnalyticalCostModel:
         sec_per_byte = (a2a_scale * sec_per_byte
                         + reduce_scale / (intra_node_gbps * _BYTES_PER_GB))
         return Pricing(
-            hbm_ms=hbm_bytes / hbm_bw * _MS_PER_S + overhead_ms,
+            hbm_ms=(hbm_bytes + update_bytes) / hbm_bw * _MS_PER_S + overhead_ms,
             uvm_ms=uvm_bytes / host_bw * _MS_PER_S,
-            comm_ms=passes * batch_size * r * sec_per_byte * _MS_PER_S,
+            comm_ms=(passes * batch_size * r * sec_per_byte
+                     + sync_bytes / (ring_gbps * _BYTES_PER_GB)) * _MS_PER_S,
         )
+
+
+def replica_update_ms(task: ShardingTask, table_idx: np.ndarray, device_idx: np.ndarray
+                      ) -> np.ndarray | float:
+    """The dense update of each priced replica in a training step, at its device's spec-sheet
+    HBM bandwidth (0 for other rows): what a learned model of the lookups alone leaves out
+    (:class:`AnalyticalCostModel` prices it itself)."""
+    _, update = replica_terms(task, np.asarray(table_idx))
+    if np.ndim(update) == 0:
+        return 0.0
+    bw = task.device_arrays.hbm_gbps[np.asarray(device_idx)] * _BYTES_PER_GB
+    return np.asarray(update) / bw * _MS_PER_S

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoshard import kinds
 from autoshard.access import GRID
 from autoshard.cost import CostModel
+from autoshard.shards import ShardGeometry, shard_task
 from autoshard.task import ShardingTask
 
 #: Most (table, device, rows) points priced in one call when pricing against a deadline.
@@ -65,7 +67,8 @@ def table_cost_curves(task: ShardingTask, cost_model: CostModel, device: int = 0
 
 
 def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
-                   deadline: float | None = None, reserved: bool = False) -> float:
+                   deadline: float | None = None, reserved: bool = False,
+                   replicas: bool = False) -> float:
     """A lower bound on the step cost (max over devices) of every feasible plan.
 
     The least total work of all tables given the cluster's aggregate HBM capacity, spread evenly
@@ -91,8 +94,14 @@ def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool
     cluster's HBM less every table's reservation (a split table's shards reserve at least as
     much as the table whole: their input ids, outputs and rows add up to at least its own), a
     tighter bound valid for the task as posed.
+
+    A replicated table (``data_parallel``: a replica on every device, all in HBM, no
+    all-to-all) may do less work than the table whole. With ``replicas`` each table its
+    constraints let replicate has one more point on its curve, the replicas' total cost at
+    the bytes of every replica (:func:`replica_points`), so that the bound holds for plans
+    that replicate tables too; without, it holds for plans that do not.
     """
-    relaxed = relax(task, cost_model, whole_tables, deadline, reserved)
+    relaxed = relax(task, cost_model, whole_tables, deadline, reserved, replicas)
     spread = float(relaxed.cost_ms.sum()) / task.num_devices
     return max(relaxed.single_ms, spread) if whole_tables else spread
 
@@ -114,7 +123,8 @@ class Relaxation:
 
 
 def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
-          deadline: float | None = None, reserved: bool = False) -> Relaxation:
+          deadline: float | None = None, reserved: bool = False, replicas: bool = False
+          ) -> Relaxation:
     """Solves the fractional knapsack of :func:`lower_bound_ms` (see there); past ``deadline``
     (a ``time.perf_counter`` instant): :class:`DeadlineReached`."""
     dev = task.device_arrays
@@ -129,6 +139,8 @@ def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
         # the single-table figure needs it).
         cost, used = table_cost_curves(task, cost_model, int(d), hbm_bytes=top,
                                        deadline=deadline, reserved=reserved)
+        if replicas and not whole_tables:
+            cost, used = _with_replicas(task, cost_model, int(d), cost, used, reserved)
         if whole_tables and dev.hbm_capacity[d] != top:
             own, _ = table_cost_curves(task, cost_model, int(d), deadline=deadline,
                                        reserved=reserved)
@@ -143,6 +155,40 @@ def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
         budget = max(budget - float(task.table_arrays.hbm_reserved_bytes.sum()), 0.0)
     cost_ms, hbm = _least_work(best_cost, best_bytes, budget)
     return Relaxation(cost_ms, hbm, float(single.max()))
+
+
+def replica_points(task: ShardingTask, cost_model: CostModel, device: int = 0,
+                   reserved: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Each table replicated on every device (:func:`autoshard.shards.replicas`): the
+    replicas' total cost (ms, each priced on a device like ``device``, all rows in HBM) and
+    their HBM bytes (weights and optimizer state, or with ``reserved`` as the runtime counts
+    them with their reservations); cost infinite where the table may not be replicated (its
+    constraints, or a world of one device). Shapes [T]."""
+    a = task.table_arrays
+    n, world = task.num_tables, task.num_devices
+    t = np.arange(n)
+    zero = np.zeros(n, dtype=np.int64)
+    g = ShardGeometry(t, zero + kinds.REPLICATED.code, zero + world, zero, a.rows, zero,
+                      a.dim)
+    sub = shard_task(task, g, named=False)
+    b = sub.table_arrays
+    one = cost_model.price(sub, t, np.full(n, device), b.rows).total_ms
+    per_row = b.hbm_bytes_per_row if reserved else b.memory_bytes_per_row
+    held = b.rows * per_row + (b.hbm_reserved_bytes if reserved else 0.0)
+    allowed = np.array([task.constraints.of(x.name).allows(kinds.REPLICATED)
+                        for x in task.tables]) & (world > 1)
+    return np.where(allowed, world * one, np.inf), world * held
+
+
+def _with_replicas(task: ShardingTask, cost_model: CostModel, device: int, cost: np.ndarray,
+                   used: np.ndarray, reserved: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The curves with each table's replicas as one more point (its last point repeated
+    where it may not be replicated or the replicas cost more)."""
+    rep_cost, rep_bytes = replica_points(task, cost_model, device, reserved)
+    better = rep_cost < cost[:, -1]
+    return (np.column_stack((cost, np.where(better, rep_cost, cost[:, -1]))),
+            np.column_stack((used, np.where(better, np.maximum(rep_bytes, used[:, -1]),
+                                            used[:, -1]))))
 
 
 def lower_hull(cost: np.ndarray, used: np.ndarray) -> np.ndarray:

@@ -57,6 +57,7 @@ class CostReport:
     reservation keeps (:func:`autoshard.bounds.lower_bound_ms` with ``reserved``);
     ``weights_bound_ms`` counts the rows' weights alone (the same tables on a runtime that keeps
     nothing), lower where the task reserves HBM. ``reservation`` names the task's reservation.
+    ``shardings`` counts the plan's tables by sharding kind.
     """
 
     sharder: str
@@ -73,6 +74,7 @@ class CostReport:
     measured: bool = False
     weights_bound_ms: float | None = None
     reservation: str = "none"
+    shardings: dict[str, int] | None = None  # tables per sharding kind
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -133,8 +135,8 @@ def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
     lookups = np.array([d.lookups for d in devices])
     uvm_lookups = np.array([d.uvm_lookups for d in devices])
     step = float(total.max())
-    weights = lower_bound_ms(task, cost_model)
-    bound = (lower_bound_ms(task, cost_model, reserved=True)
+    weights = lower_bound_ms(task, cost_model, replicas=True)
+    bound = (lower_bound_ms(task, cost_model, reserved=True, replicas=True)
              if task.reservation.keeps_room else weights)
     if bound_ms is not None:
         bound = max(bound, bound_ms)
@@ -152,6 +154,7 @@ def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
         per_device=devices,
         access_assumptions=dict(Counter(t.access_source for t in task.tables)),
         weights_bound_ms=weights, reservation=task.reservation.name,
+        shardings=plan.sharding_counts(),
     )
 
 

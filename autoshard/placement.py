@@ -61,11 +61,13 @@ class PlacementState:
 
     def fits(self, table: int, hbm_rows: np.ndarray) -> np.ndarray:
         """Per device, whether ``hbm_rows[d]`` hot rows in HBM (with the table's reservation,
-        and, when any, beside :meth:`kept_back`) and the rest in host memory fit."""
+        and, when any, beside :meth:`kept_back`; at least the rows it must keep there,
+        :attr:`autoshard.task.TableArrays.hbm_least`) and the rest in host memory fit."""
         a = self.task.table_arrays
         hbm_rows = np.asarray(hbm_rows)
         keep = np.where(hbm_rows > 0, self.kept_back(table), 0.0)
         return ((a.hbm_bytes(table, hbm_rows) + keep <= self.free_hbm + 1e-6)
+                & (hbm_rows >= a.hbm_least[table])
                 & ((a.rows[table] - hbm_rows) * a.memory_bytes_per_row[table]
                    <= self.free_host + 1e-6))
 

@@ -1,8 +1,9 @@
 """Plans: where every table's shards live and how many of their hottest rows stay in HBM.
 
 A table is placed whole, on one device with its hottest ``hbm_rows`` in HBM, or split into
-shards of one :class:`autoshard.kinds.ShardingKind` (row ranges or column blocks), each on its
-device with its own hottest ``hbm_rows`` in HBM. This module owns the plan file's schema.
+shards of one :class:`autoshard.kinds.ShardingKind` (row ranges, column blocks, or both:
+``grid_shard`` rectangles), each on its device with its own hottest ``hbm_rows`` in HBM. This
+module owns the plan file's schema.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class Placement:
             shards.
         sharding: How it is split (:data:`autoshard.kinds.WHOLE`: placed whole); a kind's
             name is read as that kind.
-        shards: The shards of a split table, in row (or column) order; empty when whole.
+        shards: The shards of a split table, in row (or column) order, a grid's block-major
+            (by column block, then rows); empty when whole.
     """
 
     table: str
@@ -114,6 +116,12 @@ def check_placement(p: Placement, where: str, source: str | None = None,
         return
     if not p.shards:
         raise bad("shards", f"a {p.sharding.value} placement needs at least one shard", [])
+    if p.sharding.replicated:
+        _check_replicas(p, rows, dim, bad)
+        return
+    if p.sharding.splits_rows and p.sharding.splits_cols:
+        _check_grid(p, rows, dim, bad)
+        return
     by_rows = p.sharding.splits_rows
     split_name = "rows" if by_rows else "cols"
     extent = rows if by_rows else dim
@@ -164,6 +172,13 @@ class Plan:
     def is_split(self) -> bool:
         """Whether any table is split into shards."""
         return any(p.is_split for p in self.placements)
+
+    def sharding_counts(self) -> dict[str, int]:
+        """Tables per sharding kind, by kind name (sorted)."""
+        counts: dict[str, int] = {}
+        for p in self.placements:
+            counts[p.sharding.value] = counts.get(p.sharding.value, 0) + 1
+        return dict(sorted(counts.items()))
 
     def arrays(self, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
         """(device, hbm_rows) in task order; checks every table is placed exactly once.
@@ -298,11 +313,66 @@ def _placement_from(p: Any, where: str, source: str) -> Placement:
     return placement
 
 
+def _check_replicas(p: Placement, rows: int | None, dim: int | None,
+                    bad: Callable[[str, str, object], InputError]) -> None:
+    """Checks a replicated placement: every shard holds the whole table, all of it in HBM,
+    on a device of its own (that they cover the world is checked against the hardware)."""
+    first = p.shards[0]
+    whole = ([0, rows if rows is not None else first.row_end],
+             [0, dim if dim is not None else first.col_end])
+    seen: set[int] = set()
+    for j, s in enumerate(p.shards):
+        for name, got, want in (("rows", [s.row_start, s.row_end], whole[0]),
+                                ("cols", [s.col_start, s.col_end], whole[1])):
+            if got != want:
+                raise bad(f"shards[{j}].{name}", f"a {p.sharding.value} replica holds the "
+                          f"whole table, {want}", got)
+        if s.hbm_rows != s.rows:
+            raise bad(f"shards[{j}].hbm_rows", f"a {p.sharding.value} replica keeps all its "
+                      f"{s.rows} rows in HBM", s.hbm_rows)
+        if s.device < 0 or s.device in seen:
+            raise bad(f"shards[{j}].device", "must be an integer >= 0, one replica per device",
+                      s.device)
+        seen.add(s.device)
+
+
+def _check_grid(p: Placement, rows: int | None, dim: int | None,
+                bad: Callable[[str, str, object], InputError]) -> None:
+    """Checks a grid placement, its shards listed block-major: column blocks in column order
+    covering the columns without gap or overlap, each block's row shards in row order covering
+    the rows (without ``rows``: the rows the first block covers)."""
+    shards, j, col_edge, first = p.shards, 0, 0, None
+    while j < len(shards):
+        block = (shards[j].col_start, shards[j].col_end)
+        if block[0] != col_edge:
+            raise bad(f"shards[{j}].cols", f"must start at {col_edge}, where the previous "
+                      "column block ends (blocks in column order, each block's row shards "
+                      "together, without overlap or gap)", list(block))
+        if dim is not None and block[1] > dim:
+            raise bad(f"shards[{j}].cols", f"ends at {block[1]} but the table has {dim} cols",
+                      block[1])
+        edge = 0
+        while j < len(shards) and (shards[j].col_start, shards[j].col_end) == block:
+            edge = _check_shard(p, j, shards[j], edge, rows, block, bad,
+                                "the columns of its block")
+            j += 1
+        if (rows if rows is not None else first) not in (None, edge):
+            whole = (f"the table has {rows} rows" if rows is not None else
+                     f"the first block at row {first} (every block covers the rows)")
+            raise bad(f"shards[{j - 1}].rows", f"column block {list(block)} ends at row {edge} "
+                      f"but {whole}", edge)
+        first, col_edge = edge if first is None else first, block[1]
+    if dim is not None and col_edge != dim:
+        raise bad(f"shards[{len(shards) - 1}].cols", f"column blocks end at {col_edge} but the "
+                  f"table has {dim} cols", col_edge)
+
+
 def _check_shard(p: Placement, j: int, s: Shard, edge: int, extent: int | None,
-                 want_full: tuple[int, int], bad: Callable[[str, str, object], InputError]
-                 ) -> int:
-    """Checks shard ``j`` of a split placement, which must start at ``edge``; returns where it
-    ends (see :func:`check_placement`)."""
+                 want_full: tuple[int, int], bad: Callable[[str, str, object], InputError],
+                 across: str | None = None) -> int:
+    """Checks shard ``j`` of a split placement, which must start at ``edge`` and hold
+    ``want_full`` across (``across`` says what that is; default every column, or row);
+    returns where it ends (see :func:`check_placement`)."""
     by_rows = p.sharding.splits_rows
     split_name, full_name = ("rows", "cols") if by_rows else ("cols", "rows")
     for name, (lo, hi) in (("rows", (s.row_start, s.row_end)), ("cols", (s.col_start, s.col_end))):
@@ -318,14 +388,48 @@ def _check_shard(p: Placement, j: int, s: Shard, edge: int, extent: int | None,
         raise bad(f"shards[{j}].{split_name}", f"ends at {end} but the table has {extent} "
                   f"{split_name}", end)
     if full_range != want_full:
-        raise bad(f"shards[{j}].{full_name}", f"a {p.sharding.value} shard holds every "
-                  f"{'column' if by_rows else 'row'}, {list(want_full)}", list(full_range))
+        holds = across or f"every {'column' if by_rows else 'row'}"
+        raise bad(f"shards[{j}].{full_name}", f"a {p.sharding.value} shard holds {holds}, "
+                  f"{list(want_full)}", list(full_range))
     if s.device < 0:
         raise bad(f"shards[{j}].device", "must be an integer >= 0", s.device)
     if not 0 <= s.hbm_rows <= s.rows:
         raise bad(f"shards[{j}].hbm_rows", f"must be in [0, {s.rows}], the shard's rows",
                   s.hbm_rows)
     return end
+
+
+def check_devices(p: Placement, pieces: tuple[Shard, ...], where: str, source: str | None,
+                  node: np.ndarray, hardware: str) -> None:
+    """Checks a placement's devices on hardware whose device i lies on node ``node[i]``: every
+    device exists; a replicated table has one replica on each device; a node-local kind's
+    column blocks (a table-row-wise table's one) each lie on one node, and where the kind
+    fills nodes one shard per device.
+
+    Raises:
+        InputError: Naming the field (e.g. ``placements[3].shards[1].device``) and the value.
+    """
+    n, kind = node.size, p.sharding
+    for j, s in enumerate(pieces):
+        if s.device >= n:
+            field = f"{where}.device" if not p.is_split else f"{where}.shards[{j}].device"
+            raise InputError(f"device {s.device} of {n}: the hardware '{hardware}' has "
+                             f"devices 0..{n - 1}", source=source, field=field, value=s.device)
+    if kind.replicated and sorted(s.device for s in pieces) != list(range(n)):
+        raise InputError(f"{kind.value} places one replica on each of the {n} devices",
+                         source=source, field=f"{where}.shards", value=[s.device for s in pieces])
+    blocks: dict[tuple[int, int], list[int]] = {}
+    for s in pieces if kind.node_local else ():
+        blocks.setdefault((s.col_start, s.col_end), []).append(s.device)
+    for cols, devices in blocks.items():
+        what = f"shards of column block {list(cols)}" if kind.splits_cols else "shards"
+        nodes = sorted({int(node[d]) for d in devices})
+        if len(nodes) > 1:
+            raise InputError(f"{kind.value} {what} all live on one node", source=source,
+                             field=f"{where}.shards", value=nodes)
+        if kind.fills_node and len(set(devices)) < len(devices):
+            raise InputError(f"{kind.value} {what} go one per device of their node",
+                             source=source, field=f"{where}.shards", value=devices)
 
 
 def memory_use(task: ShardingTask, device: np.ndarray,

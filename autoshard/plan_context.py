@@ -6,7 +6,9 @@ therefore carries (under ``context``):
 
 - the table set: where it came from (a file path as given, ``default`` for the built-in
   workload, or ``suite:<suite>/<task>``) and the SHA-256 of the tables themselves, so a
-  changed file is noticed;
+  changed file is noticed; tables that cannot be read again from where they came from (a
+  TorchRec model's, ``torchrec-model:MODULE:FACTORY``) are recorded in the file themselves
+  (``inline_tables``);
 - the hardware profile as resolved (every device, every override of ``--devices``,
   ``--nodes``, ``--hbm-gb``), and how it was asked for;
 - the workload (batch size, mode), the HBM reservation's name, and the cost model's identity
@@ -27,7 +29,7 @@ from typing import Any
 from autoshard.errors import InputError
 from autoshard.hardware import HardwareProfile
 from autoshard.reservation import get_reservation
-from autoshard.tables import Table, load_tables
+from autoshard.tables import Table, check_unique_names, load_tables
 from autoshard.task import ShardingTask, Workload
 
 #: The ``tables`` source of the built-in workload (856 generated tables).
@@ -79,6 +81,8 @@ class PlanContext:
         workload: Batch size and mode.
         reservation: The name of the HBM reservation (:mod:`autoshard.reservation`).
         cost_model: The identity of the cost model it was priced with.
+        inline_tables: The tables themselves, where they cannot be read again from
+            ``tables`` (a model's); None: read from ``tables``.
     """
 
     tables: str
@@ -88,13 +92,16 @@ class PlanContext:
     workload: Workload
     reservation: str
     cost_model: str
+    inline_tables: tuple[Table, ...] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, task: ShardingTask, tables: str, hardware_spec: dict[str, Any],
-           cost_model: str) -> PlanContext:
-        """The context of a plan of ``task``, whose tables came from ``tables``."""
+           cost_model: str, inline: bool = False) -> PlanContext:
+        """The context of a plan of ``task``, whose tables came from ``tables`` (recorded
+        themselves when ``inline``)."""
         return cls(tables, tables_digest(task.tables), task.hardware, dict(hardware_spec),
-                   task.workload, task.reservation.name, cost_model)
+                   task.workload, task.reservation.name, cost_model,
+                   task.tables if inline else None)
 
     def read_tables(self, source: str = "plan") -> tuple[Table, ...]:
         """The plan's tables, read again from where they came from and checked.
@@ -103,7 +110,8 @@ class PlanContext:
             InputError: The tables cannot be read, or differ from those planned (the digest
                 differs: the file changed), naming ``source``.
         """
-        tables = read_table_set(self.tables, source)
+        tables = (self.inline_tables if self.inline_tables is not None
+                  else read_table_set(self.tables, source))
         found = tables_digest(tables)
         if found != self.tables_digest:
             raise InputError(f"the tables in '{self.tables}' are not the ones the plan was made "
@@ -119,11 +127,14 @@ class PlanContext:
                             get_reservation(self.reservation, "context.reservation", source))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tables": self.tables, "tables_digest": self.tables_digest,
-                "hardware": self.hardware.to_dict(), "hardware_spec": self.hardware_spec,
-                "workload": {"batch_size": self.workload.batch_size,
-                             "mode": self.workload.mode},
-                "reservation": self.reservation, "cost_model": self.cost_model}
+        doc: dict[str, Any] = {
+            "tables": self.tables, "tables_digest": self.tables_digest,
+            "hardware": self.hardware.to_dict(), "hardware_spec": self.hardware_spec,
+            "workload": {"batch_size": self.workload.batch_size, "mode": self.workload.mode},
+            "reservation": self.reservation, "cost_model": self.cost_model}
+        if self.inline_tables is not None:
+            doc["inline_tables"] = [t.to_dict() for t in self.inline_tables]
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Any, source: str) -> PlanContext:
@@ -149,4 +160,25 @@ class PlanContext:
         workload = Workload.from_dict(doc.get("workload"), source, "context.workload")
         get_reservation(doc["reservation"], "context.reservation", source)
         return cls(doc["tables"], doc["tables_digest"], hardware, dict(doc["hardware_spec"]),
-                   workload, doc["reservation"], doc["cost_model"])
+                   workload, doc["reservation"], doc["cost_model"],
+                   _inline_tables(doc.get("inline_tables"), source))
+
+
+def _inline_tables(docs: Any, source: str) -> tuple[Table, ...] | None:
+    """The tables a context records itself (None when it records none).
+
+    Raises:
+        InputError: Not a non-empty list of tables with unique names, named under
+            ``context.inline_tables``.
+    """
+    if docs is None:
+        return None
+    if not isinstance(docs, list) or not docs:
+        raise InputError("expected a non-empty list of tables", source=source,
+                         field="context.inline_tables", value=docs)
+    try:
+        tables = tuple(Table.from_dict(d, source, i) for i, d in enumerate(docs))
+        check_unique_names(tables, source)
+    except InputError as exc:
+        raise exc.located(source, "context.inline_tables") from exc
+    return tables

@@ -67,8 +67,8 @@ class Reservation:
     def hbm_terms(self, rows: np.ndarray, cols: np.ndarray, table_dim: np.ndarray,
                   element_bytes: np.ndarray, optimizer_bytes: np.ndarray,
                   lookups_per_sample: np.ndarray, input_share: np.ndarray | float, *,
-                  train: bool, batch_size: int, world: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                  train: bool, batch_size: int, world: int,
+                  output_share: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """HBM bytes per row kept in HBM, and HBM bytes kept wherever it lives, of each table
         or shard ([N] each).
 
@@ -84,6 +84,8 @@ class Reservation:
             train: Training (optimizer state, buffers) or inference (weights only).
             batch_size: Global batch size.
             world: Devices.
+            output_share: Share of the global batch whose pooled outputs it writes (1; a
+                replica its device's share, :func:`autoshard.shard_terms.batch_share`).
         """
         return (weight_bytes(element_bytes, cols, optimizer_bytes, train),
                 np.zeros(np.shape(rows)))

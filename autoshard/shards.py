@@ -8,8 +8,12 @@ term reads. So a shard is priced exactly like a small table, and there is one pr
 How a shard derives from its table (ids are hashed, so hot rows spread evenly over row ranges):
 a row shard holding a share f of the rows sees f of the lookups and the table's access curve
 and writes partial pooled sums of the full dim; a column block of width w sees every lookup
-with w/dim of the row bytes, and keeps its own row-wise optimizer state. How partial sums are
-reduced and which ids a shard receives are its kind's rules (:mod:`autoshard.kinds`).
+with w/dim of the row bytes, and keeps its own row-wise optimizer state; a grid shard, a row
+range of a column block, is both (f of the lookups, w/dim of the bytes, partial sums of its
+block's w columns); a replica (one per device) holds every row in HBM and sees its device's
+share of the batch, 1/world of the lookups, and in training pays its table's gradient
+all-reduce and dense update (:func:`autoshard.shard_terms.replica_terms`). How partial sums
+are reduced and which ids a shard receives are its kind's rules (:mod:`autoshard.kinds`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import numpy as np
 from autoshard import kinds
 from autoshard.cost import CostModel, Pricing
 from autoshard.errors import InputError, PlannerError, gib
-from autoshard.kinds import WHOLE, ShardingKind
-from autoshard.plan import Placement, Plan, Shard, check_placement, hbm_use
+from autoshard.kinds import WHOLE, ShardingKind, split_kind
+from autoshard.plan import Placement, Plan, Shard, check_devices, check_placement, hbm_use
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, TableArrays
 
@@ -77,6 +81,20 @@ def same_split(a: ShardGeometry, b: ShardGeometry) -> bool:
         bool((getattr(a, f) == getattr(b, f)).all()) for f in ("table", "kind", "parts"))
 
 
+def column_blocks(g: ShardGeometry) -> np.ndarray:
+    """[S]: each shard's column block, an index shared by the shards of one table that hold
+    the same columns (all of a table's shards where its columns are not cut)."""
+    key = g.table * (int(g.col_start.max(initial=0)) + 1) + g.col_start
+    return np.unique(key, return_inverse=True)[1].ravel()
+
+
+def row_parts(g: ShardGeometry) -> np.ndarray:
+    """[S]: how many row shards hold each shard's columns: a row-split table's shards, a
+    grid's shards of one column block, 1 for a column block or a whole table."""
+    block = column_blocks(g)
+    return np.bincount(block)[block]
+
+
 def one_per_device(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
     """[S]: the shards that go one per device (:func:`autoshard.kinds.one_per_device`, where
     the task's runtime may route row splits in fixed blocks:
@@ -85,28 +103,31 @@ def one_per_device(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
 
 
 def fixed_shards(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
-    """[S]: the shards that must stay on their device once placed: where the runtime routes row
-    splits in fixed blocks, those of :func:`one_per_device` (they fill their world or node, so
-    no move keeps that); elsewhere none."""
-    return one_per_device(task, g) & task.reservation.fixed_row_blocks
+    """[S]: the shards that must stay on their device once placed: replicas, grid shards
+    (:func:`autoshard.kinds.fills_node`) and, where the runtime routes row splits in fixed
+    blocks, those of :func:`one_per_device` (they fill their world or node, so no move keeps
+    that)."""
+    return ((one_per_device(task, g) & task.reservation.fixed_row_blocks)
+            | kinds.replicated(g.kind) | kinds.fills_node(g.kind))
 
 
 def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
     """A device per shard for the shards whose device the split itself fixes (-1 for the
     others; None when there are none).
 
-    - node-local row shards (:attr:`autoshard.kinds.ShardingKind.node_local`): a table's shards
-      on consecutive devices of the node with the fewest shards pinned so far, from where the
-      last one there ended (so that they spread over the nodes' devices); with fixed row
-      blocks (one shard per device of the node) they fill it.
-    - the other row shards, with fixed row blocks: shard j on device j (its shards are alike,
-      one per device of the world).
+    - node-local row shards (:attr:`autoshard.kinds.ShardingKind.node_local`): each column
+      block's shards (a table-row-wise table's all) on consecutive devices of the node with
+      the fewest shards pinned so far, from where the last one there ended (so that they
+      spread over the nodes' devices), a grid's blocks on nodes its other blocks do not use
+      while there are such; with fixed row blocks, or a grid's, one shard per device of the
+      node, they fill it.
+    - replicas, and the other row shards with fixed row blocks: shard j on device j (its
+      shards are alike, one per device of the world).
     """
     bound = one_per_device(task, g)
     if not bound.any():
         return None
     local_kind = kinds.node_local(g.kind)
-    twrw = np.flatnonzero(bound & local_kind)
     rw = np.flatnonzero(bound & ~local_kind)
     pins = np.full(g.num_shards, -1, dtype=np.int64)
     for t in np.unique(g.table[rw]):
@@ -115,11 +136,16 @@ def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
     local = min(task.hardware.devices_per_node, task.num_devices)
     nodes = max(task.num_devices // local, 1)
     taken = np.zeros(nodes, dtype=np.int64)  # shards pinned to each node so far
-    for t in np.unique(g.table[twrw]):
-        idx = np.flatnonzero(g.table == t)
-        node = int(np.argmin(taken))
+    block = column_blocks(g)
+    used: dict[int, set[int]] = {}  # nodes each table's blocks use so far
+    for b in np.unique(block[bound & local_kind]):
+        idx = np.flatnonzero(block == b)
+        mine = used.setdefault(int(g.table[idx[0]]), set())
+        free = [n for n in range(nodes) if n not in mine] or list(range(nodes))
+        node = min(free, key=lambda n: (taken[n], n))
         pins[idx] = node * local + (taken[node] + np.arange(idx.size)) % local
         taken[node] += idx.size
+        mine.add(node)
     return pins
 
 
@@ -131,13 +157,25 @@ def whole_tables(task: ShardingTask, tables: np.ndarray | None = None) -> ShardG
     return ShardGeometry(t, zero + WHOLE.code, zero + 1, zero, a.rows[t], zero.copy(), a.dim[t])
 
 
+def replicas(task: ShardingTask, table: int) -> ShardGeometry:
+    """``table`` replicated: one shard per device of the task, each holding every row and
+    column (:attr:`autoshard.kinds.REPLICATED`)."""
+    a = task.table_arrays
+    n = task.num_devices
+    zero = np.zeros(n, dtype=np.int64)
+    return ShardGeometry(zero + table, zero + kinds.REPLICATED.code, zero + n, zero.copy(),
+                         zero + int(a.rows[table]), zero.copy(), zero + int(a.dim[table]))
+
+
 def even_split(task: ShardingTask, table: int, sharding: ShardingKind, parts: int
                ) -> ShardGeometry:
-    """``table`` split into ``parts`` near-equal row ranges or column blocks.
+    """``table`` split into ``parts`` near-equal row ranges or column blocks (a kind that cuts
+    both: :func:`grid_split`).
 
     Raises:
         InputError: The table has fewer rows (or columns) than ``parts``.
     """
+    assert not (sharding.splits_rows and sharding.splits_cols), "rectangles: grid_split"
     a = task.table_arrays
     rows, dim = int(a.rows[table]), int(a.dim[table])
     extent = rows if sharding.splits_rows else dim
@@ -153,6 +191,30 @@ def even_split(task: ShardingTask, table: int, sharding: ShardingKind, parts: in
                              zero.copy(), zero + dim)
     return ShardGeometry(n, zero + sharding.code, zero + parts, zero.copy(), zero + rows,
                          edges[:-1], edges[1:])
+
+
+def grid_split(task: ShardingTask, table: int, blocks: int, local: int) -> ShardGeometry:
+    """``table`` cut into ``blocks`` near-equal column blocks, each into ``local`` near-equal
+    row ranges (one per device of a node; TorchRec's grid sharding): shards block-major, each
+    block's rows in order.
+
+    Raises:
+        InputError: The table has fewer columns than ``blocks`` or fewer rows than ``local``.
+    """
+    a = task.table_arrays
+    rows, dim = int(a.rows[table]), int(a.dim[table])
+    for name, count, extent in (("blocks", blocks, dim), ("local", local, rows)):
+        if not 1 <= count <= extent:
+            raise InputError(f"cannot cut {rows} rows x {dim} columns of table "
+                             f"'{task.tables[table].name}' into {blocks} column blocks of "
+                             f"{local} row ranges", field=name, value=count)
+    c = (np.arange(blocks + 1, dtype=np.int64) * dim) // blocks
+    r = (np.arange(local + 1, dtype=np.int64) * rows) // local
+    n = np.zeros(blocks * local, dtype=np.int64)
+    code = split_kind(rows=True, cols=True, node_local=True).code
+    return ShardGeometry(n + table, n + code, n + blocks * local, np.tile(r[:-1], blocks),
+                         np.tile(r[1:], blocks), np.repeat(c[:-1], local),
+                         np.repeat(c[1:], local))
 
 
 @dataclass(frozen=True, eq=False)
@@ -203,10 +265,10 @@ class ShardLayout:
         return ShardLayout(g, self.device, rows)
 
     def to_plan(self, task: ShardingTask, sharder: str = "") -> Plan:
-        """The plan of these shards (tables in task order; a table placed whole is a
-        whole-table placement)."""
+        """The plan of these shards (tables in task order, each table's shards block-major:
+        by column block, then by rows; a table placed whole is a whole-table placement)."""
         g = self.geometry
-        order = np.lexsort((g.col_start, g.row_start, g.table))
+        order = np.lexsort((g.row_start, g.col_start, g.table))
         placements = []
         start = 0
         while start < order.size:
@@ -235,9 +297,9 @@ def plan_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLa
 
     Raises:
         PlannerError: A table is unknown, placed twice or left unplaced.
-        InputError: A shard does not fit its table (ranges, HBM rows) or names a device the
-            hardware does not have, or a node-local table spans nodes (the field is named,
-            e.g. ``placements[3].shards[1].device``).
+        InputError: A shard does not fit its table (ranges, HBM rows) or its devices do not
+            fit the hardware (:func:`autoshard.plan.check_devices`; the field is named, e.g.
+            ``placements[3].shards[1].device``).
     """
     by_table: dict[int, tuple[int, Placement]] = {}
     for i, p in enumerate(plan.placements):
@@ -261,12 +323,8 @@ def plan_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLa
         where = f"placements[{i}]"
         check_placement(p, where, source, table.rows, table.dim)
         pieces = p.pieces(table.rows, table.dim)
-        for j, s in enumerate(pieces):
-            if s.device >= task.num_devices:
-                field = f"{where}.device" if not p.is_split else f"{where}.shards[{j}].device"
-                raise InputError(f"device {s.device} of {task.num_devices}: the hardware "
-                                 f"'{task.hardware.name}' has devices 0..{task.num_devices - 1}",
-                                 source=source, field=field, value=s.device)
+        check_devices(p, pieces, where, source, node, task.hardware.name)
+        for s in pieces:
             for name, value in (("table", t), ("kind", p.sharding.code),
                                 ("parts", len(pieces)), ("row_start", s.row_start),
                                 ("row_end", s.row_end), ("col_start", s.col_start),
@@ -274,10 +332,6 @@ def plan_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLa
                 cols[name].append(value)
             device.append(s.device)
             hbm.append(s.hbm_rows)
-        if p.sharding.node_local and len({int(node[s.device]) for s in pieces}) > 1:
-            raise InputError(f"{p.sharding.value} shards all live on one node", source=source,
-                             field=f"{where}.shards",
-                             value=sorted({int(node[s.device]) for s in pieces}))
     geometry = ShardGeometry(**{k: np.array(v, dtype=np.int64) for k, v in cols.items()})
     return ShardLayout(geometry, np.array(device, dtype=np.int64), np.array(hbm, dtype=np.int64))
 
@@ -292,10 +346,10 @@ class ShardTask(ShardingTask):
     Args:
         parent: The task whose tables were split.
         geometry: What each shard holds.
-        a2a_scale: Per shard, its share of a whole table's all-to-all bytes (pooled output,
-            and in train its gradient) that it sends over the all-to-all.
+        a2a_scale: Per shard, the share of its own pooled output (and in train its gradient)
+            that it sends over the all-to-all (:func:`autoshard.kinds.comm_shares`).
         reduce_scale: Per shard, bytes it sends over intra-node links to reduce partial sums
-            within its node, as a share of a whole table's pooled output.
+            within its node, as a share of its own pooled output.
     """
 
     parent: ShardingTask | None = None
@@ -321,14 +375,16 @@ def shard_task(task: ShardingTask, geometry: ShardGeometry, named: bool = True) 
     g = geometry
     t = g.table
     rows = g.rows
-    share = rows / a.rows[t]
-    row_bytes = a.row_bytes[t] * g.cols / a.dim[t]
     local = min(task.hardware.devices_per_node, task.num_devices)
     ids = kinds.id_share(g.kind, task.num_devices, local)
+    rep = kinds.replicated(g.kind)
+    share = np.where(rep, ids, rows / a.rows[t])  # of the table's lookups
+    row_bytes = a.row_bytes[t] * g.cols / a.dim[t]
     hbm_per_row, reserved = task.reservation.hbm_terms(
         rows, g.cols, a.dim[t], np.rint(a.row_bytes[t] / a.dim[t]), a.optimizer_bytes[t],
         a.lookups[t] / task.workload.batch_size, ids, train=task.workload.train,
-        batch_size=task.workload.batch_size, world=task.num_devices)
+        batch_size=task.workload.batch_size, world=task.num_devices,
+        output_share=np.where(rep, 1.0 / task.num_devices, 1.0))
     arrays = TableArrays(
         rows=rows,
         dim=g.cols,
@@ -340,12 +396,17 @@ def shard_task(task: ShardingTask, geometry: ShardGeometry, named: bool = True) 
         lookups=a.lookups[t] * share,
         pooling_factor=a.pooling_factor[t] * share,
         coverage=a.coverage[t],
-        rows_used=np.minimum(np.ceil(a.rows_used[t] * share - 1e-9), rows).astype(np.int64),
+        rows_used=np.minimum(np.ceil(a.rows_used[t] * np.where(rep, 1.0, share) - 1e-9),
+                             rows).astype(np.int64),
         curves=a.curves[t],
+        hbm_least=np.where(rep, rows, np.ceil(a.hbm_least[t] / a.rows[t] * rows - 1e-9)
+                           ).astype(np.int64),
+        hbm_most=np.where(rep, rows, np.floor(a.hbm_most[t] / a.rows[t] * rows + 1e-9)
+                          ).astype(np.int64),
     )
     tables = (_shard_tables(task, g, arrays) if named
               else tuple(task.tables[i] for i in t.tolist()))
-    a2a, reduce = kinds.comm_shares(g.kind, g.parts)
+    a2a, reduce = kinds.comm_shares(g.kind, row_parts(g))
     sub = ShardTask(tables, task.hardware, task.workload, task.reservation,
                     parent=task, geometry=g, a2a_scale=a2a, reduce_scale=reduce)
     sub.__dict__["table_arrays"] = arrays
@@ -368,16 +429,6 @@ def _shard_tables(task: ShardingTask, g: ShardGeometry, arrays: TableArrays
                            pooling_factor=float(arrays.pooling_factor[i]), pooling_std=None,
                            rows_used=used, reuse_hist=None))
     return tuple(out)
-
-
-def comm_scales(task: ShardingTask, table_idx: np.ndarray) -> tuple[np.ndarray | float,
-                                                                    np.ndarray | float]:
-    """(all-to-all share, intra-node reduction share) of each priced row: (1, 0) for whole
-    tables; a :class:`ShardTask`'s descriptor for shards."""
-    if isinstance(task, ShardTask):
-        assert task.a2a_scale is not None and task.reduce_scale is not None
-        return task.a2a_scale[table_idx], task.reduce_scale[table_idx]
-    return 1.0, 0.0
 
 
 def is_whole(task: ShardingTask, geometry: ShardGeometry) -> bool:
@@ -432,6 +483,6 @@ def check_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardL
     return layout
 
 
-__all__ = ["ShardGeometry", "ShardLayout", "ShardTask", "check_layout", "comm_scales",
-           "even_split", "plan_layout", "price_layout", "pricing_task", "shard_memory",
-           "shard_task", "whole_tables"]
+__all__ = ["ShardGeometry", "ShardLayout", "ShardTask", "check_layout", "column_blocks",
+           "even_split", "grid_split", "plan_layout", "price_layout", "pricing_task",
+           "replicas", "row_parts", "shard_memory", "shard_task", "whole_tables"]

@@ -8,6 +8,7 @@ from functools import cached_property
 import numpy as np
 
 from autoshard.access import GRID
+from autoshard.constraints import NO_CONSTRAINTS, Constraints
 from autoshard.errors import InputError
 from autoshard.hardware import HardwareProfile
 from autoshard.limits import MAX_BATCH_SIZE, MAX_TABLES, int_in
@@ -74,6 +75,8 @@ class TableArrays:
     coverage: np.ndarray
     rows_used: np.ndarray
     curves: np.ndarray  # [T, len(GRID)] lookup share of the hottest GRID fraction of rows
+    hbm_least: np.ndarray  # rows that must stay in HBM (constraints; every row of a replica)
+    hbm_most: np.ndarray  # rows that may be in HBM (constraints)
 
     def hbm_bytes(self, idx: np.ndarray | slice | int, hbm_rows: np.ndarray | int
                   ) -> np.ndarray:
@@ -87,10 +90,17 @@ class TableArrays:
     def hbm_rows_within(self, idx: np.ndarray | slice | int, free_bytes: np.ndarray
                         ) -> np.ndarray:
         """The most rows of each table at ``idx`` that ``free_bytes`` of HBM hold beside its
-        reservation (0 when not even that fits; at most its rows)."""
+        reservation (0 when not even that fits; at most its rows, and at most
+        :attr:`hbm_most`)."""
         room = np.maximum(np.asarray(free_bytes) - self.hbm_reserved_bytes[idx], 0.0)
         fit = np.floor(room / self.hbm_bytes_per_row[idx] + 1e-9)
-        return np.minimum(fit, self.rows[idx]).astype(np.int64)
+        return np.minimum(fit, self.hbm_most[idx]).astype(np.int64)
+
+    def hbm_rows_allowed(self, idx: np.ndarray | slice | int, hbm_rows: np.ndarray
+                         ) -> np.ndarray:
+        """``hbm_rows`` of the tables at ``idx`` brought within [:attr:`hbm_least`,
+        :attr:`hbm_most`]."""
+        return np.clip(hbm_rows, self.hbm_least[idx], self.hbm_most[idx]).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -118,12 +128,16 @@ class ShardingTask:
             (:mod:`autoshard.reservation`): TorchRec's (I/O buffers, cache state), as the
             suites, :func:`autoshard.workloads.constrained_task` and the CLI build tasks, or
             none (the weights alone: hand-checked cases, runtimes without TorchRec).
+        constraints: What each table may be (:mod:`autoshard.constraints`: allowed kinds, share
+            of rows in HBM, narrowest column block), as a user of TorchRec's planner sets them;
+            none by default.
     """
 
     tables: tuple[Table, ...]
     hardware: HardwareProfile
     workload: Workload = Workload()
     reservation: Reservation = NO_RESERVATION
+    constraints: Constraints = NO_CONSTRAINTS
 
     def __post_init__(self) -> None:
         if not isinstance(self.reservation, Reservation):
@@ -172,7 +186,15 @@ class ShardingTask:
             coverage=np.array([x.coverage for x in t]),
             rows_used=np.minimum(np.ceil(used - 1e-9), rows).astype(np.int64),
             curves=curves,
+            **self._hbm_bounds(rows),
         )
+
+    def _hbm_bounds(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Each table's least and most rows in HBM, from its constraints."""
+        c = self.constraints
+        share = np.array([c.of(t.name).hbm_share for t in self.tables]).reshape(-1, 2)
+        return {"hbm_least": np.ceil(share[:, 0] * rows - 1e-9).astype(np.int64),
+                "hbm_most": np.floor(share[:, 1] * rows + 1e-9).astype(np.int64)}
 
     def _hbm_terms(self) -> tuple[np.ndarray, np.ndarray]:
         """Each whole table's HBM bytes per HBM row and reserved bytes (its reservation)."""
@@ -214,7 +236,7 @@ class ShardingTask:
         """
         idx = np.asarray(indices, dtype=np.int64)
         sub = ShardingTask(tuple(self.tables[i] for i in idx), hardware or self.hardware,
-                           self.workload, self.reservation)
+                           self.workload, self.reservation, self.constraints)
         a = self.table_arrays
         # cached_property stores in the instance dict; seed it with the sliced arrays.
         sliced = TableArrays(**{f.name: getattr(a, f.name)[idx] for f in fields(TableArrays)})
@@ -229,7 +251,8 @@ class ShardingTask:
         only their HBM terms recomputed; the task itself when it keeps that already)."""
         if reservation == self.reservation:
             return self
-        out = ShardingTask(self.tables, self.hardware, self.workload, reservation)
+        out = ShardingTask(self.tables, self.hardware, self.workload, reservation,
+                           self.constraints)
         if "table_arrays" in self.__dict__:
             per_row, reserved = out._hbm_terms()
             out.__dict__["table_arrays"] = replace(
@@ -237,7 +260,8 @@ class ShardingTask:
         return out
 
     def with_workload(self, workload: Workload) -> ShardingTask:
-        return ShardingTask(self.tables, self.hardware, workload, self.reservation)
+        return ShardingTask(self.tables, self.hardware, workload, self.reservation,
+                            self.constraints)
 
 
 def curve_share(curves: np.ndarray, rows: np.ndarray, idx: np.ndarray,

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.access import GRID
+from autoshard.analytical import replica_update_ms
 from autoshard.cost import CostModel, Pricing, load_cost_model
 from autoshard.cost_models.features import (
     FEATURE_NAMES,
@@ -156,7 +157,8 @@ class LightGBMCostModel:
         scale = np.ones_like(dev.hbm_gbps) if "uvm" in self.tiers_ else dev.hbm_gbps / dev.host_gbps
         hbm_ms, uvm_ms = price_from_grid(task, t, d, k, hot, cold, scale)
         comm = self.communication.price(task, t, d, k).comm_ms
-        return Pricing(hbm_ms=hbm_ms, uvm_ms=uvm_ms, comm_ms=comm)
+        return Pricing(hbm_ms=hbm_ms + replica_update_ms(task, t, d), uvm_ms=uvm_ms,
+                       comm_ms=comm)
 
     def _grid_costs(self, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
         """Latency (ms) of the hot and cold partition of every table at every grid split,

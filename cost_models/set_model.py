@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.access import GRID
+from autoshard.analytical import replica_update_ms
 from autoshard.cost import CostModel, Pricing, load_cost_model
 from autoshard.cost_models.features import task_partitions
 from autoshard.cost_models.lgb_text import file_digest
@@ -215,7 +216,9 @@ class SetCostModel:
         n = task.num_devices
         hot = self._sets_ms(task, d, hr, hl, hd, dims, n)
         cold = self._sets_ms(task, d, cr, cl, cd, dims, n)
-        return hot + cold * self._cold_scale(task)
+        update = np.bincount(d, weights=np.broadcast_to(replica_update_ms(task, t, d), d.shape),
+                             minlength=n)
+        return hot + cold * self._cold_scale(task) + update
 
     def _singleton_grid(self, task: ShardingTask) -> tuple[np.ndarray, np.ndarray]:
         """Each table's hot and cold partition at every grid split priced as a set of its own,
@@ -249,7 +252,8 @@ class SetCostModel:
         hot, cold = self._singleton_grid(task)
         hbm_ms, uvm_ms = price_from_grid(task, t, d, k, hot, cold, self._cold_scale(task))
         comm = self.communication.price(task, t, d, k).comm_ms
-        return Pricing(hbm_ms=hbm_ms, uvm_ms=uvm_ms, comm_ms=comm)
+        return Pricing(hbm_ms=hbm_ms + replica_update_ms(task, t, d), uvm_ms=uvm_ms,
+                       comm_ms=comm)
 
     # Persistence ---------------------------------------------------------------------------
 

@@ -26,5 +26,5 @@ def two_group_model(coverage: float = 0.3) -> ServingModel:
 
 def profile(**changes: object) -> ServingProfile:
     base = ServingProfile(name="test", server_memory_gb=25.0, main_memory_gb=15.0, cores=1,
-                          tail_sigma=0.0, max_servers=8)
+                          tail_sigma=0.0, max_servers=8, memory_headroom=0.0)
     return replace(base, **changes)  # type: ignore[arg-type]

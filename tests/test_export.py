@@ -15,6 +15,7 @@ from autoshard.errors import InputError, PlannerError
 from autoshard.hardware import load_hardware
 from autoshard.plan import Placement, Plan, Shard
 from autoshard.sharders import get_sharder
+from autoshard.shards import plan_layout
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
@@ -239,8 +240,8 @@ def test_export_fits_a_full_plan_to_torchrecs_hbm_count(tmp_path: Path) -> None:
     main([*args, "--fitted-plan", str(tmp_path / "fitted.json")])
     fitted = Plan.load(tmp_path / "fitted.json")
     assert estimate_plan(fitted, task).fits
-    _, fitted_rows = fitted.arrays(task)
-    _, rows = plan.arrays(task)
+    fitted_rows = plan_layout(fitted, task).hbm_rows
+    rows = plan_layout(plan, task).hbm_rows
     assert (fitted_rows <= rows).all() and fitted_rows.sum() < rows.sum()
 
 

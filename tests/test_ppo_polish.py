@@ -15,7 +15,8 @@ from autoshard.evaluator import evaluate
 from autoshard.plan import Plan
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.network import PlacementNet, save_policy
-from autoshard.search.polish import Polisher, polish_plan
+from autoshard.search.polish import polish_plan
+from autoshard.search.polisher import Polisher
 from autoshard.search.waterfill import Curves
 from autoshard.sharders import get_sharder
 from autoshard.sharders.ppo import PPOSharder

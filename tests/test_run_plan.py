@@ -154,10 +154,18 @@ def test_fbgemm_tier_matches_torch_tier() -> None:
     fb = FbgemmTier(blocks, "hbm", "cpu", 0.1, seed=3)
     for mine, theirs in zip(fb.op.split_embedding_weights(), ref.weights, strict=True):
         mine.copy_(theirs)
-    got = fb.forward(fb.prepare(inputs))
-    want = ref.forward(ref.prepare(inputs))
+    fb_batch, ref_batch = fb.prepare(inputs), ref.prepare(inputs)
+    got = fb.forward(fb_batch)
+    want = ref.forward(ref_batch)
     for g, w in zip(got, want, strict=True):
         assert torch.allclose(g, w, atol=1e-6)
+    # The same row-wise Adagrad step; weights and accumulators read back alike (the check's).
+    grads = [torch.linspace(-1, 1, w.numel()).view_as(w) for w in want]
+    fb.backward(fb_batch, grads)
+    ref.backward(ref_batch, grads)
+    for mine, theirs in zip(fb.weights + fb.state, ref.weights + ref.state, strict=True):
+        assert torch.allclose(mine, theirs, atol=1e-6)
+    assert ref.state[0][5] > 0 and ref.state[0][1] == 0  # touched rows only
 
 
 # --- 2-rank runs -------------------------------------------------------------------------------
@@ -332,11 +340,17 @@ def test_assembly_places_column_blocks_and_adds_row_partial_sums() -> None:
     assert torch.equal(out[:, 12:20], received[:, 8:16])  # c columns 0-8 from rank 0
     assert torch.equal(out[:, 20:28], received[:, 28:36])  # c columns 8-16 from rank 1
     grad = torch.randn(3, 28)
-    back = assembly.backward(grad)
+    back, replica_grad = assembly.backward(grad)
     assert torch.equal(back[:, 0:8], grad[:, :8]) and torch.equal(back[:, 16:24], grad[:, :8])
     assert torch.equal(back[:, 8:16], grad[:, 12:20])
+    assert back.shape == (3, 36) and replica_grad.shape == (3, 0)
     whole = Assembly([[ShardTable("a", 0, 120, 8, 0)], [ShardTable("b", 1, 60, 4, 0)]])
     assert whole.identity
+    # Whole tables received out of task order are put in task order.
+    swapped = Assembly([[ShardTable("b", 1, 60, 4, 0)], [ShardTable("a", 0, 120, 8, 0)]])
+    got = swapped.forward(received[:, :12])
+    assert not swapped.identity and torch.equal(got, torch.cat([received[:, 4:12],
+                                                                received[:, :4]], dim=1))
 
 
 def test_row_shards_split_a_tables_lookups_by_hashed_id() -> None:

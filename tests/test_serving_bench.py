@@ -24,13 +24,15 @@ from autoshard.serving.task import ServingTask
 def test_measured_run_reports_beside_the_simulator() -> None:
     model = suite_model("bench")
     task = ServingTask(model, load_serving_profile("local-cpu"), qps=100.0, requests=100)
-    mapping = get_strategy("feature_group").map(task, 2)
+    mapping = get_strategy("feature_group").map(task, 1).with_replicas((2,), 1)
     config = BenchConfig(qps=(100.0,), requests=40, rounds=2, warmup=10, timeout_s=60.0)
     rows = run_bench(task, mapping, config)
     (row,) = rows
-    assert row["servers"] == 2 and row["requests"] == 30 and row["rounds"] == 2
+    assert row["servers"] == 1 and row["replicas"] == "2" and row["requests"] == 30
+    assert row["rounds"] == 2
     assert 0 < row["measured_p50_ms"] <= row["measured_p99_ms"]
     assert 0 < row["simulated_p50_ms"] <= row["simulated_p99_ms"]
+    assert row["p99_ratio"] > 0
 
 
 def _alive(pid: int) -> bool:
@@ -74,3 +76,18 @@ def test_killed_server_ends_the_run_naming_it(tmp_path: Path) -> None:
     assert "sparse server 0" in err
     time.sleep(0.5)
     assert not [p for p in pids if _alive(p)]
+
+
+@pytest.mark.slow
+def test_calibration_measures_every_calibrated_field() -> None:
+    import math
+
+    from autoshard.serving.bench import calibrate
+    from autoshard.serving.profile import CALIBRATED, with_calibration
+
+    found = calibrate(calls=8)
+    assert set(CALIBRATED) <= set(found)
+    assert all(math.isfinite(float(found[k])) and float(found[k]) >= 0 for k in CALIBRATED)
+    assert found["network_gbps"] == found["nic_gbps"] and len(found["payload"]) == 4
+    profile = with_calibration(load_serving_profile("local-cpu"), found, "here")
+    assert profile.name == "here" and profile.host_cores >= 1

@@ -16,33 +16,48 @@ from tests.serving_helpers import gb_table
 def test_plan_answers_with_servers_and_writes_its_outputs(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "plan"
-    code, _, err = run_cli(["serve", "plan", "--p99-ms", "50", "--qps", "2000", "--model",
-                                 "medium", "--span", "2", "--requests", "2000",
-                                 "--strategies", "capacity_balanced,feature_group,optimiser",
+    code, stdout, err = run_cli(["serve", "plan", "--p99-ms", "50", "--qps", "2000", "--model",
+                                 "medium", "--span", "2", "--requests", "1000", "--samples", "3",
+                                 "--strategies", "capacity_balanced,feature_group",
                                  "-o", str(out)], capsys)
     assert code == 0, err
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["memory_bound_servers"] == 3
-    assert summary["fewest_servers"]["optimiser"] == 3
+    assert summary["memory_bound_shards"] == 3
+    assert summary["fewest_servers"]["capacity_balanced"] == 4  # 3 shards and 1 main server
+    assert summary["answer"].startswith("meets P99 <= 50 ms with 4 servers")
     plan = json.loads((out / "plan.json").read_text())
-    assert plan["servers"] == 3 and len(plan["assign"]) == 200
+    assert plan["servers"] == 3 and len(plan["assign"]) == 200 and plan["main_replicas"] == 1
     assert (out / "p99_vs_servers.png").stat().st_size > 0
-    assert "calls_per_request" in (out / "sweep.csv").read_text()
+    assert "p99_hi_ms" in (out / "sweep.csv").read_text()
+    assert "capacity_balanced" in stdout and "feature_group" in stdout  # names not cut
+    code, stdout, err = run_cli(["serve", "simulate", "--model", "medium", "--plan",
+                                 str(out / "plan.json"), "--qps", "2000", "--requests", "500",
+                                 "--samples", "2", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["total_servers"] == 4
+    code, _, err = run_cli(["serve", "simulate", "--model", "medium", "--plan",
+                            str(out / "plan.json"), "--precision", "int8"], capsys)
+    assert code == 2 and "precision" in err and "fp32" in err
 
 
 def test_simulate_json_reports_percentiles_and_fan_out(
         capsys: pytest.CaptureFixture[str]) -> None:
     code, stdout, err = run_cli(["serve", "simulate", "--model", "small", "--strategy",
-                                 "singular", "--requests", "2000", "--json"], capsys)
+                                 "main_only", "--requests", "1000", "--json"], capsys)
     assert code == 0, err
     row = json.loads(stdout)
     assert row["calls_per_request"] == 0 and row["p99_overhead"] == 0
-    assert row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
+    assert row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"] <= row["p99_hi_ms"]
+    code, _, err = run_cli(["serve", "simulate", "--model", "small", "--strategy",
+                            "main_only", "--servers", "2"], capsys)
+    assert code == 2 and "--servers" in err
 
 
 @pytest.mark.parametrize(("args", "field"), [
     (["--qps", "-5"], "--qps"),
     (["--qps", "100", "--strategy", "best_ever"], "strategy"),
+    (["--qps", "100", "--strategy", "singular"], "main_only"),
+    (["--qps", "100", "--precision", "int3"], "--precision"),
     (["--qps", "100", "--requests", "5"], "--requests"),
     (["--qps", "100", "--model", "nosuch"], "--model"),
 ])
@@ -90,18 +105,20 @@ def test_malformed_profile_names_file_and_field(
     assert code == 2 and "network_gbps" in err
 
 
-def test_table_larger_than_any_server_exit_2(
+def test_table_larger_than_a_server_is_row_split(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = tmp_path / "model.yaml"
     model.write_text(yaml.safe_dump({
         "kind": "serving_model", "items": 4,
         "tables": [gb_table("small", 1).to_dict(), gb_table("giant", 400).to_dict()]}))
     out = tmp_path / "plan"
-    code, _, err = run_cli(["serve", "plan", "--p99-ms", "5", "--qps", "10", "--model",
-                            str(model), "-o", str(out)], capsys)
-    assert code == 2
-    assert "giant.rows" in err
-    assert not out.exists()
+    code, _, err = run_cli(["serve", "plan", "--p99-ms", "50", "--qps", "10", "--model",
+                            str(model), "--strategies", "capacity_balanced", "--span", "1",
+                            "--requests", "500", "--samples", "2", "-o", str(out)], capsys)
+    assert code == 0, err
+    plan = json.loads((out / "plan.json").read_text())
+    giant = [p for p in plan["parts"] if p["table"] == "giant"]
+    assert len(giant) == 2 and len({p["server"] for p in giant}) == 2
 
 
 def test_model_file_with_unknown_group_member(
@@ -123,7 +140,7 @@ def test_profiles_round_trip_as_yaml(tmp_path: Path, capsys: pytest.CaptureFixtu
                                  str(path), "--strategy", "capacity_balanced", "--requests",
                                  "1000", "--json"], capsys)
     assert code == 0, err
-    assert json.loads(stdout)["servers"] == 2  # 90 GB on 64 GB servers
+    assert json.loads(stdout)["servers"] == 2  # 90 GB on 64 GB servers less 10% headroom
 
 
 def test_sharders_lists_the_serving_strategies_as_the_serve_mode(
@@ -138,3 +155,34 @@ def test_sharders_lists_the_serving_strategies_as_the_serve_mode(
     assert code == 0 and "recshard" in out and "feature_group" not in out
     code, _, err = run_cli(["sharders", "--mode", "servr"], capsys)
     assert code == 2 and "--mode" in err and "servr" in err
+
+
+def test_plan_can_minimise_cost_and_rejects_bad_choices(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prof = tmp_path / "p.yaml"
+    code, stdout, _ = run_cli(["serve", "profiles", "cpu-256gb"], capsys)
+    prof.write_text(stdout.replace("main_cost: 1.0", "main_cost: 10.0")
+                    .replace("server_cost: 1.0", "server_cost: 0.5"))
+    out = tmp_path / "plan"
+    code, _, err = run_cli(["serve", "plan", "--p99-ms", "50", "--qps", "2000", "--model",
+                            "small", "--profile", str(prof), "--minimise", "cost", "--span", "2",
+                            "--requests", "500", "--samples", "2", "--strategies",
+                            "main_only,capacity_balanced", "-o", str(out)], capsys)
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    import csv
+
+    meeting = [r for r in csv.DictReader((out / "sweep.csv").open()) if r["meets"] == "True"]
+    assert summary["minimise"] == "cost" and len(meeting) >= 2
+    assert summary["answer_row"]["cost"] == min(float(r["cost"]) for r in meeting) == 10.0
+    assert {float(r["cost"]) for r in meeting} >= {10.0, 10.5}
+    for args, field in ((["--minimise", "money"], "--minimise"),
+                        (["--max-utilisation", "1.5"], "--max-utilisation"),
+                        (["--samples", "1"], "--samples")):
+        code, _, err = run_cli(["serve", "plan", "--p99-ms", "5", "--qps", "10", *args, "-o",
+                                str(tmp_path / "no")], capsys)
+        assert code == 2 and field in err
+    code, _, err = run_cli(["serve", "compare", "--suite", "small", "--seeds", "1,x", "-o",
+                            str(tmp_path / "no")], capsys)
+    assert code == 2 and "--seeds" in err
+    assert not (tmp_path / "no").exists()

@@ -66,8 +66,13 @@ def test_plans_with_splits_and_converts_shard_by_shard() -> None:
         ps = module_plan[p.table]
         kinds.add(ps.sharding_type)
         kernels.add(ps.compute_kernel)
-        metas = [m for m in ps.sharding_spec.shards if m.shard_sizes[0] * m.shard_sizes[1]]
         pieces = p.pieces(t.rows, t.dim)
+        if ps.sharding_type == "data_parallel":  # no spec: a whole replica on every rank
+            assert ps.sharding_spec is None and ps.compute_kernel == "dense"
+            assert [(s.device, s.rows, s.cols, s.hbm_rows) for s in pieces] == [
+                (r, t.rows, t.dim, t.rows) for r in ps.ranks] and list(ps.ranks) == [0, 1]
+            continue
+        metas = [m for m in ps.sharding_spec.shards if m.shard_sizes[0] * m.shard_sizes[1]]
         assert len(pieces) == len(metas)
         clf = ps.cache_params.load_factor if ps.compute_kernel == "fused_uvm_caching" else None
         for s, m in zip(pieces, sorted(metas, key=lambda m: tuple(m.shard_offsets)),
@@ -186,24 +191,38 @@ def test_large_task_offers_splits_to_dominant_tables_only() -> None:
     full = TorchRecSharder().search_space(task, MODEL)  # 128 cells: every table, every type
     bounded_sharder = TorchRecSharder(full_strength_cells=0)
     bounded = bounded_sharder.search_space(task, MODEL)
-    kernels = 3
-    assert len({o.name for o in full if o.sharding_type != "table_wise"}) == task.num_tables
-    assert {o.name for o in bounded if o.sharding_type != "table_wise"} == heavy_names
-    assert len(bounded) <= kernels * (task.num_tables + (len(SHARDING_TYPES) - 1) * heavy.sum())
+    kernels = 3  # and one (dense) for replicas
+    light = ("table_wise", "data_parallel")
+    assert len({o.name for o in full if o.sharding_type not in light}) == task.num_tables
+    assert {o.name for o in bounded if o.sharding_type not in light} == heavy_names
+    # Small tables may still be replicated (the choice for them).
+    a = task.table_arrays
+    small = {t.name for t, b in zip(task.tables, a.rows * a.memory_bytes_per_row, strict=True)
+             if b <= 0.05 * task.device_arrays.hbm_capacity.min()}
+    assert {o.name for o in bounded if o.sharding_type == "data_parallel"} == small | (
+        heavy_names & {o.name for o in full if o.sharding_type == "data_parallel"})
+    assert len(bounded) <= (kernels * (task.num_tables + (len(SHARDING_TYPES) - 2) * heavy.sum())
+                            + task.num_tables)
     assert sum(len(o.shards) for o in bounded) < sum(len(o.shards) for o in full)
     plan = bounded_sharder.shard(task, MODEL)
-    split = {p.table for p in plan.placements if p.is_split}
+    split = {p.table for p in plan.placements if p.is_split and not p.sharding.replicated}
     assert split and split <= heavy_names
 
 
 def test_the_856x128_suite_offers_splits_to_its_few_dominant_tables() -> None:
     task = get_suite("constrained-856x128")[0].build()
     offered = offered_sharding_types(task, MODEL)
-    split = [name for name, types in offered.items() if types != ["table_wise"]]
+    split = [name for name, types in offered.items()
+             if types not in (["table_wise"], ["table_wise", "data_parallel"])]
     assert 0 < len(split) <= task.num_tables // 50
     assert all(offered[name] == list(SHARDING_TYPES) for name in split)
+    # A small task offers every type, but grid_shard (which TorchRec's planner enumerates only
+    # where a constraint names it) only to its dominant tables: its two nodes can hold a grid.
     small = get_suite("dcnv2-16")[0].build()
-    assert all(v == list(SHARDING_TYPES) for v in offered_sharding_types(small, MODEL).values())
+    heavy = dominant_tables(small, MODEL)
+    assert heavy.any()
+    assert list(offered_sharding_types(small, MODEL).values()) == [
+        [t for t in SHARDING_TYPES if h or t != "grid_shard"] for h in heavy]
 
 
 def test_a_rank_whose_fixed_buffers_alone_exceed_its_hbm_is_not_exportable() -> None:

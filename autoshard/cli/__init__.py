@@ -35,6 +35,7 @@ from autoshard.cli import demo_cmds  # noqa: E402,F401
 from autoshard.cli import cost_cmds  # noqa: E402,F401
 from autoshard.cli import run_cmds  # noqa: E402,F401
 from autoshard.cli import data_cmds  # noqa: E402,F401
+from autoshard.cli import torchrec_cmds  # noqa: E402,F401
 from autoshard.cli import train_cmds  # noqa: E402,F401
 from autoshard.cli import serve_cmds  # noqa: E402,F401
 # isort: on

@@ -101,12 +101,13 @@ def read_tables(spec: str) -> tuple[Table, ...]:
     return load_tables(spec)
 
 
-def build_task(tables: str, hardware: str, devices: int | None = None, nodes: int | None = None,
-               hbm_gb: float | None = None, batch_size: int | None = None,
-               mode: str | None = None, default: Workload | None = None,
-               overhead: str = "torchrec") -> ShardingTask:
-    """Loads tables and hardware and assembles a task; CLI values override ``default``; the
-    task keeps the reservation named ``overhead`` in HBM (:mod:`autoshard.reservation`)."""
+def build_task(tables: str | tuple[Table, ...], hardware: str, devices: int | None = None,
+               nodes: int | None = None, hbm_gb: float | None = None,
+               batch_size: int | None = None, mode: str | None = None,
+               default: Workload | None = None, overhead: str = "torchrec") -> ShardingTask:
+    """Loads tables (a spec :func:`read_tables` reads, or the tables themselves) and hardware
+    and assembles a task; CLI values override ``default``; the task keeps the reservation named
+    ``overhead`` in HBM (:mod:`autoshard.reservation`)."""
     reservation = get_reservation(overhead, field="--overhead", source="command line")
     check_options(devices=devices, nodes=nodes, hbm_gb=hbm_gb, batch_size=batch_size,
                   mode=mode)
@@ -115,7 +116,8 @@ def build_task(tables: str, hardware: str, devices: int | None = None, nodes: in
                         mode=mode if mode is not None else base.mode)
     with options_named():
         profile = load_hardware(hardware, devices=devices, nodes=nodes, hbm_gb=hbm_gb)
-    return ShardingTask(read_tables(tables), profile, workload, reservation)
+    found = read_tables(tables) if isinstance(tables, str) else tables
+    return ShardingTask(found, profile, workload, reservation)
 
 
 def check_options(devices: int | None = None, nodes: int | None = None,

@@ -170,7 +170,9 @@ def _without_context(plan: Plan, plan_file: Path, given: Given) -> Priced:
 
 
 def record_context(task: ShardingTask, tables: str, hardware: str, devices: int | None,
-                   nodes: int | None, hbm_gb: float | None, cost_model: str) -> PlanContext:
-    """The context ``plan`` records for a task made from these options."""
+                   nodes: int | None, hbm_gb: float | None, cost_model: str,
+                   inline: bool = False) -> PlanContext:
+    """The context ``plan`` records for a task made from these options (its tables recorded
+    themselves when ``inline``: a TorchRec model's)."""
     spec = {"profile": hardware, "devices": devices, "nodes": nodes, "hbm_gb": hbm_gb}
-    return PlanContext.of(task, tables, spec, model_identity(cost_model))
+    return PlanContext.of(task, tables, spec, model_identity(cost_model), inline=inline)

@@ -26,7 +26,6 @@ from autoshard.cli.common import (
     PolicyOpt,
     SeedOpt,
     SharderOpt,
-    TablesOpt,
     TimeLimitOpt,
     build_task,
     check_options,
@@ -47,6 +46,8 @@ from autoshard.cli.context import (
     record_context,
 )
 from autoshard.cli.report import show_report, show_torchrec_estimate
+from autoshard.cli.torchrec_cmds import PlanTablesOpt as TablesOrModelOpt
+from autoshard.cli.torchrec_cmds import StatsOpt, TorchRecModelOpt, plan_tables
 from autoshard.cost import CostModel, load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import CostReport, evaluate
@@ -66,7 +67,7 @@ from autoshard.torchrec.reservation import check_pipeline
 
 @app.command()
 def plan(
-    tables: TablesOpt,
+    tables: TablesOrModelOpt = None,
     hardware: HardwareOpt = "8xH100-80GB",
     sharder: SharderOpt = "recshard",
     output: Annotated[Path, typer.Option("--output", "-o", help="Plan file to write.")] = Path(
@@ -82,16 +83,20 @@ def plan(
     time_limit: TimeLimitOpt = 60.0,
     opt: OptOpt = None,
     policy: PolicyOpt = None,
+    torchrec_model: TorchRecModelOpt = None,
+    stats: StatsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Plan a task with a sharder and write the plan (JSON/YAML).
 
-    --seed and --time-limit go to the sharder when it takes them; --opt and --policy must be
-    options it takes.
+    The tables come from --tables or from a TorchRec model (--torchrec-model). --seed and
+    --time-limit go to the sharder when it takes them; --opt and --policy must be options it
+    takes.
     """
     check_output_path(output)
     options = _sharder_options(sharder, seed, time_limit, opt, policy)
-    task = build_task(tables, hardware, devices, nodes, hbm_gb, batch_size, mode,
+    tables, given = plan_tables(tables, torchrec_model, stats)
+    task = build_task(given, hardware, devices, nodes, hbm_gb, batch_size, mode,
                       overhead=overhead)
     with options_named():
         model = load_cost_model(cost_model)
@@ -105,7 +110,8 @@ def plan(
         raise PlannerError(exc.kind, f"{tables}: {exc}") from exc
     seconds = time.perf_counter() - start
     result = replace(result, context=record_context(task, tables, hardware, devices, nodes,
-                                                    hbm_gb, cost_model))
+                                                    hbm_gb, cost_model,
+                                                    inline=torchrec_model is not None))
     report = evaluate(result, task, model, bound_ms=getattr(chosen, "last_bound_ms", None))
     check_finite_costs({"step_cost_ms": report.step_cost_ms,
                         "lower_bound_ms": report.lower_bound_ms}, f"{tables}: {sharder}'s plan")

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from autoshard.cli.app import app
 from autoshard.cli.common import (
@@ -22,9 +34,12 @@ from autoshard.cli.common import (
 )
 from autoshard.errors import InputError
 from autoshard.fileio import check_distinct_outputs
-from autoshard.limits import MAX_DIM, TRACE_SIZE, Range
+from autoshard.limits import MAX_DIM, TRACE_SIZE, Range, one_of
+from autoshard.stats.engine import EngineOptions
+from autoshard.stats.scan import JOBS, MEMORY_GB, PIECE_MB, ScanOptions
 
 if TYPE_CHECKING:
+    from autoshard.stats.partial import PartialProfile
     from autoshard.stats.profile import TableProfile
     from autoshard.tables import Table
 
@@ -41,12 +56,59 @@ def progress_bar(label: str, total: float | None) -> Iterator[Callable[[int], No
         yield lambda done: bar.advance(task, done)
 
 
+class _LookupRate(ProgressColumn):
+    """Lookups counted per second so far (the task's ``lookups`` field over its elapsed time)."""
+
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed or 0.0
+        rate = task.fields.get("lookups", 0) / elapsed if elapsed > 0 else 0.0
+        return Text(f"{rate / 1e6:,.1f} M lookups/s")
+
+
+@contextlib.contextmanager
+def bytes_bar(label: str, total: int) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar over input bytes showing bytes and lookups per second; yields a function
+    taking (bytes, lookups) done."""
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), _LookupRate(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(label, total=total, lookups=0)
+
+        def advance(nbytes: int, lookups: int) -> None:
+            done = bar.tasks[task].fields["lookups"] + lookups
+            bar.update(task, advance=nbytes, lookups=done)
+
+        yield advance
+
+
+#: ``profile merge``'s word: ``autoshard profile merge A B`` merges partial profiles.
+MERGE = "merge"
+MemoryOpt = Annotated[float, ranged(MEMORY_GB, "Memory per process for exact per-row counts, "
+                                    "GB; larger tables are counted by sketches, each with its "
+                                    "stated error.")]
+JobsOpt = Annotated[int, ranged(JOBS, "Processes (or local Dask workers); 0: one per core.")]
+EngineOpt = Annotated[str, typer.Option(
+    help="local (this machine's processes) or dask (a Dask cluster).")]
+AddressOpt = Annotated[str | None, typer.Option(
+    help="Dask scheduler address (tcp://host:8786); none: a local cluster of --jobs workers. "
+    "Workers must see the inputs at the same paths.")]
+SavePartialOpt = Annotated[Path | None, typer.Option(
+    help="Also save the counts as a partial profile (.npz) for `profile merge`.")]
+PartsOpt = Annotated[Path | None, typer.Option(
+    help="Folder for finished pieces, from which an interrupted run resumes (default "
+    "runs/profile-parts/RUN).")]
+KeepPartsOpt = Annotated[bool, typer.Option(help="Keep the finished pieces after the run.")]
+PieceOpt = Annotated[float, ranged(PIECE_MB, "Input per piece of work, MB.")]
+
+
 @app.command()
 def profile(
-    input_file: Annotated[Path, typer.Argument(metavar="INPUT", help="Trace or data file.")],
+    inputs: Annotated[list[str], typer.Argument(
+        metavar="INPUT...", help="Trace or data files, folders or (quoted) globs; or `merge` "
+        "then partial profiles (.npz) to merge (a file named merge: ./merge).")],
     output: OutputOpt = Path("tables.json"),
     fmt: Annotated[str | None, typer.Option(
-        "--format", "-f", help="dlrm, criteo or columnar (default: from the file).")] = None,
+        "--format", "-f", help="dlrm, criteo or columnar (default: from each file).")] = None,
     hash_size: Annotated[str | None, typer.Option(
         help="Rows per table: N, or COL=N,... (criteo/columnar), or both.")] = None,
     table_file: Annotated[Path | None, typer.Option(
@@ -58,31 +120,96 @@ def profile(
     report: Annotated[Path | None, typer.Option(
         help="Also write per-table details (expected rows used, reuse) as JSON.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    memory_gb: MemoryOpt = 8.0,
+    jobs: JobsOpt = 0,
+    engine: EngineOpt = "local",
+    address: AddressOpt = None,
+    save_partial: SavePartialOpt = None,
+    parts: PartsOpt = None,
+    keep_parts: KeepPartsOpt = False,
+    piece_mb: PieceOpt = 256.0,
 ) -> None:
-    """Measure per-table statistics of lookup data and write a table file."""
-    from autoshard.stats import profile_file
-    from autoshard.stats.profile import merged_reuse
-    from autoshard.tables import load_tables, save_tables
+    """Measure per-table statistics of lookup data (files, folders, globs) and write a table
+    file; `profile merge PARTIAL...` merges saved partial profiles instead."""
+    from autoshard.stats.engine import ENGINES
+    from autoshard.tables import load_tables
 
-    check_output_path(output)
-    if report is not None:
-        check_output_path(report)
-    check_distinct_outputs({"--output": output, "--report": report})
+    outputs = {"--output": output, "--report": report, "--save-partial": save_partial}
+    for path in outputs.values():
+        if path is not None:
+            check_output_path(path)
+    check_distinct_outputs(outputs)
+    one_of(engine, ENGINES, "--engine", "command line")
     given = load_tables(table_file) if table_file is not None else None
-    names = [t.name for t in given] if given else None
-    with progress_bar(f"profiling {input_file.name}", None) as advance:
-        profiles = profile_file(input_file, fmt, hash_size,
-                                hash_sizes=[t.rows for t in given] if given else None,
-                                names=names, progress=advance,
-                                columns=columns.split(",") if columns else None)
-    tables = _measured_tables(profiles, given, dim, str(input_file))
+    if inputs and inputs[0] == MERGE:
+        _refuse_scan_options({"--format": fmt, "--hash-size": hash_size, "--columns": columns,
+                              "--engine": None if engine == "local" else engine,
+                              "--address": address, "--parts": parts})
+        merged = _merge_partials(inputs[1:])
+    else:
+        merged = _scan_inputs(inputs, ScanOptions(
+            fmt=fmt, hash_size=hash_size,
+            hash_sizes=tuple(t.rows for t in given) if given else None,
+            names=tuple(t.name for t in given) if given else None,
+            columns=tuple(columns.split(",")) if columns else None,
+            memory_bytes=int(memory_gb * 1e9), piece_bytes=int(piece_mb * 1e6)),
+            EngineOptions(engine, jobs or os.cpu_count() or 1, address, parts, keep_parts))
+    if save_partial is not None:
+        merged.save(save_partial)
+    _write_profile(merged.profiles(), given, dim, output, report, json_out,
+                   [p.path for p in merged.pieces])
+
+
+def _refuse_scan_options(given: dict[str, object]) -> None:
+    for option, value in given.items():
+        if value is not None:
+            raise InputError("not used by `profile merge` (the partial profiles say how they "
+                             "were counted)", source="command line", field=option, value=value)
+
+
+def _merge_partials(paths: list[str]) -> PartialProfile:
+    from autoshard.stats.partial import load_partial, merge_partials
+
+    if not paths:
+        raise InputError("name the partial profiles to merge", source="command line",
+                         field="PARTIAL")
+    return merge_partials([(load_partial(p), p) for p in paths])
+
+
+def _scan_inputs(inputs: list[str], scan: ScanOptions, run: EngineOptions) -> PartialProfile:
+    """Plans the pieces of the inputs, counts them with the engine chosen, and merges them."""
+    from autoshard.stats.engine import run_plan
+    from autoshard.stats.inputs import expand_inputs
+    from autoshard.stats.scan import plan_scan
+
+    plan = plan_scan(expand_inputs(inputs), scan)
+    if len(plan.pieces) > 1 or run.engine != "local":
+        folder = run.parts or Path("runs/profile-parts") / plan.digest
+        run = dataclasses.replace(run, parts=folder)
+    else:
+        run = dataclasses.replace(run, parts=None)
+    label = Path(inputs[0]).name if len(inputs) == 1 else f"{len(plan.files)} files"
+    total = sum(p.nbytes for p in plan.pieces)
+    with bytes_bar(f"profiling {label}", total) as advance:
+        merged = run_plan(plan, run, advance, log=console.print)
+    return merged
+
+
+def _write_profile(profiles: list[TableProfile], given: tuple[Table, ...] | None, dim: int,
+                   output: Path, report: Path | None, json_out: bool,
+                   inputs: list[str]) -> None:
+    """Writes the table file (and the report) and shows the summary."""
+    from autoshard.fileio import write_structured
+    from autoshard.stats.profile import merged_reuse
+    from autoshard.tables import save_tables
+
+    tables = _measured_tables(profiles, given, dim, inputs[0] if len(inputs) == 1
+                              else f"{len(set(inputs))} inputs")
     summaries = [p.summary() for p in profiles]
     rows_hist, lookups_hist = merged_reuse(profiles)
     if report is not None:
-        from autoshard.fileio import write_structured
-
         write_structured(report, {
-            "input": str(input_file), "tables": summaries,
+            "inputs": sorted(set(inputs)), "tables": summaries,
             "reuse": [{"table": p.name, "rows": p.reuse_rows.round(6).tolist(),
                        "lookups": p.reuse_lookups.round(6).tolist()} for p in profiles],
             "merged_reuse": {"rows": rows_hist.round(6).tolist(),
@@ -92,6 +219,11 @@ def profile(
         print_json({"output": str(output), "tables": summaries})
         return
     _show_profiles(summaries)
+    for p in profiles:
+        if p.error is not None:
+            console.print(f"{p.name}: counted by sketches (its exact counts exceed "
+                          f"--memory-gb): rows used within {p.error.distinct_rows:,.0f}, "
+                          f"lookup shares within {p.error.lookup_share:.4f} (95%)")
     console.print(f"profiled {len(tables)} tables, "
                   f"{sum(p.lookups for p in profiles):,} lookups; wrote {output}")
 

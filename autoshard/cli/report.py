@@ -35,6 +35,9 @@ def show_report(report: CostReport, title: str = "") -> None:
         f"{report.lower_bound_ms:.3f} ms, cost / bound [bold]{report.cost_ratio:.3f}[/], "
         f"load balance {report.load_balance:.3f}, UVM lookup share "
         f"{report.uvm_lookup_share:.2%}; access curves: {assumptions}")
+    if report.shardings:
+        console.print("tables by sharding: " + ", ".join(
+            f"{n} {kind}" for kind, n in report.shardings.items()), markup=False)
     console.print(_reservation_line(report), markup=False)
 
 

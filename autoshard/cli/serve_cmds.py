@@ -25,30 +25,45 @@ from autoshard.limits import (
     TIME_LIMIT_S,
     Range,
 )
+from autoshard.serving.ranges import REPLICAS, SAMPLES, parse_rates, parse_seeds
 
 serve_app = typer.Typer(help="Plan, simulate and measure a model served across CPU servers.",
                         no_args_is_help=True)
 app.add_typer(serve_app, name="serve")
 
 ModelOpt = Annotated[str, typer.Option(
-    "--model", "-m", help="Serving suite (small, medium, large, sparse, bench) or a serving "
-    "model file (YAML/JSON, kind: serving_model).")]
+    "--model", "-m", help="Serving suite (small, medium, large, sparse, bench, paper) or a "
+    "serving model file (YAML/JSON, kind: serving_model).")]
 ProfileOpt = Annotated[str | None, typer.Option(
     "--profile", "-P", help="Serving profile: bundled name (see `serve profiles`) or YAML file; "
     "default: the suite's.")]
 QpsOpt = Annotated[float, ranged(QPS, "Request rate, requests per second.", "--qps")]
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="Mapping strategy.")]
-RequestsOpt = Annotated[int, ranged(SIMULATED_REQUESTS, "Requests simulated.")]
+RequestsOpt = Annotated[int, ranged(SIMULATED_REQUESTS, "Requests per simulated sample.")]
+SamplesOpt = Annotated[int, ranged(SAMPLES, "Independent request samples; percentiles are "
+                                   "reported with their 95% interval over them.")]
 SpanOpt = Annotated[int, ranged(Range(1, 1000, integer=True),
-                                "Server counts swept from the memory bound.")]
-#: Sparse servers of a simulated mapping (a profile allows at most 4,096).
+                                "Shard counts swept from the memory bound.")]
+PrecisionOpt = Annotated[str, typer.Option(help="Serving precision of the rows: fp32 (the "
+                                           "tables' own), fp16, int8 or int4.")]
+CeilingOpt = Annotated[float | None, ranged(
+    Range(0, 1, open_low=True), "Utilisation a feasible server stays below "
+    "(default: the profile's).", "--max-utilisation")]
+HeadroomOpt = Annotated[float | None, ranged(
+    Range(0, 0.9), "Share of each server's memory left free (default: the profile's).",
+    "--headroom")]
+#: Sparse shards of a simulated mapping (a profile allows at most 4,096 servers).
 SERVERS = Range(0, 4096, integer=True)
-SHOWN = ("strategy", "servers", "p50_ms", "p90_ms", "p99_ms", "p99_overhead",
-         "calls_per_request", "compute_overhead", "max_utilisation", "memory_gb_max")
+SHOWN = ("strategy", "servers", "total_servers", "p99_ms", "max_utilisation",
+         "calls_per_request", "p99_overhead", "meets")
+HEADERS = ("strategy", "shards", "servers", "P99 ms", "util", "calls", "vs 1", "verdict")
 
 
-def load_inputs(model: str, profile: str | None) -> tuple[Any, Any]:
+def load_inputs(model: str, profile: str | None, ceiling: float | None = None,
+                headroom: float | None = None) -> tuple[Any, Any]:
     """The served model and its serving profile (a suite's own profile by default)."""
+    from dataclasses import replace
+
     from autoshard.serving.model import load_model
     from autoshard.serving.profile import load_serving_profile
     from autoshard.serving.suites import SUITES, suite_model
@@ -62,40 +77,64 @@ def load_inputs(model: str, profile: str | None) -> tuple[Any, Any]:
     else:
         raise InputError(f"unknown serving suite or model file (suites: {', '.join(SUITES)})",
                          source="command line", field="--model", value=model)
-    return served, load_serving_profile(profile or default)
+    prof = load_serving_profile(profile or default)
+    if ceiling is not None:
+        prof = replace(prof, utilisation_ceiling=ceiling)
+    if headroom is not None:
+        prof = replace(prof, memory_headroom=headroom)
+    return served, prof
 
 
 def make_task(model: str, profile: str | None, qps: float, requests: int, seed: int,
-              p99_ms: float | None = None) -> Any:
+              p99_ms: float | None = None, samples: int = 5, precision: str = "fp32",
+              ceiling: float | None = None, headroom: float | None = None) -> Any:
     from autoshard.serving.task import ServingTask
 
-    served, prof = load_inputs(model, profile)
+    served, prof = load_inputs(model, profile, ceiling, headroom)
     try:
-        return ServingTask(served, prof, qps=qps, p99_ms=p99_ms, requests=requests, seed=seed)
+        return ServingTask(served, prof, qps=qps, p99_ms=p99_ms, requests=requests, seed=seed,
+                           samples=samples, precision=precision)
     except InputError as exc:
-        if exc.field in ("qps", "p99_ms", "requests"):
+        if exc.field in ("qps", "p99_ms", "requests", "samples", "precision"):
             raise InputError(exc.reason, source="command line",
                              field="--" + exc.field.replace("_", "-"), value=exc.value) from exc
         raise
 
 
 def show_rows(rows: list[dict[str, Any]], title: str) -> None:
-    table = RichTable(title=title)
-    for col in SHOWN:
-        table.add_column(col, justify="right")
+    from rich import box
+
+    table = RichTable(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                      show_edge=False)
+    names = max((len(r["strategy"]) for r in rows), default=8)
+    for col, head in zip(SHOWN, HEADERS, strict=True):
+        table.add_column(head, justify="left" if col == "strategy" else "right", no_wrap=True,
+                         min_width=names if col == "strategy" else len(head))
+    errors = []
     for row in rows:
         if row.get("error"):
-            table.add_row(row["strategy"], str(row["servers"]), "[red]" + row["error"][:60])
+            table.add_row(row["strategy"], str(row["servers"]), *["-"] * 5, "[red]no map")
+            errors.append(f"{row['strategy']} on {row['servers']} shards: {row['error']}")
             continue
-        table.add_row(*(_fmt(row[c]) for c in SHOWN))
+        cells = [_fmt(row[c]) for c in SHOWN]
+        cells[3] = f"{row['p99_ms']:.3g}±{row['p99_hi_ms'] - row['p99_ms']:.2g}"
+        cells[4] = f"{max(row['max_utilisation'], row['max_nic_utilisation']):.2f}"
+        cells[6] = "-" if row["p99_overhead"] is None else f"{row['p99_overhead']:+.0%}"
+        cells[7] = ("meets" if row["meets"] else "misses" if row["feasible"]
+                    else "[red]over")
+        table.add_row(*cells)
     console.print(table)
-    console.print("[dim]ms; p99_overhead and compute_overhead vs one hypothetical server holding "
-                  "every table; calls = remote calls per request; memory in GB[/]")
+    for line in errors:
+        console.print(f"[red]{line}[/]")
+    console.print("[dim]P99 ms: mean over the samples ± half its 95% interval; servers: main "
+                  "tier and shard replicas; util: busiest server's cores or network interface; "
+                  "calls: remote calls per request; vs 1: P99 against one server holding every "
+                  "table, replicated below the ceiling[/]")
 
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:.3g}"
     return str(value)
 
 
@@ -121,37 +160,59 @@ def simulate_cmd(
     profile: ProfileOpt = None,
     strategy: StrategyOpt = "feature_group",
     servers: Annotated[int | None, ranged(
-        SERVERS, "Sparse servers (default: the memory bound).")] = None,
+        SERVERS, "Sparse shards (default: the memory bound; main_only takes none).")] = None,
+    replicas: Annotated[int | None, ranged(
+        REPLICAS, "Servers per shard (default: provisioned below the utilisation ceiling).")
+    ] = None,
+    main_replicas: Annotated[int | None, ranged(
+        REPLICAS, "Main-tier servers (default: provisioned).")] = None,
     qps: QpsOpt = 1000.0,
-    requests: RequestsOpt = 100_000,
+    requests: RequestsOpt = 20_000,
+    samples: SamplesOpt = 5,
+    precision: PrecisionOpt = "fp32",
+    cache: Annotated[bool, typer.Option(help="Move hot rows to the main server.")] = False,
     seed: SeedOpt = 0,
     plan: Annotated[Path | None, typer.Option(help="Simulate this plan file instead.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o",
                                                 help="Write the plan (JSON/YAML).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Simulate one mapping: P50/P90/P99, fan-out, compute and memory per server."""
+    """Simulate one deployment: P50/P90/P99 with intervals, fan-out, utilisation, memory."""
+    from autoshard.serving.evaluation import Evaluator
+    from autoshard.serving.hotcold import with_main_cache
     from autoshard.serving.mapping import load_mapping, save_mapping
-    from autoshard.serving.planning import Evaluator
+    from autoshard.serving.provision import first_replicas
     from autoshard.serving.registry import get_strategy
 
     if output is not None:
         check_output_path(output)
-    task = make_task(model, profile, qps, requests, seed)
+    task = make_task(model, profile, qps, requests, seed, samples=samples, precision=precision)
     if plan is not None:
-        mapping = load_mapping(plan, task.model)
+        mapping = load_mapping(plan, task.model, task.precision)
     else:
         chosen = get_strategy(strategy)
-        count = servers if servers is not None else max(task.min_servers(), 1)
+        if servers and not chosen.needs_servers:
+            raise InputError(f"{strategy} uses no sparse server", source="command line",
+                             field="--servers", value=servers)
+        count = (servers if servers is not None else max(task.min_servers(), 1)) \
+            if chosen.needs_servers else 0
         mapping = chosen.map(task, count)
+        if cache and mapping.servers:
+            mapping = with_main_cache(task, mapping)
+        if mapping.replicas is None:
+            auto = first_replicas(Evaluator(task, task.validate_samples), mapping)
+            mapping = mapping.with_replicas(
+                tuple([replicas] * mapping.servers) if replicas else tuple(
+                    int(r) for r in auto.replica_counts),
+                main_replicas or auto.main_replicas)
     row = dict(Evaluator(task).evaluate(mapping).row(), qps=qps, requests=requests)
     if output is not None:
-        save_mapping(output, mapping, task.model)
+        save_mapping(output, mapping, task.model, task.precision)
     if json_out:
         print_json(row)
         return
     show_rows([row], f"{task.model.name} on {task.profile.name} at {qps:g} qps, "
-              f"{requests} simulated requests")
+              f"{samples} samples of {requests} requests")
 
 
 @serve_app.command("plan")
@@ -162,94 +223,51 @@ def plan_cmd(
     profile: ProfileOpt = None,
     strategies: Annotated[str | None, typer.Option(
         help="Comma-separated strategies (default: all).")] = None,
-    span: SpanOpt = 6,
-    requests: RequestsOpt = 20_000,
+    span: SpanOpt = 4,
+    requests: RequestsOpt = 10_000,
+    samples: SamplesOpt = 5,
+    precision: PrecisionOpt = "fp32",
+    replicas: Annotated[bool, typer.Option(
+        help="Provision replicas of shards and of the main tier.")] = True,
+    cache: Annotated[bool, typer.Option(help="Move hot rows to the main server.")] = False,
+    minimise: Annotated[str, typer.Option(help="What the answer minimises first: servers, or "
+                                          "cost (the profile's main_cost and server_cost).")
+                        ] = "servers",
+    max_utilisation: CeilingOpt = None,
+    headroom: HeadroomOpt = None,
     seed: SeedOpt = 0,
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
         "runs/serve-plan"),
 ) -> None:
-    """How many servers, and which mapping, meet a P99 target at a request rate.
+    """The fewest servers, and the deployment, that meet a P99 target at a request rate.
 
-    Writes plan.json (the optimiser's mapping at the fewest servers that meet the target, else
-    the lowest P99 found), sweep.csv/.md and p99_vs_servers.png to the output folder.
+    Every strategy is swept over shard counts from the memory bound, each deployment given
+    replicas below the utilisation ceiling and judged on fresh request samples; it meets the
+    target when feasible and the upper end of its P99 interval is within it. Writes plan.json
+    (the answer's deployment), summary.json, sweep.csv/.md and p99_vs_servers.png.
     """
-    from autoshard.serving.planning import fewest_servers, server_range, sweep
+    from autoshard.limits import one_of
+    from autoshard.serving.parts import check_precision
+    from autoshard.serving.plan_output import verdict, write_plan_outputs
+    from autoshard.serving.planning import OBJECTIVES, PlanOptions, server_range, sweep
     from autoshard.serving.registry import parse_strategies
 
     check_output_path(output / "plan.json")
+    one_of(minimise, OBJECTIVES, "--minimise", "command line")
     names = parse_strategies(strategies, "--strategies", "command line")
-    task = make_task(model, profile, qps, requests, seed, p99_ms)
-    rows = sweep(task, names, server_range(task, span))
-    fewest = fewest_servers(rows, p99_ms)
-    doc = write_plan_outputs(task, rows, fewest, output)
-    show_rows(rows, f"{task.model.name} on {task.profile.name} at {qps:g} qps")
-    for name, count in fewest.items():
-        console.print(f"{name}: " + (f"{count} sparse servers meet P99 <= {p99_ms:g} ms"
-                                     if count is not None else "no swept server count meets "
-                                     f"P99 <= {p99_ms:g} ms"))
-    console.print(f"memory bound: at least {task.min_servers()} sparse servers; "
-                  f"wrote {output}/ ({doc['answer']})")
-
-
-def write_plan_outputs(task: Any, rows: list[dict[str, Any]], fewest: dict[str, int | None],
-                       output: Path) -> dict[str, Any]:
-    """The answer (best mapping) and the sweep, written together at the end."""
-    from autoshard.fileio import write_structured
-    from autoshard.machine import describe_machine
-    from autoshard.serving.planning import advantage_at_equal_servers
-    from autoshard.serving.registry import get_strategy
-    from autoshard.serving.report import (
-        SWEEP_COLUMNS,
-        markdown_table,
-        plot_p99_vs_servers,
-        write_csv,
-    )
-    from autoshard.serving.suite_run import server_gap
-
-    ours = [r for r in rows if r["strategy"] == "optimiser" and not r.get("error")]
-    answer = "no optimiser rows"
-    plan_doc = None
-    if ours:
-        count = fewest.get("optimiser")
-        pick = (next(r for r in ours if r["servers"] == count) if count is not None
-                else min(ours, key=lambda r: r["p99_ms"]))
-        mapping = get_strategy("optimiser").map(task, pick["servers"])
-        plan_doc = mapping.to_dict(task.model)
-        met = "meets" if count is not None else "misses"
-        answer = f"optimiser, {pick['servers']} sparse servers, P99 {pick['p99_ms']:.3f} ms " \
-                 f"({met} the target)"
-    summary = {"model": task.model.name, "profile": task.profile.name, "qps": task.qps,
-               "p99_target_ms": task.p99_ms, "requests": task.requests,
-               "memory_bound_servers": task.min_servers(), "fewest_servers": fewest,
-               "optimiser_servers_over_bound": server_gap(fewest, task.min_servers()),
-               "advantage_at_equal_servers": advantage_at_equal_servers(rows),
-               "answer": answer, "machine": describe_machine()}
-    from autoshard.fileio import atomic_write_text, output_folder
-
-    with output_folder(output):  # a failure leaves no new folder behind
-        if plan_doc is not None:
-            write_structured(output / "plan.json", plan_doc)
-        write_structured(output / "summary.json", summary)
-        write_csv(output / "sweep.csv", rows, SWEEP_COLUMNS)
-        atomic_write_text(output / "sweep.md", markdown_table(rows, SWEEP_COLUMNS))
-        plot_p99_vs_servers(rows, output / "p99_vs_servers.png",
-                            f"{task.model.name} at {task.qps:g} qps", task.p99_ms)
-    return summary
-
-
-def parse_rates(spec: str) -> tuple[float, ...]:
-    """Comma-separated request rates, each in :data:`autoshard.limits.QPS`."""
-    try:
-        rates = tuple(float(v) for v in spec.split(",") if v.strip())
-    except ValueError as exc:
-        raise InputError("expected comma-separated numbers", source="command line",
-                         field="--qps", value=spec) from exc
-    if not rates:
-        raise InputError("names no request rate", source="command line", field="--qps",
-                         value=spec)
-    for rate in rates:
-        QPS.check(rate, "--qps", "command line")
-    return rates
+    check_precision(precision, "--precision", "command line")
+    task = make_task(model, profile, qps, requests, seed, p99_ms, samples, precision,
+                     max_utilisation, headroom)
+    options = PlanOptions(replicas=replicas, cache=cache)
+    rows, found = sweep(task, names, server_range(task, span), options)
+    write_plan_outputs(task, rows, found, output, {"replicas": replicas, "cache": cache},
+                       minimise)
+    show_rows(rows, f"{task.model.name} on {task.profile.name} at {qps:g} qps, {samples} "
+              f"samples of {requests} requests")
+    console.print(f"memory bound: at least {task.min_servers()} shards "
+                  f"({task.profile.memory_headroom:.0%} headroom); utilisation ceiling "
+                  f"{task.profile.utilisation_ceiling:g}")
+    console.print(f"answer: {verdict(task, rows, minimise)}; wrote {output}/")
 
 
 @serve_app.command("bench")
@@ -258,7 +276,9 @@ def bench_cmd(
     profile: ProfileOpt = None,
     strategy: StrategyOpt = "feature_group",
     servers: Annotated[int, ranged(Range(1, 64, integer=True),
-                                   "Sparse server processes.")] = 2,
+                                   "Sparse shards.")] = 2,
+    replicas: Annotated[int, ranged(Range(1, 64, integer=True),
+                                    "Server processes per shard.")] = 1,
     qps: Annotated[str, typer.Option("--qps", help="Request rates, comma-separated, each "
                                      f"{QPS.help()}.")] = "100",
     requests: Annotated[int, typer.Option(
@@ -295,14 +315,16 @@ def bench_cmd(
                          field=with_field.get(exc.field or "", exc.field), value=exc.value
                          ) from exc
     task = make_task(model, profile, rates[0], config.simulated_requests, seed)
-    mapping = get_strategy(strategy).map(task, servers)
+    chosen = get_strategy(strategy)
+    mapping = chosen.map(task, servers if chosen.needs_servers else 0)
+    mapping = mapping.with_replicas((replicas,) * mapping.servers, 1)
     rows = run_bench(task, mapping, config, logs)
     if output is not None:
         write_rows(output, rows)
     if json_out:
         print_json(rows)
         return
-    show_bench(rows, f"{task.model.name}: {strategy} on {mapping.servers} sparse servers, "
+    show_bench(rows, f"{task.model.name}: {strategy} on {mapping.servers} shards x {replicas}, "
                "measured here vs simulated")
 
 
@@ -318,8 +340,8 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def show_bench(rows: list[dict[str, Any]], title: str) -> None:
     table = RichTable(title=title)
-    cols = ("strategy", "servers", "qps", "calls_per_request", "measured_p50_ms",
-            "simulated_p50_ms", "measured_p99_ms", "simulated_p99_ms")
+    cols = ("strategy", "servers", "replicas", "qps", "calls_per_request", "measured_p50_ms",
+            "simulated_p50_ms", "measured_p99_ms", "simulated_p99_ms", "p99_ratio")
     for col in cols:
         table.add_column(col.replace("_ms", "").replace("_", " "), justify="right")
     for row in rows:
@@ -333,7 +355,7 @@ def calibrate_cmd(
     base: Annotated[str, typer.Option(help="Profile whose other fields are kept.")] = (
         "local-cpu"),
     calls: Annotated[int, ranged(Range(3, 100_000, integer=True),
-                                 "Timed calls per configuration.")] = 40,
+                                 "Timed calls per configuration.")] = 200,
 ) -> None:
     """Measure this machine's call and lookup costs (torch.distributed.rpc, EmbeddingBag) and
     write a serving profile with them."""
@@ -373,9 +395,12 @@ def check_bench_options(suite: str, requests: int, rounds: int, warmup: int) -> 
 @serve_app.command("compare")
 def compare_cmd(
     suite: Annotated[str, typer.Option(help="Serving suite: small, medium, large, sparse, "
-                                       "bench.")] = "medium",
-    requests: RequestsOpt = 20_000,
+                                       "bench, paper.")] = "medium",
+    requests: RequestsOpt = 10_000,
+    samples: SamplesOpt = 5,
     span: SpanOpt = 4,
+    seeds: Annotated[str, typer.Option(help="Fresh seeds the answer is planned again on "
+                                       "(comma-separated; empty: none).")] = "",
     measure: Annotated[bool, typer.Option(
         help="Also serve every strategy for real here (small suites).")] = False,
     bench_requests: Annotated[int, typer.Option(
@@ -388,18 +413,15 @@ def compare_cmd(
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
         "results/serving"),
 ) -> None:
-    """Every strategy on a suite at its request rates: P99 vs servers, fewest servers meeting
-    the target, the optimiser's margin at equal servers. With --measure, first calibrates this
+    """Every strategy on a suite at its request rates: P99 vs servers, the fewest servers
+    meeting the target (and again on each of --seeds), the optimiser's out-of-sample margin at
+    equal shards. With --measure, first calibrates this
     machine's constants (`serve calibrate`), then serves every strategy for real and reports
     measured beside simulated. Writes SUITE.md/.csv/.png/.json (and SUITE.bench.*)."""
     import sys
 
-    from autoshard.serving.suite_run import (
-        calibrated_profile,
-        measure_suite,
-        simulate_suite,
-        write_suite,
-    )
+    from autoshard.serving.suite_report import write_suite
+    from autoshard.serving.suite_run import calibrated_profile, measure_suite, simulate_suite
     from autoshard.serving.suites import SUITES
 
     if suite not in SUITES:
@@ -408,17 +430,41 @@ def compare_cmd(
     check_output_path(output / f"{suite}.md")
     if measure:
         check_bench_options(suite, bench_requests, bench_rounds, bench_warmup)
+    fresh = parse_seeds(seeds)
     profile = calibrated_profile(suite) if measure else None
-    rows, per_rate = simulate_suite(suite, requests, span, seed, profile)
+    rows, per_rate = simulate_suite(suite, requests, span, seed, profile, samples, fresh)
     measured = (measure_suite(suite, bench_requests, seed, profile, requests, bench_rounds,
                               bench_warmup) if measure else None)
     command = "autoshard serve " + " ".join(sys.argv[sys.argv.index("compare"):]) \
         if "compare" in sys.argv else f"autoshard serve compare --suite {suite}"
     write_suite(suite, output, command, rows, per_rate, measured)
     for rate in per_rate:
+        again = ", ".join(str(r["total_servers"]) for r in rate["seeds"])
         console.print(f"{rate['qps']:g} qps: fewest servers meeting P99 <= "
-                      f"{rate['p99_target_ms']:g} ms: {rate['fewest_servers']}")
+                      f"{rate['p99_target_ms']:g} ms: {rate['answer']['total_servers']}"
+                      + (f" (seeds {seeds}: {again})" if again else ""))
     if measured is not None:
         console.print(f"measured vs simulated Spearman: P99 {measured['spearman_p99']}, "
                       f"P90 {measured['spearman_p90']}, P50 {measured['spearman_p50']}")
     console.print(f"wrote {output}/{suite}.md")
+
+
+@serve_app.command("study")
+def study_cmd(
+    requests: RequestsOpt = 10_000,
+    samples: SamplesOpt = 5,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
+        "results/serving"),
+) -> None:
+    """Lui et al.'s findings checked here: the best mapping's P99 overhead against the
+    unsharded model, compute overhead growing with shards, capacity- against load-balanced,
+    and sparsity against fan-out, each as a function of the dense-to-remote work ratio.
+    Writes study.md and study.json."""
+    from autoshard.serving.study import run_study, write_study
+
+    check_output_path(output / "study.md")
+    found = run_study(requests, samples)
+    write_study(found, output)
+    for line in found["verdicts"]:
+        console.print(f"- {line}")
+    console.print(f"wrote {output}/study.md")

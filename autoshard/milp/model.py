@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -58,6 +59,8 @@ class Subproblem:
         tied: With ``fixed``, a group per table ([T'], -1: none): the tables of one group keep
             the same share of their memory in HBM (the shards of one split table).
         allowed: Devices each table may go to ([T', D'] bool; None: all).
+        least: Least HBM memory of each table wherever it lives, GB of its memory variable
+            ([T'], None: none; a replica's whole table, or what its constraints keep in HBM).
     """
 
     tables: np.ndarray
@@ -73,6 +76,7 @@ class Subproblem:
     reserved: np.ndarray | None = None
     tied: np.ndarray | None = None
     allowed: np.ndarray | None = None
+    least: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ def _pairs(sub: Subproblem, lines: CostLines, order: np.ndarray) -> tuple[np.nda
         ok &= dd == sub.fixed[:, None]
     if sub.allowed is not None:
         ok &= sub.allowed
+    if sub.least is not None:
+        ok &= sub.least[:, None] <= cap + _TOLERANCE
     if sub.symmetric and sub.integer and sub.fixed is None:
         rank = np.empty(nt, dtype=np.int64)
         rank[order] = np.arange(nt)
@@ -136,6 +142,7 @@ def _matrix(sub: Subproblem, lines: CostLines, pt: np.ndarray, pd: np.ndarray,
     lo.append(np.full(p, -np.inf))
     hi.append(np.zeros(p))
     nrow += p
+    nrow += _least_rows(sub, pt, x, m, nrow, add, lo, hi)
     counts = lines.count[t_glob, kinds]
     for line in range(int(counts.max())):
         use = np.flatnonzero(counts > line)
@@ -170,6 +177,22 @@ def _matrix(sub: Subproblem, lines: CostLines, pt: np.ndarray, pd: np.ndarray,
     cost[c] = spread
     cost[cc] = 1.0
     return rows, cols, vals, np.concatenate(lo), np.concatenate(hi), cost
+
+
+def _least_rows(sub: Subproblem, pt: np.ndarray, x: np.ndarray, m: np.ndarray, nrow: int,
+                add: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
+                lo: list[np.ndarray], hi: list[np.ndarray]) -> int:
+    """Rows m >= least * x of the pairs whose table keeps HBM memory wherever it lives
+    (:attr:`Subproblem.least`); returns how many."""
+    if sub.least is None or not (sub.least > 0).any():
+        return 0
+    use = np.flatnonzero(sub.least[pt] > 0)
+    r = nrow + np.arange(use.size)
+    add(r, m[use], np.ones(use.size))
+    add(r, x[use], -sub.least[pt[use]])
+    lo.append(np.zeros(use.size))
+    hi.append(np.full(use.size, np.inf))
+    return int(use.size)
 
 
 def _tied_pairs(tied: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -27,7 +27,7 @@ def aggregated(task: ShardingTask, kinds: DeviceKinds) -> milp_model.Subproblem:
                                  dev.hbm_capacity[reps] / UNIT_BYTES,
                                  dev.host_capacity[reps] / UNIT_BYTES, full, weight,
                                  integer=False, symmetric=False, hbm_scale=scale,
-                                 reserved=reserved)
+                                 reserved=reserved, least=least_memory(task))
 
 
 def device_subproblem(task: ShardingTask, kinds: DeviceKinds, tables: np.ndarray,
@@ -51,7 +51,18 @@ def device_subproblem(task: ShardingTask, kinds: DeviceKinds, tables: np.ndarray
                                  dev.host_capacity[devices] / UNIT_BYTES - slack, full,
                                  np.ones(devices.size), integer=fixed is None, fixed=fixed,
                                  hbm_scale=scale, reserved=reserved,
-                                 symmetric=pinned is None, allowed=pinned)
+                                 symmetric=pinned is None, allowed=pinned,
+                                 least=least_memory(task, tables))
+
+
+def least_memory(task: ShardingTask, tables: np.ndarray | None = None) -> np.ndarray | None:
+    """The MILP's least HBM memory (GB) of ``tables`` (:attr:`autoshard.task.TableArrays.
+    hbm_least`); None when no table has any."""
+    a = task.table_arrays
+    idx = np.arange(task.num_tables) if tables is None else tables
+    if not a.hbm_least[idx].any():
+        return None
+    return a.hbm_least[idx] * a.memory_bytes_per_row[idx] / UNIT_BYTES
 
 
 def hbm_terms(task: ShardingTask, tables: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -65,16 +76,23 @@ def hbm_terms(task: ShardingTask, tables: np.ndarray) -> tuple[np.ndarray, np.nd
 def pin(task: ShardingTask, pins: np.ndarray | None, device: np.ndarray, rows: np.ndarray
         ) -> tuple[np.ndarray, np.ndarray] | None:
     """A placement with its pinned tables (``pins``: device per table, -1 where free) moved to
-    their devices, keeping their HBM rows where the HBM holds them (else none), and any HBM
-    overshoot taken off; None if it no longer fits."""
-    if pins is None or (device[pins >= 0] == pins[pins >= 0]).all():
+    their devices, keeping their HBM rows where the HBM holds them (else the least they may
+    keep), every table's HBM rows within its bounds
+    (:meth:`autoshard.task.TableArrays.hbm_rows_allowed`), and any HBM overshoot taken off;
+    None if it no longer fits."""
+    a = task.table_arrays
+    bounded = a.hbm_rows_allowed(slice(None), rows)
+    if (pins is None or (device[pins >= 0] == pins[pins >= 0]).all()) and (
+            bounded == rows).all():
         return device, rows
-    device = np.where(pins >= 0, pins, device)
-    moved = fit_hbm(task, device, rows)
+    if pins is not None:
+        device = np.where(pins >= 0, pins, device)
+    moved = fit_hbm(task, device, bounded)
     if feasible(task, device, moved):
         return device, moved
-    rows = np.where(pins >= 0, 0, rows)
-    moved = fit_hbm(task, device, rows)
+    if pins is not None:
+        bounded = a.hbm_rows_allowed(slice(None), np.where(pins >= 0, 0, bounded))
+    moved = fit_hbm(task, device, bounded)
     return (device, moved) if feasible(task, device, moved) else None
 
 
@@ -90,22 +108,25 @@ def to_rows(task: ShardingTask, memory_gb: np.ndarray,
     idx = np.arange(task.num_tables) if tables is None else tables
     a = task.table_arrays
     rows = np.round(memory_gb * UNIT_BYTES / a.memory_bytes_per_row[idx])
-    return np.clip(rows, 0, a.rows[idx]).astype(np.int64)
+    return a.hbm_rows_allowed(idx, rows)
 
 
 def fit_hbm(task: ShardingTask, device: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The rows with any HBM overshoot (a solver's tolerance, a few bytes) taken off the table
-    with the most HBM rows on each overfull device."""
+    with the most HBM rows it may give up on each overfull device (never below its
+    :attr:`autoshard.task.TableArrays.hbm_least`)."""
+    a = task.table_arrays
     rows = rows.copy()
-    per_row = task.table_arrays.hbm_bytes_per_row
+    per_row = a.hbm_bytes_per_row
     placed = device >= 0  # tables outside a subproblem are marked -1
-    hbm = np.bincount(device[placed], weights=task.table_arrays.hbm_bytes(placed, rows[placed]),
+    hbm = np.bincount(device[placed], weights=a.hbm_bytes(placed, rows[placed]),
                       minlength=task.num_devices)
     for d in np.flatnonzero(hbm > task.device_arrays.hbm_capacity):
         on = np.flatnonzero(device == d)
-        t = on[np.argmax(rows[on] * per_row[on])]
+        spare = (rows[on] - a.hbm_least[on]) * per_row[on]
+        t = on[np.argmax(spare)]
         excess = hbm[d] - task.device_arrays.hbm_capacity[d]
-        rows[t] = max(rows[t] - int(np.ceil(excess / per_row[t])), 0)
+        rows[t] = max(rows[t] - int(np.ceil(excess / per_row[t])), int(a.hbm_least[t]))
     return rows
 
 

@@ -406,13 +406,15 @@ class PlacementEpisode:
         return fits
 
     def _node_devices(self, t: int) -> np.ndarray:
-        """[D]: where node-local shard ``t`` may go: any device while none of its table's
-        shards is placed, then the devices of their node that hold none of them (another row
-        shard: any device that holds none of them)."""
+        """[D]: where node-local shard ``t`` may go: any device while none of the shards of its
+        column block (a table-row-wise table's all; a grid's of one block) is placed, then the
+        devices of their node that hold none of them (another row shard: any device that holds
+        none of its table's)."""
         g = self._geometry
         assert g is not None
         device = self.state.device
-        placed = device[(g.table == g.table[t]) & (device >= 0)]
+        block = (g.table == g.table[t]) & (g.col_start == g.col_start[t])
+        placed = device[block & (device >= 0)]
         node = self.task.device_arrays.node
         if not placed.size:
             return np.ones(node.size, dtype=bool)
@@ -433,8 +435,8 @@ class PlacementEpisode:
 
 def bound_shards(task: ShardingTask) -> tuple[ShardGeometry | None, np.ndarray | None]:
     """The shards of ``task`` (a :class:`autoshard.shards.ShardTask`; None for whole tables)
-    and which of them go one per device (table-row-wise ones within one node; on a task
-    planned for TorchRec, row-wise ones too)."""
+    and which of them go one per device (table-row-wise ones, and a grid's of each column
+    block, within one node; on a task planned for TorchRec, row-wise ones too)."""
     g = getattr(task, "geometry", None)
     return (None, None) if g is None else (g, one_per_device(task, g))
 

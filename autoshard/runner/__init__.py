@@ -1,6 +1,8 @@
 """Measured execution of a plan on torch.distributed: each rank holds the plan's tables, pools a
-batch of lookups, exchanges pooled embeddings all-to-all, runs backward and row-wise Adagrad, and
-times every part. See :func:`run_plan`."""
+batch of lookups, exchanges pooled embeddings all-to-all (replicated tables pool the rank's own
+samples and all-reduce their gradients instead), runs backward and row-wise Adagrad, and times
+every part. See :func:`run_plan`; :func:`check_plan` checks a plan's results against one
+unsharded copy of its tables."""
 
 from __future__ import annotations
 
@@ -8,18 +10,21 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from autoshard.cost import CostModel, load_cost_model
 from autoshard.errors import InputError, gib
 from autoshard.evaluator import evaluate
 from autoshard.plan import Plan
+from autoshard.runner.check import CheckResult
 from autoshard.runner.config import FAULT_ENV, RunConfig
 from autoshard.runner.launch import RunError, launch_local
 from autoshard.runner.report import MeasuredDeviceReport, MeasuredReport, RunResult, measured_report
 from autoshard.shards import check_layout
 from autoshard.task import ShardingTask, Workload
 
-__all__ = ["FAULT_ENV", "MeasuredDeviceReport", "MeasuredReport", "RunConfig", "RunError",
-           "RunResult", "run_plan", "torchrun_env"]
+__all__ = ["FAULT_ENV", "CheckResult", "MeasuredDeviceReport", "MeasuredReport", "RunConfig",
+           "RunError", "RunResult", "check_plan", "run_plan", "torchrun_env"]
 
 #: Share of the host's available memory a local run may allocate for tables.
 MEMORY_SHARE = 0.8
@@ -68,7 +73,7 @@ def run_plan(plan: Plan, task: ShardingTask, config: RunConfig,
     launched = torchrun_env()
     results: list[dict[str, Any]] | None
     if launched is None:
-        check_memory(task)
+        check_memory(task, plan)
         results = launch_local(dict(spec, pg_timeout_s=2 * config.timeout_s + 30),
                                task.num_devices, config.timeout_s, logs)
     else:
@@ -76,6 +81,34 @@ def run_plan(plan: Plan, task: ShardingTask, config: RunConfig,
         if results is None:
             return None
     return RunResult(measured_report(results, plan, task, config), modelled)
+
+
+def check_plan(plan: Plan, task: ShardingTask, config: RunConfig, logs: Path | None = None
+               ) -> CheckResult:
+    """Runs ``plan``'s steps (warm-up and timed ones of ``config``, untimed) on one local process
+    per device, every piece starting from its slice of its table's canonical weights, and sets
+    each step's pooled features and the final weights beside one unsharded copy of the tables
+    run in this process on the same lookups (:mod:`autoshard.runner.check`). For small tables:
+    the ranks' results travel as JSON.
+
+    Raises:
+        PlannerError: Invalid plan. InputError: bad trace or tables too large for this host.
+        RunError: A rank failed or made no progress for ``config.timeout_s``.
+    """
+    from autoshard.runner.check import compare
+    from autoshard.runner.shard import rank_tables
+
+    task = task.with_workload(Workload(batch_size=config.batch_size, mode=config.mode))
+    check_layout(plan, task)
+    if config.trace:
+        check_trace(config.trace, task, config.batch_size)
+    check_memory(task, plan)
+    spec = {"tables": [t.to_dict() for t in task.tables], "plan": plan.to_dict(),
+            "config": config.to_dict(), "check": True, "pg_timeout_s": 2 * config.timeout_s + 30}
+    results = launch_local(spec, task.num_devices, config.timeout_s, logs)
+    dims = {t.name: (i, t.rows, t.dim) for i, t in enumerate(task.tables)}
+    layout = [rank_tables(plan, dims, r) for r in range(task.num_devices)]
+    return compare(results, layout, task.tables, config)
 
 
 def _run_here(spec: dict[str, Any], task: ShardingTask, config: RunConfig,
@@ -104,10 +137,16 @@ def check_trace(path: str, task: ShardingTask, batch_size: int) -> None:
                          source=path, field="batch_size", value=batch_size)
 
 
-def check_memory(task: ShardingTask) -> None:
-    """Every rank runs here: all tables (weights and one optimizer value per row) must fit."""
+def check_memory(task: ShardingTask, plan: Plan) -> None:
+    """Every rank runs here: all tables (weights and one optimizer value per row; a replicated
+    table once per replica, with its gradient) must fit."""
     a = task.table_arrays
-    need = float((a.rows * (a.row_bytes + 4)).sum())
+    copies = np.ones(task.num_tables)
+    position = {t.name: i for i, t in enumerate(task.tables)}
+    for p in plan.placements:
+        if p.sharding.replicated:
+            copies[position[p.table]] = 2 * len(p.shards)  # weights and gradient per replica
+    need = float((copies * a.rows * (a.row_bytes + 4)).sum())
     available = _available_bytes()
     if available is not None and need > MEMORY_SHARE * available:
         raise InputError(f"the tables need {gib(need)} but this host has {gib(available)} "

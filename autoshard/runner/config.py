@@ -23,14 +23,17 @@ class RunConfig:
     Args:
         batch_size: Global samples per step (all ranks together); each rank pools its tables for
             the whole batch and, after the all-to-all, holds the pooled features of its own
-            ``batch_size / ranks`` samples.
+            ``batch_size / ranks`` samples (a replicated table's are pooled there directly).
         iterations: Timed steps; the report gives per-rank medians over them.
         warmup: Untimed steps before the timed ones.
-        mode: ``train`` (forward, all-to-all, backward all-to-all, backward and optimizer) or
-            ``infer`` (forward and all-to-all only).
+        mode: ``train`` (forward, all-to-all, backward all-to-all, backward and optimizer; the
+            replicated tables' gradient all-reduce and dense update) or ``infer`` (forward and
+            all-to-all only).
         seed: Seed of the synthetic lookups and of the weights.
         kernel: ``torch`` (``F.embedding_bag`` per table and tier, row-wise Adagrad on the touched
             rows) or ``fbgemm`` (FBGEMM's table-batched operator per tier, fused row-wise Adagrad).
+            Replicated tables always run on the torch kernel: their update waits for the
+            all-reduce, which a fused backward leaves no room for.
         device: ``cpu``, ``cuda`` or ``auto`` (CUDA when every rank can have its own GPU).
         learning_rate: Row-wise Adagrad learning rate.
         timeout_s: A rank that makes no progress for this long ends the run (also the process
@@ -86,7 +89,9 @@ class ShardTable:
 
     A row shard holds rows ``[row_start, row_start + rows)`` of its table's hashed id space (it
     sees the lookups whose hashed id falls there and writes partial sums of the full dim); a
-    column block holds columns ``[col_start, col_start + dim)`` of every row.
+    column block holds columns ``[col_start, col_start + dim)`` of every row. A replica
+    (``replica``) is the whole table, every row in the fast tier, held by every rank: it pools
+    only its rank's own samples, stays out of the all-to-all, and its gradient is all-reduced.
     """
 
     name: str
@@ -98,6 +103,7 @@ class ShardTable:
     table_dim: int = 0
     row_start: int = 0
     col_start: int = 0
+    replica: bool = False
 
     @property
     def row_split(self) -> bool:

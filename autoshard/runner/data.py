@@ -10,13 +10,14 @@ hottest first by their counts in the trace, as a deployment pinning hot rows wou
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autoshard.errors import InputError
-from autoshard.runner.config import ShardTable
+from autoshard.runner.config import RunConfig, ShardTable
 from autoshard.tables import Table
 
 if TYPE_CHECKING:
@@ -91,6 +92,26 @@ def trace_batches(trace: Trace, table: Table, position: int, batch_size: int,
     return out
 
 
+def global_batches(tables: Sequence[Table], positions: Sequence[int], config: RunConfig
+                   ) -> list[list[TableBatch]]:
+    """The distinct global batches of ``tables`` (outer: table, inner: batch), as every rank
+    draws them: from the trace (table ``positions[i]`` of it), else synthetic, seeded by the run's
+    seed and the table's position, so that every piece of a table, on any rank, sees the same
+    lookups."""
+    count = min(config.distinct_batches, config.warmup + config.iterations)
+    if config.trace:
+        from autoshard.stats.readers_dlrm import load_trace
+
+        trace = load_trace(config.trace)
+        return [trace_batches(trace, t, p, config.batch_size, count, config.trace)
+                for t, p in zip(tables, positions, strict=True)]
+    out = []
+    for t, p in zip(tables, positions, strict=True):
+        rng = np.random.default_rng([config.seed, p])
+        out.append([synthetic_batch(t, config.batch_size, rng) for _ in range(count)])
+    return out
+
+
 @dataclass(frozen=True)
 class TierInput:
     """One table's lookups that fall in one tier, in the tier's local row numbering."""
@@ -133,12 +154,26 @@ def shard_lookups(batch: TableBatch, shard: ShardTable) -> TableBatch:
                                              ).astype(np.int64))
 
 
+def own_samples(batch: TableBatch, start: int, end: int) -> TableBatch:
+    """The lookups of samples ``[start, end)`` of ``batch``: what a replica pools on the rank
+    whose block of the global batch they are."""
+    edges = np.concatenate(([0], np.cumsum(batch.lengths)))
+    return TableBatch(batch.indices[edges[start]:edges[end]], batch.lengths[start:end])
+
+
+@functools.cache
+def shard_rows(position: int, rows: int, start: int, end: int) -> np.ndarray:
+    """The table rows (popularity ranks) a row shard holding hashed ids ``[start, end)`` keeps,
+    in its own row order (hottest first)."""
+    hashed = np.random.default_rng([_HASH_SEED, position]).permutation(rows)
+    return np.flatnonzero((hashed >= start) & (hashed < end))  # ascending: hottest first
+
+
 @functools.cache
 def _local_rows(position: int, rows: int, start: int, end: int) -> np.ndarray:
     """Popularity-ranked table row -> popularity rank within the shard holding hashed ids
     ``[start, end)``, or -1 for rows of other shards."""
-    hashed = np.random.default_rng([_HASH_SEED, position]).permutation(rows)
-    mine = np.flatnonzero((hashed >= start) & (hashed < end))  # ascending: hottest first
+    mine = shard_rows(position, rows, start, end)
     local = np.full(rows, -1, dtype=np.int64)
     local[mine] = np.arange(mine.size, dtype=np.int64)
     return local

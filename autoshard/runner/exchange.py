@@ -3,7 +3,8 @@
 Every rank pools its tables for the whole global batch; sample block ``q`` of that output goes
 to rank ``q``, which then holds all tables' pooled features for its own samples. Backward sends
 the gradients the other way. Both run as one ``all_to_all_single`` with uneven splits (gloo and
-NCCL both implement it).
+NCCL both implement it). Replicated tables stay out of it: each rank pools its replicas for its
+own samples, and :class:`Assembly` places their output beside the received pieces.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ class Exchange:
         import torch
         import torch.distributed as dist
 
+        mine = self.blocks[self.rank]
+        if not any(self.dims):  # every table replicated: nothing to exchange
+            return torch.zeros((mine, 0), device=self.device)
         out = torch.empty(sum(self.recv_fwd), device=self.device)
         dist.all_to_all_single(out, pooled.contiguous().view(-1), self.recv_fwd, self.send_fwd)
-        mine = self.blocks[self.rank]
         parts = [p.view(mine, d) for p, d in zip(out.split(self.recv_fwd), self.dims, strict=True)]
         return torch.cat(parts, dim=1)
 
@@ -55,6 +58,8 @@ class Exchange:
         import torch
         import torch.distributed as dist
 
+        if not any(self.dims):
+            return torch.zeros((sum(self.blocks), 0), device=self.device)
         send = torch.cat([g.contiguous().view(-1) for g in grad.split(self.dims, dim=1)])
         out = torch.empty(sum(self.send_fwd), device=self.device)
         dist.all_to_all_single(out, send, self.send_fwd, self.recv_fwd)
@@ -62,22 +67,28 @@ class Exchange:
 
 
 class Assembly:
-    """The received pooled pieces of every rank -> each table's pooled features, and back.
+    """The received pooled pieces of every rank, and the rank's own replicas' output -> each
+    table's pooled features in task order, and back.
 
     After the all-to-all a rank holds, for its samples, every rank's pieces side by side in rank
-    order. A whole table's piece is its features; column blocks of a table are placed side by
+    order; its replicas' pooled output (already of its own samples) comes after them. A whole
+    table's piece, or a replica's, is its features; column blocks of a table are placed side by
     side at their columns; row shards' pieces are partial sums of the full dim and are added
     (the reduction of a row-wise table). Backward hands each piece its slice of the table's
-    gradient (every row shard the full gradient of the sum). Plans without split tables keep
-    the pieces as received.
+    gradient (every row shard the full gradient of the sum). Where every piece already sits at
+    its table's columns, the pieces are kept as they come.
 
     Args:
-        layout: The pieces (tables and shards) of every rank, rank order.
+        layout: The pieces that go through the all-to-all, of every rank, rank order.
+        replicas: The replicas every rank holds, task order.
     """
 
-    def __init__(self, layout: Sequence[Sequence[ShardTable]]) -> None:
+    def __init__(self, layout: Sequence[Sequence[ShardTable]],
+                 replicas: Sequence[ShardTable] = ()) -> None:
         pieces = [t for ts in layout for t in ts]
-        self.identity = all(t.table_dim in (0, t.dim) and not t.row_split for t in pieces)
+        self.received = sum(t.dim for t in pieces)
+        self.local = sum(t.dim for t in replicas)
+        pieces += list(replicas)
         widths = dict(sorted({t.position: t.full_dim for t in pieces}.items()))
         offsets, edge = {}, 0
         for position, width in widths.items():
@@ -89,22 +100,27 @@ class Assembly:
         for t in pieces:
             self.moves.append((source, t.dim, offsets[t.position] + t.col_start))
             source += t.dim
+        self.identity = source == edge and all(s == d for s, _, d in self.moves)
 
-    def forward(self, features: Any) -> Any:
-        """[B_rank, sum of piece widths] -> [B_rank, sum of table dims] (task order)."""
-        if self.identity:
-            return features
+    def forward(self, received: Any, local: Any = None) -> Any:
+        """[B_rank, received widths] from the all-to-all and [B_rank, replica widths] ->
+        [B_rank, sum of table dims] (task order)."""
         import torch
 
+        features = received if local is None or not self.local else torch.cat(
+            [received, local], dim=1)
+        if self.identity:
+            return features
         out = torch.zeros((features.shape[0], self.width), device=features.device)
         for s, w, d in self.moves:
             out[:, d:d + w] += features[:, s:s + w]
         return out
 
-    def backward(self, grad: Any) -> Any:
-        """[B_rank, sum of table dims] gradient -> the pieces' gradients, as received."""
-        if self.identity:
-            return grad
+    def backward(self, grad: Any) -> tuple[Any, Any]:
+        """[B_rank, sum of table dims] gradient -> (the received pieces' gradients, as received;
+        the replicas' output gradient)."""
         import torch
 
-        return torch.cat([grad[:, d:d + w] for _, w, d in self.moves], dim=1)
+        pieces = grad if self.identity else torch.cat(
+            [grad[:, d:d + w] for _, w, d in self.moves], dim=1)
+        return pieces[:, :self.received], pieces[:, self.received:]

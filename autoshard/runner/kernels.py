@@ -112,15 +112,24 @@ class TorchTier:
         out = torch.empty((rows.numel(), weight.shape[1]), pin_memory=True)
         return torch.index_select(weight, 0, rows, out=out)
 
-    def backward(self, batch: list[dict[str, Any]], grads: Sequence[Any]) -> None:
-        """Gradient of each touched row (sum over its lookups) and the optimizer step."""
+    def row_grads(self, batch: list[dict[str, Any]], grads: Sequence[Any]) -> list[Any]:
+        """Per table, the gradient of each touched row (``uniq`` of :meth:`prepare`; the sum
+        over its lookups of their bags' pooled-output gradient), where the weights live."""
         import torch
 
-        for w, s, x, g in zip(self.weights, self.state, batch, grads, strict=True):
+        out = []
+        for w, x, g in zip(self.weights, batch, grads, strict=True):
             per_lookup = g.index_select(0, x["bags"])
             g_rows = torch.zeros((x["uniq"].numel(), w.shape[1]), device=self.compute_device)
             g_rows.index_add_(0, x["inv"], per_lookup)
-            rowwise_adagrad(w, s, x["uniq"], g_rows.to(self.weights_device), self.lr)
+            out.append(g_rows.to(self.weights_device))
+        return out
+
+    def backward(self, batch: list[dict[str, Any]], grads: Sequence[Any]) -> None:
+        """Gradient of each touched row (sum over its lookups) and the optimizer step."""
+        for w, s, x, g in zip(self.weights, self.state, batch, self.row_grads(batch, grads),
+                              strict=True):
+            rowwise_adagrad(w, s, x["uniq"], g, self.lr)
 
 
 class FbgemmTier:
@@ -159,6 +168,16 @@ class FbgemmTier:
     @property
     def nbytes(self) -> int:
         return int(sum(t.rows * (t.dim + 1) * 4 for t in self.tables))
+
+    @property
+    def weights(self) -> list[Any]:
+        """Each block's weights (views into the operator's storage), as :class:`TorchTier`'s."""
+        return list(self.op.split_embedding_weights())
+
+    @property
+    def state(self) -> list[Any]:
+        """Each block's row-wise Adagrad accumulator [rows], as :class:`TorchTier`'s."""
+        return [s[0] for s in self.op.split_optimizer_states()]
 
     def prepare(self, inputs: Sequence[TierInput]) -> dict[str, Any]:
         """Concatenates the tables' lookups table-major, as the operator expects."""

@@ -19,22 +19,29 @@ class MeasuredDeviceReport(DeviceReport):
     """A rank's medians over the timed steps, ms.
 
     The :class:`DeviceReport` fields hold: ``hbm_ms``/``uvm_ms`` the forward plus backward and
-    optimizer time of each tier's rows, ``comm_ms`` both all-to-alls, ``total_ms`` the rank's own
-    work (the step less the wait for other ranks and the dense stand-in), bytes the weights and
-    optimizer state allocated per tier, ``lookups``/``uvm_lookups`` those issued per step.
-    Added: ``lookup_ms`` (forward pooling), ``backward_optimizer_ms``, ``wait_ms`` (barrier before
-    the all-to-all: time waiting for slower ranks), ``step_ms`` (wall time of the whole step),
-    the rank's table names and their HBM rows, ``compute_cpu_ms`` (CPU time of the lookups,
-    backward and optimizer; on a shared host it does not grow when other processes take the
-    cores; None on CUDA, where kernels run asynchronously) and where the rank ran.
+    optimizer time of each tier's rows (a replica's pooling, gradient and dense update count in
+    the fast tier, where all its rows are), ``comm_ms`` both all-to-alls and the replicas'
+    gradient all-reduce (as the cost models count it), ``total_ms`` the rank's own work (the
+    step less the waits for other ranks and the dense stand-in), bytes the weights and optimizer
+    state allocated per tier, ``lookups``/``uvm_lookups`` those issued per step (a replica's:
+    the rank's own samples'). Added: ``lookup_ms`` (forward pooling), ``backward_optimizer_ms``,
+    ``allreduce_ms`` (the replicas' gradient all-reduce alone, part of ``comm_ms``; 0 when the
+    plan replicates nothing), ``wait_ms`` (barriers before the all-to-all and before the
+    all-reduce: time waiting for slower ranks), ``step_ms`` (wall time of the whole step), the
+    rank's table names (replicas included) and their HBM rows, ``replicas`` (the replicated
+    tables it holds), ``compute_cpu_ms`` (CPU time of the lookups, backward and optimizer; on a
+    shared host it does not grow when other processes take the cores; None on CUDA, where
+    kernels run asynchronously) and where the rank ran.
     """
 
     lookup_ms: float
     backward_optimizer_ms: float
+    allreduce_ms: float
     wait_ms: float
     step_ms: float
     table_names: tuple[str, ...]
     hbm_rows: tuple[int, ...]
+    replicas: tuple[str, ...]
     compute_cpu_ms: float | None
     where: str
 
@@ -69,6 +76,7 @@ class MeasuredReport:
     measured: bool = True
     weights_bound_ms: float | None = None
     reservation: str = "none"
+    shardings: dict[str, int] | None = None  # tables per sharding kind
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -125,8 +133,9 @@ def measured_report(results: list[dict[str, Any]], plan: Plan, task: ShardingTas
             host_bytes=int(r["bytes"]["uvm"]), hbm_capacity_bytes=int(dev.hbm_capacity[d]),
             host_capacity_bytes=int(dev.host_capacity[d]), lookups=r["lookups"],
             uvm_lookups=r["uvm_lookups"], lookup_ms=m["lookup"],
-            backward_optimizer_ms=m["backward_optimizer"], wait_ms=m["wait"], step_ms=m["step"],
-            table_names=tuple(r["tables"]), hbm_rows=tuple(r["hbm_rows"]),
+            backward_optimizer_ms=m["backward_optimizer"], allreduce_ms=m["allreduce"],
+            wait_ms=m["waits"], step_ms=m["step"], table_names=tuple(r["tables"]),
+            hbm_rows=tuple(r["hbm_rows"]), replicas=tuple(r["replicas"]),
             compute_cpu_ms=None if r["device"].startswith("cuda") else m["compute_cpu"],
             where=f"{r['host']}:{r['device']}"))
     totals = np.array([p.total_ms for p in per_device])
@@ -143,7 +152,7 @@ def measured_report(results: list[dict[str, Any]], plan: Plan, task: ShardingTas
         backend=results[0]["backend"], kernel=config.kernel,
         lookups_from=config.trace or "synthetic", iterations=config.iterations,
         warmup=config.warmup, note=tier_note(results[0]["backend"], devices),
-        reservation=task.reservation.name)
+        reservation=task.reservation.name, shardings=plan.sharding_counts())
 
 
 def _assumptions(task: ShardingTask) -> dict[str, int]:

@@ -21,21 +21,18 @@ import numpy as np
 
 from autoshard.fileio import atomic_write_text, json_text
 from autoshard.plan import Plan
+from autoshard.runner.check import canonical_weights, check_rank
 from autoshard.runner.config import FAULT_ENV, RunConfig, ShardTable
-from autoshard.runner.data import TableBatch, shard_lookups, synthetic_batch, trace_batches
-from autoshard.runner.exchange import Assembly, Exchange
+from autoshard.runner.data import TableBatch, global_batches, own_samples, shard_lookups
+from autoshard.runner.exchange import Assembly, Exchange, sample_blocks
 from autoshard.runner.shard import PreparedBatch, RankShard
+from autoshard.runner.step import PARTS, run_step
 from autoshard.tables import Table
 
 Progress = Callable[[str], None]
 
-#: Per-step parts, ms. ``wait`` is the barrier before the all-to-all: time spent waiting for
-#: slower ranks (load imbalance), kept out of the rank's own work.
-PARTS = ("hbm_fwd", "uvm_fwd", "combine", "wait", "comm_fwd", "dense", "comm_bwd", "hbm_bwd",
-         "uvm_bwd", "step")
-
-
-_COMPUTE = ("hbm_fwd", "uvm_fwd", "hbm_bwd", "uvm_bwd")
+_COMPUTE = ("hbm_fwd", "uvm_fwd", "replica_fwd", "hbm_bwd", "uvm_bwd", "replica_bwd",
+            "replica_step")
 #: CPU time (this thread) of the compute parts: unlike wall time, it does not grow while other
 #: processes hold the cores; meaningful on CPU ranks only (CUDA kernels run asynchronously).
 CPU_PARTS = tuple(f"{p}_cpu" for p in _COMPUTE)
@@ -55,30 +52,27 @@ def pick_device(choice: str, local_rank: int, local_world: int) -> Any:
     return torch.device("cpu")
 
 
-def make_batches(spec: dict[str, Any], tables: list[ShardTable], config: RunConfig
-                 ) -> list[list[TableBatch]]:
-    """The distinct batches of the rank's tables (outer: batch, inner: table)."""
+def make_batches(spec: dict[str, Any], tables: list[ShardTable], config: RunConfig,
+                 samples: tuple[int, int]) -> list[list[TableBatch]]:
+    """The distinct batches of the rank's pieces (outer: batch, inner: piece): a piece's share
+    of its table's global batch, a replica's the rank's own ``samples`` (first, end)."""
     by_name = {d["name"]: Table.from_dict(d) for d in spec["tables"]}
-    count = min(config.distinct_batches, config.warmup + config.iterations)
-    if config.trace:
-        from autoshard.stats.readers_dlrm import load_trace
-
-        trace = load_trace(config.trace)
-        per_table = [trace_batches(trace, by_name[t.name], t.position, config.batch_size, count,
-                                   config.trace) for t in tables]
-        count = min((len(b) for b in per_table), default=count)
-        return [[shard_lookups(b[i], t) for b, t in zip(per_table, tables, strict=True)]
-                for i in range(count)]
-    # Seeded by table: every shard of a table, on any rank, draws the table's same lookups.
-    rngs = [np.random.default_rng([config.seed, t.position]) for t in tables]
-    return [[shard_lookups(synthetic_batch(by_name[t.name], config.batch_size, rng), t)
-             for t, rng in zip(tables, rngs, strict=True)] for _ in range(count)]
+    positions = sorted({t.position: t.name for t in tables}.items())
+    drawn = global_batches([by_name[n] for _, n in positions], [p for p, _ in positions],
+                           config)
+    of_table = {p: batches for (p, _), batches in zip(positions, drawn, strict=True)}
+    count = min((len(b) for b in drawn),  # a rank holding nothing still steps
+                default=min(config.distinct_batches, config.warmup + config.iterations))
+    return [[own_samples(of_table[t.position][i], *samples) if t.replica
+             else shard_lookups(of_table[t.position][i], t) for t in tables]
+            for i in range(count)]
 
 
 def run_rank(spec: dict[str, Any], rank: int, world: int, init_method: str,
              progress: Progress, local_rank: int = 0, local_world: int = 1
              ) -> list[dict[str, Any]] | None:
-    """Runs this rank; returns every rank's result on rank 0, None elsewhere."""
+    """Runs this rank (timed, or the correctness check where ``spec["check"]``); returns every
+    rank's result on rank 0, None elsewhere."""
     import torch
     import torch.distributed as dist
 
@@ -97,13 +91,23 @@ def run_rank(spec: dict[str, Any], rank: int, world: int, init_method: str,
         plan = Plan.from_dict(spec["plan"], source="run spec")
         layout = [rank_tables(plan, dims, r) for r in range(world)]
         shard = RankShard(layout[rank], config, device)
+        if spec.get("check"):
+            shard.load_weights(canonical_weights(shard.pieces, config.seed))
         progress("built")
-        prepared = [shard.prepare(b) for b in make_batches(spec, layout[rank], config)]
-        exchange = Exchange([sum(t.dim for t in ts) for ts in layout], config.batch_size,
+        blocks = sample_blocks(config.batch_size, world)
+        first = sum(blocks[:rank])
+        batches = make_batches(spec, layout[rank], config, (first, first + blocks[rank]))
+        prepared = [shard.prepare(b) for b in batches]
+        sharded = [[t for t in ts if not t.replica] for ts in layout]
+        exchange = Exchange([sum(t.dim for t in ts) for ts in sharded], config.batch_size,
                             rank, device)
+        assembly = Assembly(sharded, shard.replicas.tables if shard.replicas else ())
         progress("ready")
-        times = run_steps(shard, exchange, Assembly(layout), prepared, config, rank, progress)
-        result = summarise(rank, shard, prepared, times, device, backend)
+        if spec.get("check"):
+            result = check_rank(rank, shard, exchange, assembly, prepared, config, progress)
+        else:
+            times = run_steps(shard, exchange, assembly, prepared, config, rank, progress)
+            result = summarise(rank, shard, prepared, times, device, backend)
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, result)
         return gathered if rank == 0 else None
@@ -115,7 +119,8 @@ def run_steps(shard: RankShard, exchange: Exchange, assembly: Assembly,
               prepared: list[PreparedBatch], config: RunConfig, rank: int,
               progress: Progress) -> dict[str, list[float]]:
     """Warm-up and timed steps; each part's time per timed step, ms (the assembly of split
-    tables' pieces counts with the all-to-all it follows or precedes)."""
+    tables' pieces and of the replicas' output counts with the all-to-all it follows or
+    precedes)."""
     import torch
     import torch.distributed as dist
 
@@ -137,29 +142,10 @@ def run_steps(shard: RankShard, exchange: Exchange, assembly: Assembly,
         dist.barrier()
         wall.clear()
         cpu.clear()
-        mark()
-        parts = [shard.forward_tier("hbm", batch)]
-        mark()
-        parts.append(shard.forward_tier("uvm", batch))
-        mark()
-        pooled = shard.combine(parts, config.batch_size)
-        mark()
-        dist.barrier()
-        mark()
-        features = assembly.forward(exchange.forward(pooled))
-        mark()
-        if config.train:
-            grad = features / max(features.shape[0], 1)  # d/dx of 0.5 * mean_b |x_b|^2
-            mark()
-            local_grad = exchange.backward(assembly.backward(grad))
-            mark()
-            shard.backward_tier("hbm", batch, local_grad)
-            mark()
-            shard.backward_tier("uvm", batch, local_grad)
-            mark()
-        else:
-            wall.extend([wall[-1]] * 4)
-            cpu.extend([cpu[-1]] * 4)
+        run_step(shard, exchange, assembly, batch, config, mark)
+        missing = len(PARTS) - len(wall)  # parts an inference step does not run
+        wall.extend([wall[-1]] * missing)
+        cpu.extend([cpu[-1]] * missing)
         if step >= config.warmup:
             record(times, wall, cpu)
         progress(f"step {step} done")
@@ -177,21 +163,25 @@ def record(times: dict[str, list[float]], wall: list[float], cpu: list[float]) -
 
 def summarise(rank: int, shard: RankShard, prepared: list[PreparedBatch],
               times: dict[str, list[float]], device: Any, backend: str) -> dict[str, Any]:
-    """Per-rank medians of every part, and of the derived components."""
+    """Per-rank medians of every part, and of the derived components (a replica's work counts
+    as fast-tier work, its all-reduce as communication)."""
     t = {k: np.asarray(v) for k, v in times.items()}
+    replica = t["replica_bwd"] + t["replica_step"]
     derived = {
-        "lookup": t["hbm_fwd"] + t["uvm_fwd"] + t["combine"],
-        "comm": t["comm_fwd"] + t["comm_bwd"],
-        "backward_optimizer": t["hbm_bwd"] + t["uvm_bwd"],
-        "hbm": t["hbm_fwd"] + t["hbm_bwd"],
+        "lookup": t["hbm_fwd"] + t["uvm_fwd"] + t["replica_fwd"] + t["combine"],
+        "comm": t["comm_fwd"] + t["comm_bwd"] + t["allreduce"],
+        "backward_optimizer": t["hbm_bwd"] + t["uvm_bwd"] + replica,
+        "hbm": t["hbm_fwd"] + t["hbm_bwd"] + t["replica_fwd"] + replica,
         "uvm": t["uvm_fwd"] + t["uvm_bwd"],
-        "work": t["step"] - t["wait"] - t["dense"],
+        "waits": t["wait"] + t["sync_wait"],
+        "work": t["step"] - t["wait"] - t["sync_wait"] - t["dense"],
         "compute_cpu": sum((t[p] for p in CPU_PARTS), np.zeros_like(t["step"])),
     }
     medians = {k: float(np.median(v)) for k, v in {**t, **derived}.items()}
     return {
         "rank": rank, "host": socket.gethostname(), "device": str(device), "backend": backend,
-        "tables": [x.name for x in shard.tables], "hbm_rows": [x.hbm_rows for x in shard.tables],
+        "tables": [x.name for x in shard.pieces], "hbm_rows": [x.hbm_rows for x in shard.pieces],
+        "replicas": [x.name for x in shard.pieces if x.replica],
         "median_ms": medians, "bytes": shard.nbytes,
         "lookups": float(np.mean([p.lookups for p in prepared])),
         "uvm_lookups": float(np.mean([p.uvm_lookups for p in prepared])),
@@ -222,7 +212,10 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def main(argv: list[str]) -> int:
+def rank_main(argv: list[str], run: Callable[[dict[str, Any], int, Progress], Any]) -> int:
+    """``SPEC RANK``: runs one rank with ``run(spec, rank, progress)``, writing progress marks,
+    its error, and (rank 0) the gathered result beside the spec, as the launchers expect (ours
+    and :mod:`autoshard.torchrec.dmp`'s)."""
     spec_path, rank = Path(argv[0]), int(argv[1])
     parent = os.getppid()
     _die_with_parent()
@@ -237,8 +230,7 @@ def main(argv: list[str]) -> int:
 
     try:
         progress("started")
-        result = run_rank(spec, rank, spec["world_size"], spec["init_method"], progress,
-                          local_rank=rank, local_world=spec["world_size"])
+        result = run(spec, rank, progress)
         if result is not None:
             atomic_write_text(work / "result.json", json_text(result, indent=None))
         return 0
@@ -246,6 +238,12 @@ def main(argv: list[str]) -> int:
         atomic_write_text(work / f"rank{rank}.error",
                           f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         return 1
+
+
+def main(argv: list[str]) -> int:
+    return rank_main(argv, lambda spec, rank, progress: run_rank(
+        spec, rank, spec["world_size"], spec["init_method"], progress, local_rank=rank,
+        local_world=spec["world_size"]))
 
 
 if __name__ == "__main__":

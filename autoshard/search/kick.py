@@ -75,7 +75,7 @@ def kick_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float
         moved = device.copy()
         picked = rng.choice(here, size=min(MOVED, here.size), replace=False)
         moved[picked] = rng.integers(task.num_devices, size=picked.size)
-        kicked = ShardLayout(g, moved, np.zeros(g.num_shards, dtype=np.int64)).to_plan(
+        kicked = ShardLayout(g, moved, items.table_arrays.hbm_least.copy()).to_plan(
             task, plan.sharder)
         polished, c = polish_plan(kicked, task, cost_model, np.inf, curves=curves)
         if c < best_cost:

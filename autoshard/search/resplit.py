@@ -39,6 +39,7 @@ from autoshard.search.waterfill import Curves
 from autoshard.shards import (
     ShardGeometry,
     ShardLayout,
+    column_blocks,
     one_per_device,
     plan_layout,
     pricing_task,
@@ -138,7 +139,7 @@ def _variants(plan: Plan, task: ShardingTask, cost_model: CostModel, quick: bool
                   whole_tables(task, np.array([t]))]:
             if (int(v.kind[0]), v.num_shards) == current or not _worth_trying(v, n_d):
                 continue
-            if quick and kinds.splits_cols(v.kind[0]) and v.num_shards > QUICK_BLOCKS:
+            if quick and kinds.splits_cols(v.kind[0]) and column_blocks(v)[-1] >= QUICK_BLOCKS:
                 continue
             out.append(ShardLayout(
                 ShardGeometry.concat([g.take(rest), v]),
@@ -157,14 +158,21 @@ def _worth_trying(v: ShardGeometry, devices: int) -> bool:
 def _devices(task: ShardingTask, v: ShardGeometry, load: np.ndarray) -> np.ndarray:
     """Devices of a table's new shards ``v`` beside ``load`` (the other items' load per
     device): where the split fixes them one per device (row ranges planned for TorchRec: shard j
-    on device j; node-local ones: consecutive devices of the least loaded node), else the least
-    loaded devices, one shard each."""
+    on device j; node-local ones: each column block's on the least loaded devices of a node,
+    the blocks on the least loaded nodes in turn), else the least loaded devices, one shard
+    each."""
     k, n_d = v.num_shards, task.num_devices
     if one_per_device(task, v).all() and k > 1:
         if not kinds.node_local(v.kind[0]):
             return np.arange(k) % n_d
         local = min(task.hardware.devices_per_node, n_d)
-        node = int(np.argmin(load[:n_d // local * local].reshape(-1, local).sum(axis=1)))
-        on_node = node * local + np.argsort(load[node * local:(node + 1) * local], kind="stable")
-        return on_node[:k]
+        nodes = np.argsort(load[:n_d // local * local].reshape(-1, local).sum(axis=1),
+                           kind="stable")
+        block = column_blocks(v)
+        out = np.empty(k, dtype=np.int64)
+        for b in range(int(block.max()) + 1):
+            node, idx = int(nodes[b % nodes.size]), np.flatnonzero(block == b)
+            out[idx] = node * local + np.argsort(load[node * local:(node + 1) * local],
+                                                 kind="stable")[:idx.size]
+        return out
     return np.argsort(load, kind="stable")[:k]

@@ -18,12 +18,14 @@ from typing import Any
 import numpy as np
 
 from autoshard.errors import InputError
+from autoshard.limits import BANDWIDTH_GBPS
 from autoshard.runner.launch import RunError, launch_local
-from autoshard.serving.mapping import Mapping
-from autoshard.serving.model import INDEX_BYTES, ServingModel
-from autoshard.serving.planning import percentiles
-from autoshard.serving.simulate import sample_requests, simulate
+from autoshard.serving.mapping import MAIN, Mapping
+from autoshard.serving.simulate import sample_requests, simulate, touched_parts
 from autoshard.serving.task import ServingTask
+
+#: What a fitted bandwidth may be: a profile's range (a slope of zero is unmeasurably fast).
+BANDWIDTH_GBPS_BOUNDS = (BANDWIDTH_GBPS.low, BANDWIDTH_GBPS.high)
 
 
 @dataclass(frozen=True)
@@ -65,16 +67,33 @@ class BenchConfig:
             raise InputError("must be > 0", field="timeout", value=self.timeout_s)
 
 
-def bench_spec(model: ServingModel, mapping: Mapping, config: BenchConfig) -> dict[str, Any]:
-    """What every process needs: tables, mapping and the sampled requests."""
-    sample = sample_requests(model, config.requests, config.seed)
-    bags = np.where(np.asarray(model.per_item), model.items, 1)
-    return {"rows": [min(t.rows, config.max_rows) for t in model.tables],
-            "dims": [t.dim for t in model.tables], "assign": list(mapping.assign),
-            "lookups": [float(v) for v in model.lookups()], "bags": [int(b) for b in bags],
-            "touched": [np.flatnonzero(row).tolist() for row in sample.touched],
+def bench_spec(task: ServingTask, mapping: Mapping, config: BenchConfig) -> dict[str, Any]:
+    """What every process needs: the parts (tables or row ranges, each an ``EmbeddingBag``),
+    where they live, which process serves each shard replica, and the sampled requests."""
+    model = task.model
+    parts = mapping.part_set(model.num_tables)
+    costs = task.costs_for(parts)
+    sample = sample_requests(model, config.requests, (config.seed, 1))
+    _, lookups = parts.touch(model)
+    bags = np.where(costs.per_item, model.items, 1)
+    rows = [max(1, min(int(model.tables[t].rows * (hi - lo)), config.max_rows))
+            for t, lo, hi in zip(parts.table, parts.lo, parts.hi, strict=True)]
+    ranks, shard_of = [], [MAIN]
+    for s, count in enumerate(mapping.replica_counts):
+        ranks.append(list(range(len(shard_of), len(shard_of) + int(count))))
+        shard_of += [s] * int(count)
+    return {"rows": rows, "dims": [model.tables[t].dim for t in parts.table],
+            "assign": list(mapping.assign), "lookups": [float(v) for v in lookups],
+            "bags": [int(b) for b in bags], "ranks_of": ranks, "shard_of": shard_of,
+            "main_replicas": mapping.main_replicas,
+            "touched": [np.flatnonzero(row).tolist()
+                        for row in touched_parts(sample, costs)],
             "gaps": sample.gaps.tolist(), "qps": list(config.qps), "seed": config.seed,
             "rounds": config.rounds, "warmup": config.warmup, "timeout_s": config.timeout_s}
+
+
+def percentiles(values_us: np.ndarray) -> dict[str, float]:
+    return {f"p{q}_ms": round(float(np.percentile(values_us, q)) / 1e3, 4) for q in (50, 90, 99)}
 
 
 def process_name(rank: int) -> str:
@@ -105,81 +124,95 @@ def _named(message: str, world: int) -> str:
 
 def run_bench(task: ServingTask, mapping: Mapping, config: BenchConfig,
               logs: Path | None = None) -> list[dict[str, Any]]:
-    """Serves ``mapping`` for real at each rate; one row per rate, measured beside simulated."""
-    mapping.check_fits(task.model, task.profile)
-    result = launch(bench_spec(task.model, mapping, config), mapping.servers + 1,
-                    config.timeout_s, logs)
+    """Serves ``mapping`` for real at each rate (one process per shard replica; one main
+    process, whatever ``main_replicas`` says); one row per rate, measured beside simulated."""
+    costs = task.costs_for(mapping.part_set(task.model.num_tables))
+    mapping.check_fits(costs.bytes, task.profile)
+    single_main = mapping.with_replicas(tuple(int(r) for r in mapping.replica_counts), 1)
+    spec = bench_spec(task, single_main, config)
+    result = launch(spec, len(spec["shard_of"]), config.timeout_s, logs)
     sample = sample_requests(task.model, max(config.requests, config.simulated_requests),
-                             config.seed)
+                             (config.seed, 1))
     rows = []
     for qps in config.qps:
         rounds = [percentiles(np.asarray(r)) for r in result["latencies_us"][str(qps)]]
-        sim = simulate(task.model, task.profile, mapping, qps, sample, task.costs)
+        sim = simulate(task.model, task.profile, single_main, qps, [sample], costs)[0]
         row: dict[str, Any] = {"strategy": mapping.strategy, "servers": mapping.servers,
+                               "replicas": ",".join(str(r) for r in mapping.replica_counts),
                                "qps": qps, "requests": config.requests - config.warmup,
                                "rounds": config.rounds}
         row.update({f"measured_{k}": round(float(np.median([r[k] for r in rounds])), 4)
                     for k in rounds[0]})
         row.update({f"simulated_{k}": v for k, v in percentiles(sim.end_to_end_us).items()})
         row["calls_per_request"] = round(float(sim.calls.mean()), 3)
+        row["p99_ratio"] = round(row["measured_p99_ms"] / max(row["simulated_p99_ms"], 1e-9), 3)
         rows.append(row)
     return rows
 
 
-def calibrate(calls: int = 40, pause_s: float = 0.004, logs: Path | None = None
+def calibrate(calls: int = 200, pause_s: float = 0.004, logs: Path | None = None
               ) -> dict[str, Any]:
-    """Measures this machine's serving constants for a profile.
+    """Measures this machine's serving constants for a profile, none clamped to a bound.
 
     Local lookups (:func:`fit_lookup_costs`) give ``lookup_ns``, ``table_overhead_us`` and
     ``memory_bandwidth_gbps``. Remote calls of 1-8 tables and 16-512 lookups per table are made
     ``pause_s`` apart, as in a request stream. The server's CPU time per call (its process CPU
-    time over the block, so load from elsewhere does not inflate it) is fitted by least
-    squares as ``a + b * tables + c * lookups``: ``call_overhead_us = a``,
-    ``call_table_overhead_us = b`` less the local per-table cost, and ``network_gbps`` from
-    what ``c`` adds to a local lookup (an 8-byte index per lookup). The median round trip
-    beyond the server's CPU time (mean over configurations) is the latency a call adds
-    without occupying the server, ``network_latency_us``; the main process's own CPU time per
-    call (median over configurations) is ``main_call_us``. ``tail_sigma`` is the median spread
-    (standard deviation of log time) of the round trips. Requests touching no table, replayed
-    as a measured run does, give the main server's own time per request, ``main_request_us``
-    (their median latency); ``host_cores`` is the cores this process may run on.
+    time over the block) is fitted by non-negative least squares as ``a + b * tables``:
+    ``call_overhead_us = a``, ``call_table_overhead_us = b`` less the local per-table cost.
+    Calls returning 4 KB to 4 MB give ``network_gbps`` (and ``nic_gbps``: one loopback link)
+    from the slope of their median round trip over the bytes. The median round trip beyond the
+    server's CPU time is ``network_latency_us``; the main process's CPU time per call is
+    ``main_call_us``; ``tail_sigma`` is the spread of log round trip about each
+    configuration's median, pooled. Requests touching no table, replayed as a measured run
+    does, give ``main_request_us`` (their median) and the stalls: a request over its median by
+    more than 1 ms is one, ``stall_per_s`` their rate and ``stall_us`` their mean excess.
+    ``host_cores`` is the cores this process may run on.
     """
     import os
 
+    from scipy.optimize import nnls
+
     spec = {"rows": [20_000] * 8, "dims": [32] * 8, "assign": [0] * 8, "calls": calls,
             "pause_s": pause_s, "timeout_s": 60.0, "mode": "calibrate"}
-    measured = launch(spec, 2, 120.0, logs)
+    measured = launch(spec, 2, 600.0, logs)
     points = np.asarray(measured["points"], float)
-    design = np.c_[np.ones(len(points)), points[:, 0], points[:, 1]]
-    (a, b, c), *_ = np.linalg.lstsq(design, points[:, 2], rcond=None)
+    (a, b), _ = nnls(np.c_[np.ones(len(points)), points[:, 0]], points[:, 2])
     local = fit_lookup_costs()
-    local_ns = local["lookup_ns"] + 32 * 4 / local["memory_bandwidth_gbps"]
-    extra_ns = max(float(c) * 1e3 - local_ns, 0.1)
-    return {"call_overhead_us": round(max(float(a), 1.0), 2),
+    sizes, trips = (np.asarray(v, float) for v in zip(*measured["payload"], strict=True))
+    (_, per_byte_us), _ = nnls(np.c_[np.ones(sizes.size), sizes], trips)
+    gbps = 1e-3 / per_byte_us if per_byte_us > 0 else BANDWIDTH_GBPS.high
+    idle = np.asarray(measured["idle_us"], float)
+    stalls = idle[idle > np.median(idle) + 1000.0] - np.median(idle)
+    return {"call_overhead_us": round(float(a), 2),
             "network_latency_us": round(max(float(np.mean(points[:, 3] - points[:, 2])), 0.0),
                                         2),
             "main_call_us": round(float(np.median(points[:, 4])), 2),
             "call_table_overhead_us": round(max(float(b) - local["table_overhead_us"], 0.0), 2),
-            "network_gbps": round(INDEX_BYTES / extra_ns, 4), **local,
+            "network_gbps": round(float(np.clip(gbps, *BANDWIDTH_GBPS_BOUNDS)), 4),
+            "nic_gbps": round(float(np.clip(gbps, *BANDWIDTH_GBPS_BOUNDS)), 4), **local,
             "tail_sigma": round(min(float(measured["log_spread"]), 3.0), 3),
-            "main_request_us": round(float(np.median(measured["idle_us"])), 2),
+            "main_request_us": round(float(np.median(idle)), 2),
+            "stall_per_s": round(stalls.size / (idle.size * pause_s + idle.sum() / 1e6), 4),
+            "stall_us": round(float(stalls.mean()) if stalls.size else 0.0, 1),
             "host_cores": len(os.sched_getaffinity(0)),
-            "points": points.tolist()}
+            "points": points.tolist(), "payload": measured["payload"]}
 
 
-def fit_lookup_costs(rows: int = 20_000, repeats: int = 30) -> dict[str, float]:
+def fit_lookup_costs(rows: int = 20_000, repeats: int = 60) -> dict[str, float]:
     """Times EmbeddingBag lookups over dims and counts (thread CPU time, 10th percentile) and
-    fits ``time = lookups * (lookup_ns + row_bytes / bandwidth) + fixed``."""
+    fits ``time = lookups * (lookup_ns + row_bytes / bandwidth) + fixed`` by non-negative least
+    squares."""
     import time
 
     import torch
+    from scipy.optimize import nnls
 
     torch.set_num_threads(1)
     gen = np.random.default_rng(0)
     xs, ys = [], []
-    for dim in (16, 64, 128):
+    for dim in (16, 64, 128, 256):
         bag = torch.nn.EmbeddingBag(rows, dim, mode="sum")
-        for count in (64, 512, 2048):
+        for count in (64, 512, 2048, 8192):
             idx = torch.from_numpy(gen.integers(0, rows, count))
             offs = torch.arange(0, count, 8)
             times = []
@@ -190,8 +223,8 @@ def fit_lookup_costs(rows: int = 20_000, repeats: int = 30) -> dict[str, float]:
                     times.append(time.thread_time() - t0)
             xs.append((count, count * dim * 4, 1.0))
             ys.append(float(np.percentile(times, 10)) * 1e9)
-    coef, *_ = np.linalg.lstsq(np.asarray(xs, float), np.asarray(ys), rcond=None)
-    per_lookup, per_byte = max(coef[0], 1.0), max(coef[1], 1e-3)
+    (per_lookup, per_byte, fixed), _ = nnls(np.asarray(xs, float), np.asarray(ys))
+    bandwidth = 1.0 / per_byte if per_byte > 0 else BANDWIDTH_GBPS.high
     return {"lookup_ns": round(float(per_lookup), 2),
-            "memory_bandwidth_gbps": round(1.0 / float(per_byte), 3),
-            "table_overhead_us": round(max(float(coef[2]), 0.0) / 1e3, 3)}
+            "memory_bandwidth_gbps": round(float(np.clip(bandwidth, *BANDWIDTH_GBPS_BOUNDS)), 3),
+            "table_overhead_us": round(float(fixed) / 1e3, 3)}

@@ -41,6 +41,7 @@ def lookup(ids: list[int], indices: list[torch.Tensor],
 
 
 def build_tables(spec: dict[str, Any], server: int) -> None:
+    """The ``EmbeddingBag`` of every part that shard ``server`` (-1: the main server) holds."""
     import torch
 
     gen = torch.Generator().manual_seed(1234 + server)
@@ -54,10 +55,12 @@ def build_tables(spec: dict[str, Any], server: int) -> None:
 
 
 def requests_of(spec: dict[str, Any], qps: float) -> list[dict[int, tuple[list[Any], ...]]]:
-    """Per request: server -> (table ids, indices, offsets), drawn from the seeded sample."""
+    """Per request: process rank (-1: the main server itself) -> (part ids, indices,
+    offsets), drawn from the seeded sample; a shard's replica drawn at random per call."""
     import torch
 
     rng = np.random.default_rng([spec["seed"], int(qps)])
+    route = np.random.default_rng([spec["seed"], int(qps), 1])
     out = []
     for touched in spec["touched"]:
         calls: dict[int, tuple[list[Any], ...]] = {}
@@ -66,7 +69,9 @@ def requests_of(spec: dict[str, Any], qps: float) -> list[dict[int, tuple[list[A
             per_bag = max(1, round(spec["lookups"][t] / bags))
             idx = torch.from_numpy(rng.integers(0, spec["rows"][t], bags * per_bag))
             offs = torch.arange(0, bags * per_bag, per_bag)
-            ids, indices, offsets = calls.setdefault(spec["assign"][t], ([], [], []))
+            shard = spec["assign"][t]
+            rank = -1 if shard < 0 else int(route.choice(spec["ranks_of"][shard]))
+            ids, indices, offsets = calls.setdefault(rank, ([], [], []))
             ids.append(t)
             indices.append(idx)
             offsets.append(offs)
@@ -89,7 +94,7 @@ def serve_requests(spec: dict[str, Any], qps: float, progress: Any) -> list[floa
         pause = due - time.perf_counter()
         if pause > 0:
             time.sleep(pause)
-        remote = [rpc.rpc_async(f"server{s}", lookup, args=c) for s, c in calls.items() if s >= 0]
+        remote = [rpc.rpc_async(f"rank{s}", lookup, args=c) for s, c in calls.items() if s >= 0]
         if -1 in calls:
             lookup(*calls[-1])
         done[n] = time.perf_counter()
@@ -130,6 +135,29 @@ def idle_requests(spec: dict[str, Any]) -> list[float]:
     return out
 
 
+def payload(nbytes: int) -> torch.Tensor:
+    """A reply of ``nbytes`` bytes (the network calibration's calls)."""
+    import torch
+
+    return torch.zeros(max(nbytes // 4, 1))
+
+
+def payload_times(spec: dict[str, Any]) -> list[list[float]]:
+    """(bytes, median round trip in us) of calls returning 4 KB to 4 MB, ``pause_s`` apart."""
+    import torch.distributed.rpc as rpc
+
+    out = []
+    for nbytes in (4096, 262_144, 1_048_576, 4_194_304):
+        times = []
+        for _ in range(max(spec["calls"] // 4, 5)):
+            time.sleep(spec["pause_s"])
+            t0 = time.perf_counter()
+            rpc.rpc_async("rank1", payload, args=(nbytes,)).wait()
+            times.append(time.perf_counter() - t0)
+        out.append([float(nbytes), float(np.median(times)) * 1e6])
+    return out
+
+
 def cpu_seconds() -> float:
     """CPU time this process has used, all threads (asked of a server over RPC)."""
     return time.process_time()
@@ -147,7 +175,7 @@ def calibrate_calls(spec: dict[str, Any]) -> dict[str, Any]:
     for tables in (1, 2, 4, 8):
         for pooling in (4, 32, 128):
             times = []
-            cpu0 = rpc.rpc_sync("server0", cpu_seconds)
+            cpu0 = rpc.rpc_sync("rank1", cpu_seconds)
             main0 = time.process_time()
             for _ in range(spec["calls"]):
                 args = (list(range(tables)),
@@ -156,29 +184,29 @@ def calibrate_calls(spec: dict[str, Any]) -> dict[str, Any]:
                         [torch.arange(0, pooling * 4, pooling)] * tables)
                 time.sleep(spec["pause_s"])
                 t0 = time.perf_counter()
-                rpc.rpc_async("server0", lookup, args=args).wait()
+                rpc.rpc_async("rank1", lookup, args=args).wait()
                 times.append(time.perf_counter() - t0)
             main = (time.process_time() - main0) / spec["calls"]
-            cpu = (rpc.rpc_sync("server0", cpu_seconds) - cpu0) / (spec["calls"] + 1)
+            cpu = (rpc.rpc_sync("rank1", cpu_seconds) - cpu0) / (spec["calls"] + 1)
             points.append([tables, tables * pooling * 4, cpu * 1e6,
                            float(np.median(times)) * 1e6, main * 1e6])
-            spreads.append(float(np.std(np.log(times))))
-    return {"points": points, "log_spread": float(np.median(spreads)),
-            "idle_us": idle_requests(spec)}
+            spreads.append(np.log(times) - np.log(np.median(times)))
+    pooled = np.concatenate(spreads)
+    return {"points": points, "log_spread": float(np.sqrt(np.mean(pooled ** 2))),
+            "idle_us": idle_requests(spec), "payload": payload_times(spec)}
 
 
 def run(spec: dict[str, Any], rank: int, progress: Any) -> dict[str, Any] | None:
     import torch.distributed.rpc as rpc
 
-    server = rank - 1 if rank else -1
-    build_tables(spec, server)
+    build_tables(spec, spec.get("shard_of", [-1, 0])[rank])
     progress("tables built")
     # TCP through libuv, event-driven: the shared-memory transport polls, and its idle
     # spinning would take the CPU the servers share on a small machine.
     opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=4, rpc_timeout=spec["timeout_s"],
                                            init_method=spec["init_method"],
                                            _transports=["uv"], _channels=["basic"])
-    name = "main" if rank == 0 else f"server{rank - 1}"
+    name = "main" if rank == 0 else f"rank{rank}"
     rpc.init_rpc(name, rank=rank, world_size=spec["world_size"], rpc_backend_options=opts)
     progress("connected")
     result = None

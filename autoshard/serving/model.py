@@ -1,6 +1,10 @@
 """A served model: embedding tables with per-request behaviour, and feature groups.
 
-A request scores ``items`` candidates. Tables belong to feature groups (sub-networks a request
+A request scores ``items`` candidates on average; the count varies from request to request by
+a mean-1 lognormal factor of spread ``items_sigma`` (DeepRecSys: production query sizes are
+heavy-tailed), scaling item-side lookups and dense compute. ``dense_overlap`` is the share of
+the dense part that runs while the remote lookups are in flight (a bottom MLP over dense
+features needs no embedding). Tables belong to feature groups (sub-networks a request
 uses together): a request touches group ``g`` with probability ``p_g`` (the largest coverage of
 its tables) and, given that, each table of the group with probability ``coverage / p_g``, so a
 table's marginal touch probability is its measured coverage (:class:`autoshard.tables.Table`)
@@ -19,10 +23,14 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
-from autoshard.serving.profile import ServingProfile
+from autoshard.limits import Range
 from autoshard.tables import Table, check_unique_names, load_tables
 
 INDEX_BYTES = 8  # an int64 row index sent per lookup
+#: Spread of items per request (sigma of log): 2 already puts the P99 request at 100x the median.
+ITEMS_SIGMA = Range(0, 2)
+#: A share in [0, 1].
+SHARE = Range(0, 1)
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,9 @@ class ServingModel:
         group_names: Name of each feature group.
         per_item: Whether each table is looked up once per item (item-side features) rather than
             once per request (user-side features).
+        items_sigma: Spread (sigma of log) of the items per request around ``items``; 0 fixes
+            every request at ``items``.
+        dense_overlap: Share of the dense compute that overlaps the remote lookups.
     """
 
     name: str
@@ -45,8 +56,12 @@ class ServingModel:
     group: tuple[int, ...]
     group_names: tuple[str, ...]
     per_item: tuple[bool, ...]
+    items_sigma: float = 0.0
+    dense_overlap: float = 0.0
 
     def __post_init__(self) -> None:
+        ITEMS_SIGMA.check(self.items_sigma, "items_sigma")
+        SHARE.check(self.dense_overlap, "dense_overlap")
         if not self.tables:
             raise InputError("a served model needs at least one table", field="tables", value=0)
         if not (isinstance(self.items, int) and 1 <= self.items <= 1_000_000):
@@ -89,57 +104,17 @@ class ServingModel:
         for t, g in zip(self.tables, self.group, strict=True):
             groups[self.group_names[g]].append(t.name)
         return {"schema_version": SCHEMA_VERSION, "kind": "serving_model", "name": self.name,
-                "items": self.items, "groups": groups,
+                "items": self.items, "items_sigma": self.items_sigma,
+                "dense_overlap": self.dense_overlap, "groups": groups,
                 "per_item": [t.name for t, p in zip(self.tables, self.per_item, strict=True)
                              if p],
                 "tables": [t.to_dict() for t in self.tables]}
 
 
-@dataclass(frozen=True)
-class TableCosts:
-    """Per-table serving costs of a model on a profile (all arrays of length ``tables``).
-
-    Args:
-        bytes: Memory per table, bytes.
-        work_us: CPU time of a touched table's lookups (with its fixed overhead), microseconds.
-        transfer_us: Remote-call cost of a touched table: its indices and pooled results over
-            the network, plus the per-table call overhead, microseconds (not paid on the main
-            server).
-        group_p: Touch probability per group; table_p: conditional touch probability per table;
-        group: Group index per table.
-    """
-
-    bytes: np.ndarray
-    work_us: np.ndarray
-    transfer_us: np.ndarray
-    group_p: np.ndarray
-    table_p: np.ndarray
-    group: np.ndarray
-
-    @property
-    def expected_us(self) -> np.ndarray:
-        """Expected work plus transfer per request (touch probability times cost)."""
-        return (self.work_us + self.transfer_us) * self.table_p * self.group_p[self.group]
-
-
-def table_costs(model: ServingModel, profile: ServingProfile) -> TableCosts:
-    """Prices every table's lookups and transfers on ``profile``."""
-    lookups = model.lookups()
-    row_bytes = np.array([t.row_bytes for t in model.tables], float)
-    work = (lookups * (profile.lookup_ns + row_bytes / profile.memory_bandwidth_gbps) / 1e3
-            + profile.table_overhead_us)
-    out_rows = np.where(np.asarray(model.per_item), model.items, 1)
-    wire = lookups * INDEX_BYTES + out_rows * row_bytes
-    return TableCosts(bytes=model.table_bytes(), work_us=work,
-                      transfer_us=wire / (profile.network_gbps * 1e3)
-                      + profile.call_table_overhead_us,
-                      group_p=model.group_touch(), table_p=model.conditional_touch(),
-                      group=np.asarray(model.group))
-
-
 def build_model(name: str, tables: Sequence[Table], items: int,
                 groups: Mapping[str, Sequence[str]] | None = None,
-                per_item: Sequence[str] = (), source: str = "<serving model>") -> ServingModel:
+                per_item: Sequence[str] = (), source: str = "<serving model>",
+                items_sigma: float = 0.0, dense_overlap: float = 0.0) -> ServingModel:
     """A model from tables, group membership by table name and item-side table names.
 
     Tables in no group form a group of their own.
@@ -171,7 +146,8 @@ def build_model(name: str, tables: Sequence[Table], items: int,
             raise InputError("unknown table", source=source, field="per_item", value=member)
     flags = tuple(t.name in set(per_item) for t in tables)
     try:
-        return ServingModel(name, tables, items, tuple(group), tuple(names), flags)
+        return ServingModel(name, tables, items, tuple(group), tuple(names), flags,
+                            items_sigma, dense_overlap)
     except InputError as exc:
         raise exc.located(source) from exc
 
@@ -183,7 +159,8 @@ def load_model(path: str | Path) -> ServingModel:
     for key in ("items", "tables"):
         if key not in doc:
             raise InputError("required field missing", source=source, field=key)
-    known = {"schema_version", "kind", "name", "items", "tables", "groups", "per_item"}
+    known = {"schema_version", "kind", "name", "items", "tables", "groups", "per_item",
+             "items_sigma", "dense_overlap"}
     unknown = sorted(set(doc) - known)
     if unknown:
         raise InputError(f"unknown field (known: {', '.join(sorted(known))})", source=source,
@@ -207,8 +184,14 @@ def load_model(path: str | Path) -> ServingModel:
     if not isinstance(per_item, list):
         raise InputError("expected a list of table names", source=source, field="per_item",
                          value=per_item)
+    extra = {}
+    for key in ("items_sigma", "dense_overlap"):
+        value = doc.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError("must be a number", source=source, field=key, value=value)
+        extra[key] = float(value)
     return build_model(str(doc.get("name", Path(source).stem)), tables, items, groups,
-                       per_item, source)
+                       per_item, source, **extra)
 
 
 def save_model(path: str | Path, model: ServingModel) -> None:

@@ -1,126 +1,137 @@
-"""Capacity planning: every strategy over a range of server counts, and the fewest servers
-that meet a P99 target."""
+"""Capacity planning: every strategy over a range of shard counts, each deployment provisioned
+with replicas and judged on fresh request samples, and the fewest servers that meet a P99
+target, whatever strategy gives them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
-import numpy as np
-
 from autoshard.errors import PlannerError
+from autoshard.serving.evaluation import Evaluation, Evaluator
+from autoshard.serving.hotcold import with_main_cache
 from autoshard.serving.mapping import Mapping
+from autoshard.serving.provision import provision
 from autoshard.serving.registry import get_strategy
-from autoshard.serving.simulate import Latencies, simulate, single_server
 from autoshard.serving.task import ServingTask
 
 
 @dataclass(frozen=True)
-class Evaluation:
-    """One mapping simulated on a task, next to the single hypothetical server."""
+class PlanOptions:
+    """How deployments are built.
 
-    mapping: Mapping
-    latencies: Latencies
-    single: Latencies
-    memory_gb: tuple[float, ...]
+    Args:
+        replicas: Provision replicas (:mod:`autoshard.serving.provision`); else one server per
+            shard and one main server.
+        cache: Move the hottest rows of remote tables to the main server's spare memory.
+        strategy_options: Per strategy name, its constructor options.
+    """
 
-    def row(self) -> dict[str, Any]:
-        lat, one = self.latencies, self.single
-        p99 = lat.percentile_ms(99)
-        fits = float(one.utilisation.max()) < 1.0  # an overloaded reference has no P99 to compare
-        return {
-            "strategy": self.mapping.strategy, "servers": self.mapping.servers,
-            "p50_ms": round(lat.percentile_ms(50), 4), "p90_ms": round(lat.percentile_ms(90), 4),
-            "p99_ms": round(p99, 4),
-            "p99_overhead": round(p99 / one.percentile_ms(99) - 1, 4) if fits else None,
-            "calls_per_request": round(float(lat.calls.mean()), 3),
-            "compute_us_per_request": round(float(lat.compute_us.mean()), 2),
-            "compute_overhead": round(float(lat.compute_us.mean() / one.compute_us.mean()) - 1,
-                                      4),
-            "max_utilisation": round(float(lat.utilisation.max()), 4),
-            "memory_gb_max": round(max(self.memory_gb), 3),
-            "memory_gb_main": round(self.memory_gb[0], 3),
-            "note": self.mapping.note,
-        }
-
-
-class Evaluator:
-    """Simulates mappings of one task (one request sample, one single-server reference)."""
-
-    def __init__(self, task: ServingTask) -> None:
-        self.task = task
-
-    @cached_property
-    def single(self) -> Latencies:
-        return self.simulate(single_server(self.task.model))
-
-    def simulate(self, mapping: Mapping) -> Latencies:
-        t = self.task
-        return simulate(t.model, t.profile, mapping, t.qps, t.sample, t.costs)
-
-    def evaluate(self, mapping: Mapping) -> Evaluation:
-        mapping.check_fits(self.task.model, self.task.profile)
-        memory = tuple(float(b) / 1e9 for b in mapping.memory_bytes(self.task.model))
-        return Evaluation(mapping, self.simulate(mapping), self.single, memory)
+    replicas: bool = True
+    cache: bool = False
+    strategy_options: dict[str, dict[str, Any]] | None = None
 
 
 def server_range(task: ServingTask, span: int) -> list[int]:
-    """Sparse server counts to sweep: from the memory bound, ``span`` counts."""
+    """Shard counts to sweep: from the memory bound, ``span`` counts."""
     low = max(task.min_servers(), 1)
     return list(range(low, min(low + span, task.profile.max_servers + 1)))
 
 
+def deployment(task: ServingTask, name: str, count: int, options: PlanOptions,
+               validate: Evaluator | None = None) -> Mapping:
+    """Strategy ``name``'s deployment on ``count`` shards, with the cache and the replicas
+    asked for (chosen on the validation samples, never the judging ones).
+
+    Raises:
+        PlannerError: The strategy cannot map the tables on ``count`` shards.
+    """
+    validate = validate or Evaluator(task, task.validate_samples)
+    strategy = get_strategy(name, **(options.strategy_options or {}).get(name, {}))
+    if hasattr(strategy, "deploy"):  # a strategy that provisions its own deployment
+        mapping: Mapping = strategy.deploy(validate, count, options)
+        return mapping
+    mapping = strategy.map(task, count)
+    if options.cache and mapping.servers:
+        mapping = with_main_cache(task, mapping)
+    return provision(validate, mapping) if options.replicas else mapping
+
+
 def sweep(task: ServingTask, strategies: Sequence[str], servers: Sequence[int],
-          options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """A row per (strategy, server count) that fits; ``singular`` once, at 0 servers."""
-    ev = Evaluator(task)
-    rows = []
+          options: PlanOptions | None = None) -> tuple[list[dict[str, Any]],
+                                                        dict[tuple[str, int], Evaluation]]:
+    """(a row per strategy and shard count, the evaluations by (strategy, count));
+    ``main_only`` once, at 0 shards. A strategy that cannot map a count gives an error row."""
+    options = options or PlanOptions()
+    judge, validate = Evaluator(task), Evaluator(task, task.validate_samples)
+    rows, found = [], {}
     for name in strategies:
-        strategy = get_strategy(name, **(options or {}).get(name, {}))
-        counts = list(servers) if strategy.needs_servers else [0]
+        counts = list(servers) if get_strategy(name).needs_servers else [0]
         for count in counts:
             try:
-                mapping = strategy.map(task, count)
+                result = judge.evaluate(deployment(task, name, count, options, validate))
             except PlannerError as exc:
-                rows.append({"strategy": name, "servers": count, "error": str(exc)})
+                rows.append({"strategy": name, "servers": count, "error": str(exc),
+                             "qps": task.qps})
                 continue
-            rows.append(dict(ev.evaluate(mapping).row(), qps=task.qps))
-    return rows
+            found[(name, count)] = result
+            rows.append(dict(result.row(), qps=task.qps))
+    return rows, found
 
 
-def fewest_servers(rows: Sequence[dict[str, Any]], p99_ms: float) -> dict[str, int | None]:
-    """Per strategy, the fewest servers whose P99 meets the target (None: none swept does)."""
+def fewest_servers(rows: Sequence[dict[str, Any]]) -> dict[str, int | None]:
+    """Per strategy, the fewest total servers of a row that meets the target (None: none)."""
     out: dict[str, int | None] = {}
     for row in rows:
         name = row["strategy"]
         out.setdefault(name, None)
-        if "error" in row or row["p99_ms"] > p99_ms:
+        if row.get("error") or not row.get("meets"):
             continue
         best = out[name]
-        out[name] = row["servers"] if best is None else min(best, row["servers"])
+        out[name] = row["total_servers"] if best is None else min(best, row["total_servers"])
     return out
+
+
+#: What the answer minimises first: servers, or cost (the profile's cost per server type).
+OBJECTIVES = ("servers", "cost")
+
+
+def answer(rows: Sequence[dict[str, Any]], by: str = "servers") -> dict[str, Any] | None:
+    """The row meeting the target with the fewest servers then the least cost (or the least
+    cost then the fewest servers), then the lowest upper P99, whatever its strategy; None when
+    no row meets it."""
+    ok = [r for r in rows if not r.get("error") and r.get("meets")]
+    if not ok:
+        return None
+    if by == "cost":
+        return min(ok, key=lambda r: (r["cost"], r["total_servers"], r["p99_hi_ms"]))
+    return min(ok, key=lambda r: (r["total_servers"], r["cost"], r["p99_hi_ms"]))
 
 
 def advantage_at_equal_servers(rows: Sequence[dict[str, Any]],
                                ours: str = "optimiser") -> list[dict[str, Any]]:
-    """Per server count: our P99, the best baseline's, and how much lower ours is."""
+    """Per shard count: our P99 on the judging samples (never the search's) against the best
+    baseline's with as many servers in all (``equal_servers``; else the best baseline with the
+    fewest servers), how much lower ours is, and whether the two intervals overlap."""
     out = []
-    counts = sorted({r["servers"] for r in rows if r["strategy"] == ours and "error" not in r})
+    counts = sorted({r["servers"] for r in rows if r["strategy"] == ours and not r.get("error")})
     for count in counts:
-        at = [r for r in rows if r["servers"] == count and "error" not in r]
+        at = [r for r in rows if r["servers"] == count and not r.get("error")]
         mine = next(r for r in at if r["strategy"] == ours)
         others = [r for r in at if r["strategy"] != ours]
         if not others:
             continue
-        best = min(others, key=lambda r: r["p99_ms"])
+        same = [r for r in others if r["total_servers"] == mine["total_servers"]]
+        fewest = min(r["total_servers"] for r in others)
+        pool = same or [r for r in others if r["total_servers"] == fewest]
+        best = min(pool, key=lambda r: r["p99_ms"])
         out.append({"servers": count, "optimiser_p99_ms": mine["p99_ms"],
+                    "optimiser_total_servers": mine["total_servers"],
                     "best_baseline": best["strategy"], "best_baseline_p99_ms": best["p99_ms"],
+                    "best_baseline_total_servers": best["total_servers"],
+                    "equal_servers": bool(same),
                     "p99_reduction": round(1 - mine["p99_ms"] / best["p99_ms"], 4),
-                    "worst_baseline_p99_ms": max(r["p99_ms"] for r in others)})
+                    "within_noise": bool(mine["p99_hi_ms"] >= best["p99_lo_ms"]
+                                         and best["p99_hi_ms"] >= mine["p99_lo_ms"])})
     return out
-
-
-def percentiles(values_us: np.ndarray) -> dict[str, float]:
-    return {f"p{q}_ms": round(float(np.percentile(values_us, q)) / 1e3, 4) for q in (50, 90, 99)}

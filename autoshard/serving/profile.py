@@ -38,6 +38,14 @@ FIELD_RANGES: dict[str, Range] = {
                                    "network_latency_us", "main_call_us", "main_request_us",
                                    "call_table_overhead_us", "dense_us_per_item")},
     "tail_sigma": Range(0, 3),  # a wider tail is not a service-time distribution
+    "nic_gbps": BANDWIDTH_GBPS,
+    "utilisation_ceiling": Range(0, 1, open_low=True),
+    "memory_headroom": Range(0, 0.9),
+    "stall_per_s": Range(0, 1e4),
+    "stall_us": LATENCY_US,
+    "dequant_ns": Range(0, MAX_LATENCY_US * 1e3),
+    "main_cost": Range(0, 1e6), "server_cost": Range(0, 1e6),
+    "batch_items": Range(0, 1_000_000, integer=True), "batch_overhead_us": LATENCY_US,
 }
 
 
@@ -72,7 +80,23 @@ class ServingProfile:
         dense_us_per_item: Dense compute on the main server per scored item, microseconds.
         tail_sigma: Sigma of the lognormal (mean 1) factor each service time is drawn with;
             0 makes service times deterministic.
-        max_servers: Most sparse servers a plan may use.
+        max_servers: Most servers a plan may use, main-tier replicas and sparse-server
+            replicas together.
+        nic_gbps: Network-interface bandwidth of each server (main and sparse), GB/s, each
+            direction; a plan whose traffic keeps a link at or above ``utilisation_ceiling``
+            is not feasible.
+        utilisation_ceiling: Busy share of a server's cores (and of its network interface) a
+            feasible plan stays below.
+        memory_headroom: Share of each server's table memory a plan leaves free.
+        stall_per_s: Stalls per second of each server (or of the shared host when
+            ``host_cores`` > 0): pauses in which every call in service waits.
+        stall_us: Mean length of a stall, microseconds (exponentially distributed).
+        dequant_ns: CPU cost of dequantising one looked-up row of an 8- or 4-bit table, ns.
+        main_cost: Cost of one main-tier server (any unit; the plan minimises total cost).
+        server_cost: Cost of one sparse server, same unit.
+        batch_items: Most items the main server scores in one batch: a larger request is split
+            into batches run side by side on its cores (DeepRecSys); 0 never splits.
+        batch_overhead_us: Fixed cost of each batch of a split request, microseconds.
     """
 
     name: str
@@ -92,6 +116,16 @@ class ServingProfile:
     dense_us_per_item: float = 20.0
     tail_sigma: float = 0.5
     max_servers: int = 32
+    nic_gbps: float = 12.5
+    utilisation_ceiling: float = 0.8
+    memory_headroom: float = 0.1
+    stall_per_s: float = 0.0
+    stall_us: float = 0.0
+    dequant_ns: float = 15.0
+    main_cost: float = 1.0
+    server_cost: float = 1.0
+    batch_items: int = 0
+    batch_overhead_us: float = 50.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.name, str) and self.name):
@@ -106,6 +140,16 @@ class ServingProfile:
     @property
     def main_bytes(self) -> float:
         return self.main_memory_gb * GB
+
+    @property
+    def usable_server_bytes(self) -> float:
+        """A sparse server's table memory less the headroom a plan leaves free."""
+        return self.server_bytes * (1 - self.memory_headroom)
+
+    @property
+    def usable_main_bytes(self) -> float:
+        """The main server's table memory less the headroom."""
+        return self.main_bytes * (1 - self.memory_headroom)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "kind": "serving_profile", **asdict(self)}
@@ -146,15 +190,17 @@ BUNDLED: dict[str, ServingProfile] = {
     "local-cpu": ServingProfile(name="local-cpu", server_memory_gb=0.05, main_memory_gb=0.03,
                                 memory_bandwidth_gbps=5.0, cores=1, lookup_ns=100.0,
                                 call_overhead_us=300.0, network_gbps=1.0, dense_us_per_item=0.0,
-                                tail_sigma=0.5, max_servers=3, host_cores=2),
+                                tail_sigma=0.5, max_servers=3, host_cores=2,
+                                utilisation_ceiling=0.9, memory_headroom=0.0),
+    "ispass-2021": ServingProfile(name="ispass-2021", dense_us_per_item=150.0),
 }
 
 
 #: The fields ``serve calibrate`` measures on this machine.
 CALIBRATED = ("call_overhead_us", "network_latency_us", "main_call_us", "main_request_us",
-                        "call_table_overhead_us",
-              "network_gbps", "lookup_ns",
-              "memory_bandwidth_gbps", "table_overhead_us", "tail_sigma")
+              "call_table_overhead_us", "network_gbps", "nic_gbps", "lookup_ns",
+              "memory_bandwidth_gbps", "table_overhead_us", "tail_sigma", "stall_per_s",
+              "stall_us")
 
 
 def with_calibration(profile: ServingProfile, found: dict[str, Any],

@@ -17,12 +17,17 @@ from autoshard.serving.task import ServingTask
 MODE = "serve"
 
 _ENTRIES: dict[str, str] = {
-    "singular": "autoshard.serving.strategies:Singular",
+    "main_only": "autoshard.serving.strategies:MainOnly",
     "capacity_balanced": "autoshard.serving.strategies:CapacityBalanced",
     "load_balanced": "autoshard.serving.strategies:LoadBalanced",
     "feature_group": "autoshard.serving.strategies:FeatureGroup",
+    "hot_cold": "autoshard.serving.strategies:HotCold",
     "optimiser": "autoshard.serving.optimiser:Optimiser",
 }
+
+
+#: Former names, each with what to use instead.
+RENAMED = {"singular": "main_only"}
 
 
 class Strategy(Protocol):
@@ -54,6 +59,9 @@ def get_strategy(name: str, **options: Any) -> Strategy:
     Raises:
         InputError: Unknown name.
     """
+    if name in RENAMED:
+        raise InputError(f"renamed {RENAMED[name]!r} (Lui et al. use 'singular' for another "
+                         "setting)", field="strategy", value=name)
     if name not in _ENTRIES:
         raise InputError(f"unknown serving strategy (known: {', '.join(_ENTRIES)})",
                          field="strategy", value=name)
@@ -67,4 +75,8 @@ def parse_strategies(spec: str | None, field: str = "strategy",
                      source: str | None = None) -> list[str]:
     """Comma-separated names (all when None), each checked against the registry; naming none
     is an error (:func:`autoshard.limits.names_in`)."""
+    for name in (spec or "").split(","):
+        if name.strip() in RENAMED:
+            raise InputError(f"renamed {RENAMED[name.strip()]!r}", source=source, field=field,
+                             value=name.strip())
     return names_in(spec, strategy_names(), field, "serving strategy", source)

@@ -10,12 +10,14 @@ import numpy as np
 
 from autoshard.fileio import atomic_write_text, csv_text, save_figure
 
-SWEEP_COLUMNS = ("qps", "strategy", "servers", "p50_ms", "p90_ms", "p99_ms", "p99_overhead",
-                 "calls_per_request", "compute_us_per_request", "compute_overhead",
-                 "max_utilisation", "memory_gb_max", "memory_gb_main", "note", "error")
-BENCH_COLUMNS = ("strategy", "servers", "qps", "requests", "rounds", "measured_p50_ms",
-                 "measured_p90_ms", "measured_p99_ms", "simulated_p50_ms", "simulated_p90_ms",
-                 "simulated_p99_ms", "calls_per_request")
+SWEEP_COLUMNS = ("qps", "strategy", "servers", "total_servers", "main_replicas", "replicas", "cost",
+                 "p50_ms", "p90_ms", "p99_ms", "p99_lo_ms", "p99_hi_ms", "meets", "feasible",
+                 "p99_overhead", "calls_per_request", "compute_us_per_request",
+                 "compute_overhead", "max_utilisation", "max_nic_utilisation", "memory_gb_max",
+                 "memory_gb_main", "allocated_gb", "samples", "note", "error")
+BENCH_COLUMNS = ("strategy", "servers", "replicas", "qps", "requests", "rounds",
+                 "measured_p50_ms", "measured_p90_ms", "measured_p99_ms", "simulated_p50_ms",
+                 "simulated_p90_ms", "simulated_p99_ms", "p99_ratio", "calls_per_request")
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -38,28 +40,32 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]
 
 def plot_p99_vs_servers(rows: Sequence[dict[str, Any]], path: Path, title: str,
                         target_ms: float | None = None) -> None:
-    """P99 (left) and calls per request (right) against sparse servers, a line per strategy
-    and rate; ``singular`` is drawn at 0 servers."""
+    """P99 with its 95% interval (left) and calls per request (right) against total servers,
+    a line per strategy and rate."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = [r for r in rows if "error" not in r or not r.get("error")]
+    ok = [r for r in rows if not r.get("error")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     keys = sorted({(r["strategy"], r["qps"]) for r in ok}, key=lambda k: (k[1], k[0]))
     for strategy, qps in keys:
-        pts = sorted((r["servers"], r["p99_ms"], r["calls_per_request"]) for r in ok
-                     if r["strategy"] == strategy and r["qps"] == qps)
-        xs, p99, calls = (np.array(v) for v in zip(*pts, strict=True))
+        pts = sorted((r["total_servers"], r["p99_ms"], r["calls_per_request"], r["p99_lo_ms"],
+                      r["p99_hi_ms"]) for r in ok if r["strategy"] == strategy
+                     and r["qps"] == qps)
+        xs, p99, calls, lo, hi = (np.array(v) for v in zip(*pts, strict=True))
         label = f"{strategy} @ {qps:g} qps"
         style = "o" if len(xs) == 1 else "-o"
-        axes[0].plot(xs, p99, style, label=label, markersize=4)
+        axes[0].errorbar(xs, p99, yerr=[p99 - lo, hi - p99], fmt=style, label=label,
+                         markersize=4, capsize=2)
         axes[1].plot(xs, calls, style, label=label, markersize=4)
     if target_ms is not None:
         axes[0].axhline(target_ms, color="grey", linestyle="--", linewidth=1, label="P99 target")
-    axes[0].set(xlabel="sparse servers", ylabel="simulated P99 latency (ms)", title=title)
-    axes[1].set(xlabel="sparse servers", ylabel="remote calls per request",
+    axes[0].set(xlabel="servers (main tier and shard replicas)",
+                ylabel="simulated P99 latency (ms), 95% interval", title=title)
+    axes[1].set(xlabel="servers (main tier and shard replicas)",
+                ylabel="remote calls per request",
                 title="fan-out")
     axes[0].legend(fontsize=6)
     fig.tight_layout()
@@ -75,10 +81,10 @@ def plot_measured_vs_simulated(rows: Sequence[dict[str, Any]], path: Path, title
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    for strategy in sorted({r["strategy"] for r in rows}):
-        pts = [r for r in rows if r["strategy"] == strategy]
+    for strategy, reps in sorted({(r["strategy"], r.get("replicas", "")) for r in rows}):
+        pts = [r for r in rows if r["strategy"] == strategy and r.get("replicas", "") == reps]
         ax.plot([r["simulated_p99_ms"] for r in pts], [r["measured_p99_ms"] for r in pts], "o",
-                label=strategy)
+                label=f"{strategy} ({pts[0]['servers']} shards x {reps})")
         for r in pts:
             ax.annotate(f"{r['qps']:g}", (r["simulated_p99_ms"], r["measured_p99_ms"]),
                         fontsize=6)

@@ -1,59 +1,77 @@
 """Request-level serving simulator: Monte Carlo over requests, vectorised, seeded.
 
-For a mapping, each sampled request calls every sparse server that holds a table it touches
-(in parallel) and looks up its main-server tables locally. A call's service time is the
-per-call overhead plus its lookups' CPU time plus its tables' transfer and per-table call
-cost, times a lognormal tail factor (mean 1); the network latency adds to its response without
-occupying the server. Requests arrive as a Poisson stream at ``qps``;
-each server serves calls first come, first served on ``cores`` cores (calls dealt to the cores
-round-robin, each core a FIFO queue solved in closed form by the Lindley recursion
-``D_k = max(a_k, D_{k-1}) + x_k = C_k + max_{j<=k}(a_j - C_{j-1})`` with ``C`` the cumulative
-service). The main server queues each request's own fixed work, its local lookups, its cost of
-issuing the calls and dense compute the same way. End-to-end latency is the later of the main
-server's response and the time to take the request and issue the calls plus the slowest
-call's response plus the dense compute. When every process runs on one host
+Per sampled request: which tables (and so which parts and shards) it touches, how many items it
+scores, and a Poisson arrival at ``qps``. The request goes to a main-tier replica at random and
+queues for a core there (:mod:`autoshard.serving.queueing`, one shared queue per server). On a
+core the main server takes the request (``main_request_us``) and issues its remote calls one
+after another (``main_call_us`` each); each call goes to a replica of its shard at random and
+queues there. A call's service time is the per-call overhead plus its parts' lookups, transfer
+and per-table call cost; the network latency adds to its response without occupying the server.
+Meanwhile the main server looks up its own parts and, on another thread beside them, runs the
+dense part that overlaps the lookups (``dense_overlap``); the rest of the dense part follows the
+slowest reply and the local lookups. A request of more than ``batch_items`` items is split
+into batches (DeepRecSys): each batch is a job of its own on the main server's queue, runs its
+share of the dense part (plus ``batch_overhead_us``), and the request waits for all of them.
+Every service time carries a lognormal tail factor (mean 1), and stalls delay the calls in service
+(:func:`autoshard.serving.queueing.stall_delays`). When every process runs on one host
 (``host_cores`` > 0, as in ``serve bench``), service times are stretched by the sharing of its
-cores (:func:`host_slowdown`).
+cores (:func:`autoshard.serving.queueing.host_slowdown`).
+
+Simplification: the main server's queue holds each request (each batch) for its whole CPU
+time (its own work, local lookups and dense compute) on one core; the request's latency path
+runs the local lookups and the overlapping dense part side by side, and the rest of the dense
+compute as soon as the replies arrive.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from autoshard.errors import InputError
+from autoshard.serving.costs import PartCosts
 from autoshard.serving.mapping import MAIN, Mapping
-from autoshard.serving.model import ServingModel, TableCosts, table_costs
+from autoshard.serving.model import ServingModel
 from autoshard.serving.profile import ServingProfile
+from autoshard.serving.queueing import host_slowdown, solve_queues, stall_delays
 
 CHUNK = 8192  # requests per vectorised block (bounds working memory)
 
 
 @dataclass(frozen=True)
 class RequestSample:
-    """Sampled requests: which tables each touches, and unit-rate arrival gaps.
+    """Sampled requests: which tables each touches, arrival gaps and item counts.
 
     Args:
         touched: (requests, tables) bool.
         gaps: (requests,) exponential(1) inter-arrival gaps, scaled by 1 / qps when simulated.
-        seed: The seed they were drawn with (tail factors derive from it too).
+        items: (requests,) each request's items over the model's mean (mean 1).
+        seed: The seed they were drawn with (routing, tails and stalls derive from it).
     """
 
     touched: np.ndarray
     gaps: np.ndarray
-    seed: int
+    items: np.ndarray
+    seed: tuple[int, ...]
 
     @property
     def requests(self) -> int:
         return int(self.touched.shape[0])
 
+    def head(self, count: int) -> RequestSample:
+        return RequestSample(self.touched[:count], self.gaps[:count], self.items[:count],
+                             self.seed)
 
-def sample_requests(model: ServingModel, requests: int, seed: int = 0) -> RequestSample:
-    """Draws ``requests`` requests: groups touched together, tables within them."""
+
+def sample_requests(model: ServingModel, requests: int,
+                    seed: int | Sequence[int] = 0) -> RequestSample:
+    """Draws ``requests`` requests: groups touched together, tables within them, items."""
     if not (isinstance(requests, int) and requests >= 1):
         raise InputError("must be an integer >= 1", field="requests", value=requests)
-    rng = np.random.default_rng(seed)
+    key = (seed,) if isinstance(seed, int) else tuple(int(s) for s in seed)
+    rng = np.random.default_rng(list(key))
     group_p = model.group_touch().astype(np.float32)
     table_p = model.conditional_touch().astype(np.float32)
     group = np.asarray(model.group)
@@ -63,141 +81,290 @@ def sample_requests(model: ServingModel, requests: int, seed: int = 0) -> Reques
         groups = rng.random((n, group_p.size), dtype=np.float32) < group_p
         tables = rng.random((n, table_p.size), dtype=np.float32) < table_p
         np.logical_and(tables, groups[:, group], out=touched[lo:lo + n])
-    return RequestSample(touched, rng.exponential(1.0, requests), seed)
+    gaps = rng.exponential(1.0, requests)
+    sigma = model.items_sigma
+    items = np.exp(sigma * rng.standard_normal(requests) - sigma**2 / 2)
+    return RequestSample(touched, gaps, items, key)
 
 
 @dataclass(frozen=True)
 class ServerLoad:
-    """Per-request, per-server aggregates (column 0 the main server, then sparse servers).
+    """Per-request, per-server aggregates (column 0 the main server, then the shards).
 
     Args:
-        work_us: Lookup CPU time. transfer_us: Network time. calls: Whether the server is called.
+        work_us: Lookup CPU time. transfer_us: Network time. wire_bytes: Bytes on the network.
+        calls: Whether the server is called.
     """
 
     work_us: np.ndarray
     transfer_us: np.ndarray
+    wire_bytes: np.ndarray
     calls: np.ndarray
 
 
-def server_load(sample: RequestSample, costs: TableCosts, mapping: Mapping) -> ServerLoad:
-    """Aggregates each request's touched tables per server (blocked float32 matmul)."""
+def touched_parts(sample: RequestSample, costs: PartCosts) -> np.ndarray:
+    """(requests, parts) bool: a part is touched when its table is and a lookup falls on it."""
+    out = sample.touched[:, costs.table]
+    split = np.flatnonzero(costs.part_p < 1.0)
+    if split.size:
+        rng = np.random.default_rng([*sample.seed, 5])
+        draw = rng.random((sample.requests, split.size), dtype=np.float32)
+        out[:, split] &= draw < costs.part_p[split].astype(np.float32)
+    return out
+
+
+def server_load(sample: RequestSample, costs: PartCosts, mapping: Mapping) -> ServerLoad:
+    """Aggregates each request's touched parts per server (blocked float32 matmul)."""
     cols = mapping.servers + 1
-    onehot = np.zeros((costs.bytes.size, cols), dtype=np.float32)
-    onehot[np.arange(costs.bytes.size), mapping.array + 1] = 1.0
+    parts = costs.bytes.size
+    onehot = np.zeros((parts, cols), dtype=np.float32)
+    onehot[np.arange(parts), mapping.array + 1] = 1.0
     weights = np.concatenate([onehot * costs.work_us[:, None].astype(np.float32),
-                              onehot * costs.transfer_us[:, None].astype(np.float32), onehot],
+                              onehot * costs.transfer_us[:, None].astype(np.float32),
+                              onehot * costs.wire_bytes[:, None].astype(np.float32), onehot],
                              axis=1)
-    out = np.empty((sample.requests, 3 * cols), dtype=np.float32)
+    touched = touched_parts(sample, costs)
+    per_item = weights[:, :3 * cols] * costs.per_item.astype(np.float32)[:, None]
+    out = np.empty((sample.requests, 4 * cols), dtype=np.float32)
     for lo in range(0, sample.requests, CHUNK):
-        block = sample.touched[lo:lo + CHUNK].astype(np.float32)
+        block = touched[lo:lo + CHUNK].astype(np.float32)
+        extra = sample.items[lo:lo + CHUNK, None].astype(np.float32) - 1.0
         np.matmul(block, weights, out=out[lo:lo + CHUNK])
-    return ServerLoad(out[:, :cols], out[:, cols:2 * cols], out[:, 2 * cols:] > 0.5)
-
-
-def fifo_departures(arrivals: np.ndarray, service: np.ndarray, cores: int) -> np.ndarray:
-    """Departure times of FIFO jobs dealt round-robin to ``cores`` queues (Lindley, closed form)."""
-    n = arrivals.size
-    if n == 0:
-        return arrivals.astype(float)
-    rows = -(-n // cores)
-    pad = rows * cores - n
-    a = np.concatenate([arrivals, np.full(pad, arrivals[-1])]).reshape(rows, cores)
-    x = np.concatenate([service, np.zeros(pad)]).reshape(rows, cores)
-    cum = np.cumsum(x, axis=0)
-    dep = cum + np.maximum.accumulate(a - (cum - x), axis=0)
-    return dep.reshape(-1)[:n]
+        # per-item parts scale with the request's items: add (items - 1) times their share
+        out[lo:lo + CHUNK, :3 * cols] += extra * (block @ per_item)
+    return ServerLoad(out[:, :cols], out[:, cols:2 * cols], out[:, 2 * cols:3 * cols],
+                      out[:, 3 * cols:] > 0.5)
 
 
 @dataclass(frozen=True)
 class Latencies:
-    """Simulated requests of one mapping at one rate.
+    """Simulated requests of one mapping at one rate (one request sample).
 
     Args:
         end_to_end_us: (requests,) latency per request.
         compute_us: (requests,) CPU time spent on the request over all servers.
         calls: (requests,) remote calls per request.
-        utilisation: Busy share of each server's cores (main first); >= 1 means overloaded.
+        main_utilisation: Busy share of each main-tier replica's cores.
+        shard_utilisation: Busy share of each shard's busiest replica.
+        main_nic: Share of a main replica's network interface its replies take (busiest).
+        shard_nic: Share of each shard's busiest replica's network interface.
     """
 
     end_to_end_us: np.ndarray
     compute_us: np.ndarray
     calls: np.ndarray
-    utilisation: np.ndarray
+    main_utilisation: np.ndarray
+    shard_utilisation: np.ndarray
+    main_nic: float
+    shard_nic: np.ndarray
 
     def percentile_ms(self, q: float) -> float:
         return float(np.percentile(self.end_to_end_us, q)) / 1e3
 
+    @property
+    def utilisation(self) -> np.ndarray:
+        """Busiest main replica, then each shard's busiest replica."""
+        return np.r_[self.main_utilisation.max(), self.shard_utilisation]
 
-def host_slowdown(busy: np.ndarray, host_cores: int, rounds: int = 4) -> np.ndarray:
-    """How much slower each process runs when all share ``host_cores`` cores.
+    @property
+    def max_utilisation(self) -> float:
+        return float(self.utilisation.max())
 
-    ``busy`` is each process's busy share alone (one thread each). While a process runs, each
-    other one is runnable with probability its (slowed, capped at 1) busy share, independently;
-    with ``k`` others runnable the cores are shared ``max(1, (1 + k) / host_cores)`` ways. The
-    expected slowdown is taken over the Poisson-binomial law of ``k``, and iterated a few times
-    since slowed processes stay busy longer.
-    """
-    slow = np.ones(busy.size)
-    ways = np.maximum(1.0, (1.0 + np.arange(busy.size)) / host_cores)
-    for _ in range(rounds):
-        u = np.minimum(busy * slow, 1.0)
-        new = np.empty(busy.size)
-        for i in range(busy.size):
-            law = np.zeros(busy.size)
-            law[0] = 1.0
-            for j in np.flatnonzero(np.arange(busy.size) != i):
-                law[1:] = law[1:] * (1 - u[j]) + law[:-1] * u[j]
-                law[0] *= 1 - u[j]
-            new[i] = float(law @ ways)
-        slow = new
-    return slow
+    @property
+    def max_nic(self) -> float:
+        return float(max(self.main_nic, float(self.shard_nic.max(initial=0.0))))
 
 
-def simulate_load(load: ServerLoad, sample: RequestSample, profile: ServingProfile,
-                  items: int, qps: float) -> Latencies:
-    """Queues every server's calls at ``qps`` and returns per-request latencies."""
-    if not (np.isfinite(qps) and qps > 0):
-        raise InputError("request rate must be a number > 0", field="qps", value=qps)
-    arrivals = np.cumsum(sample.gaps) * (1e6 / qps)
-    cols = load.calls.shape[1]
-    rng = np.random.default_rng([sample.seed, cols])
+@dataclass
+class _Prepared:
+    """One sample's per-request figures before queueing."""
+
+    arrivals: np.ndarray
+    pre: np.ndarray
+    local: np.ndarray
+    after: np.ndarray
+    main_service: np.ndarray
+    first_job: np.ndarray
+    other_job: np.ndarray
+    other_ready: np.ndarray
+    batches: np.ndarray
+    call_service: np.ndarray
+    calls: np.ndarray
+    net: np.ndarray
+    wire: np.ndarray
+    main_rep: np.ndarray
+    call_rep: np.ndarray
+    span: float
+
+
+def prepare(sample: RequestSample, model: ServingModel, profile: ServingProfile,
+            mapping: Mapping, qps: float, costs: PartCosts) -> _Prepared:
+    """Service times, routing and arrival times of one sample's requests and calls."""
+    load = server_load(sample, costs, mapping)
+    n, cols = sample.requests, mapping.servers + 1
+    rng = np.random.default_rng([*sample.seed, cols, 11])
     sigma = profile.tail_sigma
-    tail = np.exp(sigma * rng.standard_normal((sample.requests, cols)) - sigma**2 / 2)
-    dense = profile.dense_us_per_item * items
-    service = (load.work_us + load.transfer_us) * tail
-    service[:, 1:] += profile.call_overhead_us * tail[:, 1:]
-    service[:, 1:] *= load.calls[:, 1:]
-    calls = load.calls[:, 1:].sum(axis=1)
-    issue = profile.main_call_us * calls * tail[:, 0]  # the main server issues calls in turn
-    own = profile.main_request_us * tail[:, 0]
-    service[:, 0] = load.work_us[:, 0] * tail[:, 0] + dense + issue + own
-    span = arrivals[-1] + 1e-9
-    if profile.host_cores:  # every process on one host: they share its cores
-        slow = host_slowdown(service.sum(axis=0) / (span * profile.cores), profile.host_cores)
-        service *= slow
-        issue = issue * slow[0]
-        own = own * slow[0]
-    response = np.zeros((sample.requests, cols))
-    busy = service.sum(axis=0)
-    response[:, 0] = fifo_departures(arrivals, service[:, 0], profile.cores) - arrivals
-    for s in range(1, cols):
-        hit = np.flatnonzero(load.calls[:, s])
-        if hit.size:
-            done = fifo_departures(arrivals[hit], service[hit, s], profile.cores)
-            response[hit, s] = done - arrivals[hit] + profile.network_latency_us * tail[hit, s]
-    slowest = (own + issue + response[:, 1:].max(axis=1) + dense if cols > 1
-               else np.zeros(sample.requests))
-    return Latencies(np.maximum(response[:, 0], slowest), service.sum(axis=1), calls,
-                     busy / (span * profile.cores))
+    tail = np.exp(sigma * rng.standard_normal((n, cols)) - sigma**2 / 2)
+    calls = load.calls[:, 1:]
+    batches, dense, extra = _batches(model, profile, sample)
+    pre = (profile.main_request_us + profile.main_call_us * calls.sum(axis=1)) * tail[:, 0]
+    lookups = load.work_us[:, 0] * tail[:, 0]
+    ahead = model.dense_overlap * dense + extra  # one batch's part before the replies
+    local = np.maximum(lookups, ahead)  # on two threads side by side
+    after = (1 - model.dense_overlap) * dense
+    service = (profile.call_overhead_us + load.work_us[:, 1:] + load.transfer_us[:, 1:]
+               ) * tail[:, 1:] * calls
+    arrivals = np.cumsum(sample.gaps) * (1e6 / qps)
+    reps = mapping.replica_counts
+    first = pre + lookups + dense + extra
+    other = dense + extra
+    return _Prepared(arrivals, pre, local, after, first + (batches - 1) * other, first, other,
+                     ahead, batches, service, calls,
+                     profile.network_latency_us * tail[:, 1:], load.wire_bytes[:, 1:],
+                     rng.integers(mapping.main_replicas, size=n),
+                     (rng.random((n, mapping.servers)) * reps).astype(np.int64),
+                     float(arrivals[-1]) + 1e-9)
+
+
+def _batches(model: ServingModel, profile: ServingProfile, sample: RequestSample
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(batches per request, dense compute per batch, fixed cost per batch): a request of more
+    than ``batch_items`` items is split into batches that run side by side (DeepRecSys);
+    ``batch_items`` 0 keeps every request whole at no extra cost."""
+    dense = profile.dense_us_per_item * model.items * sample.items
+    if not profile.batch_items:
+        return np.ones(sample.requests, dtype=np.int64), dense, np.zeros(sample.requests)
+    count = np.maximum(np.ceil(model.items * sample.items / profile.batch_items), 1)
+    extra = np.where(count > 1, profile.batch_overhead_us, 0.0)
+    return count.astype(np.int64), dense / count, extra
+
+
+def offered_load(model: ServingModel, profile: ServingProfile, mapping: Mapping, qps: float,
+                 sample: RequestSample, costs: PartCosts) -> tuple[float, np.ndarray]:
+    """(main tier, each shard): the servers' worth of load each tier is offered, the larger of
+    its cores' and its network interface's busy share on one server (no queueing simulated)."""
+    one = Mapping(mapping.servers, mapping.assign, parts=mapping.parts)
+    p = prepare(sample, model, profile, one, qps, costs)
+    cores, nic = p.span * profile.cores, p.span * profile.nic_gbps * 1e3
+    main = max(float(p.main_service.sum()) / cores, float(p.wire.sum()) / nic)
+    shards = np.maximum(p.call_service.sum(axis=0) / cores, p.wire.sum(axis=0) / nic)
+    return main, shards
 
 
 def simulate(model: ServingModel, profile: ServingProfile, mapping: Mapping, qps: float,
-             sample: RequestSample, costs: TableCosts | None = None) -> Latencies:
-    """Simulates ``sample`` served by ``mapping`` at ``qps`` requests per second."""
-    costs = costs if costs is not None else table_costs(model, profile)
-    return simulate_load(server_load(sample, costs, mapping), sample, profile, model.items, qps)
+             samples: Sequence[RequestSample], costs: PartCosts) -> list[Latencies]:
+    """Simulates each of ``samples`` served by ``mapping`` at ``qps`` requests per second
+    (their queues solved together)."""
+    if not (np.isfinite(qps) and qps > 0):
+        raise InputError("request rate must be a number > 0", field="qps", value=qps)
+    if costs.bytes.size != len(mapping.assign):
+        raise InputError("costs and mapping disagree on the parts", field="assign",
+                         value=(costs.bytes.size, len(mapping.assign)))
+    preps = [prepare(s, model, profile, mapping, qps, costs) for s in samples]
+    if profile.host_cores:
+        for p in preps:
+            _share_host(p, mapping, profile)
+    main_start, main_stall, ready = _main_tier(preps, mapping, profile, samples)
+    done = _shards(preps, main_start, mapping, profile, samples)
+    out = []
+    for p, start, stall, remote, others in zip(preps, main_start, main_stall, done, ready,
+                                               strict=True):
+        local_done = np.maximum(start + p.pre + p.local + stall, others)
+        end = np.maximum(local_done, remote) + p.after
+        out.append(_latencies(p, end - p.arrivals, mapping, profile))
+    return out
 
 
-def single_server(model: ServingModel) -> Mapping:
-    """The hypothetical single server holding every table (memory not checked)."""
-    return Mapping(0, (MAIN,) * model.num_tables, "single server")
+def _main_tier(preps: list[_Prepared], mapping: Mapping, profile: ServingProfile,
+               samples: Sequence[RequestSample]
+               ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Per sample: each request's start on its main replica, the stalls it meets there, and
+    when its other batches (if split) are ready for the replies (-inf when whole)."""
+    arr, svc, index = [], [], []
+    for k, p in enumerate(preps):
+        for r in range(mapping.main_replicas):
+            sel = np.flatnonzero(p.main_rep == r)
+            more = np.repeat(sel, p.batches[sel] - 1)
+            arr.append(np.r_[p.arrivals[sel], p.arrivals[more]])
+            svc.append(np.r_[p.first_job[sel], p.other_job[more]])
+            index.append((k, sel, more))
+    starts, deps = solve_queues(arr, svc, profile.cores)
+    rng = np.random.default_rng([*samples[0].seed, 13])
+    span = max(p.span for p in preps)
+    stalls = stall_delays(starts, deps, span, profile.stall_per_s, profile.stall_us,
+                          profile.host_cores > 0, rng)
+    start = [np.zeros(p.arrivals.size) for p in preps]
+    stall = [np.zeros(p.arrivals.size) for p in preps]
+    ready = [np.full(p.arrivals.size, -np.inf) for p in preps]
+    for (k, sel, more), s, d in zip(index, starts, stalls, strict=True):
+        start[k][sel] = s[:sel.size]
+        stall[k][sel] = d[:sel.size]
+        done = s[sel.size:] + d[sel.size:] + preps[k].other_ready[more]
+        np.maximum.at(ready[k], more, done)
+    return start, stall, ready
+
+
+def _shards(preps: list[_Prepared], main_start: list[np.ndarray], mapping: Mapping,
+            profile: ServingProfile, samples: Sequence[RequestSample]) -> list[np.ndarray]:
+    """Per sample, when each request's slowest reply is back (-inf when it calls none)."""
+    arr, svc, index = [], [], []
+    for k, (p, start) in enumerate(zip(preps, main_start, strict=True)):
+        sent = start + p.pre
+        for s in range(mapping.servers):
+            for r in range(int(mapping.replica_counts[s])):
+                sel = np.flatnonzero(p.calls[:, s] & (p.call_rep[:, s] == r))
+                arr.append(sent[sel])
+                svc.append(p.call_service[sel, s])
+                index.append((k, s, sel))
+    done = [np.full(p.arrivals.size, -np.inf) for p in preps]
+    if not arr:
+        return done
+    _, deps = solve_queues(arr, svc, profile.cores)
+    rng = np.random.default_rng([*samples[0].seed, 17])
+    span = max(p.span for p in preps)
+    starts = [d - x for d, x in zip(deps, svc, strict=True)]
+    stalls = stall_delays(starts, deps, span, profile.stall_per_s, profile.stall_us,
+                          profile.host_cores > 0, rng)
+    for (k, s, sel), d, extra in zip(index, deps, stalls, strict=True):
+        reply = d + extra + preps[k].net[sel, s]
+        done[k][sel] = np.maximum(done[k][sel], reply)
+    return done
+
+
+def _share_host(p: _Prepared, mapping: Mapping, profile: ServingProfile) -> None:
+    """Stretches one sample's service times by the sharing of one host's cores."""
+    main_busy = [p.main_service[p.main_rep == r].sum() for r in range(mapping.main_replicas)]
+    shard_busy = [p.call_service[p.call_rep[:, s] == r, s].sum()
+                  for s in range(mapping.servers) for r in range(mapping.replica_counts[s])]
+    busy = np.array(main_busy + shard_busy) / (p.span * profile.cores)
+    slow = host_slowdown(busy, profile.host_cores)
+    main_slow = slow[p.main_rep]
+    for name in ("pre", "local", "after", "main_service", "first_job", "other_job",
+                 "other_ready"):
+        setattr(p, name, getattr(p, name) * main_slow)
+    offsets = np.r_[0, np.cumsum(mapping.replica_counts)] + mapping.main_replicas
+    for s in range(mapping.servers):
+        p.call_service[:, s] *= slow[offsets[s] + p.call_rep[:, s]]
+
+
+def _latencies(p: _Prepared, end_to_end: np.ndarray, mapping: Mapping,
+               profile: ServingProfile) -> Latencies:
+    """Latencies of one sample, with busy shares of cores and network interfaces."""
+    span, cores, nic = p.span, profile.cores, profile.nic_gbps * 1e3  # bytes per us
+    main_u = np.array([p.main_service[p.main_rep == r].sum()
+                       for r in range(mapping.main_replicas)]) / (span * cores)
+    main_nic = max(float(p.wire[p.main_rep == r].sum()) for r in range(mapping.main_replicas))
+    shard_u = np.zeros(mapping.servers)
+    shard_nic = np.zeros(mapping.servers)
+    for s in range(mapping.servers):
+        for r in range(int(mapping.replica_counts[s])):
+            hit = p.call_rep[:, s] == r
+            shard_u[s] = max(shard_u[s], float(p.call_service[hit, s].sum()) / (span * cores))
+            shard_nic[s] = max(shard_nic[s], float(p.wire[hit, s].sum()) / (span * nic))
+    return Latencies(end_to_end, p.main_service + p.call_service.sum(axis=1),
+                     p.calls.sum(axis=1), main_u, shard_u, main_nic / (span * nic), shard_nic)
+
+
+def single_server(parts: int) -> Mapping:
+    """The hypothetical single server holding every part (memory not checked)."""
+    return Mapping(0, (MAIN,) * parts, "unsharded")

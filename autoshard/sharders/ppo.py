@@ -29,6 +29,7 @@ from autoshard.evaluator import plan_cost_ms, step_cost_ms
 from autoshard.limits import SEED, THREADS, Range
 from autoshard.plan import Plan
 from autoshard.provenance import Provenance
+from autoshard.search.enforce import enforce
 from autoshard.search.polish import polish_plan
 from autoshard.search.stage import refine
 from autoshard.search.waterfill import Curves
@@ -206,18 +207,20 @@ class PPOSharder:
             for prefix, geometry in geometries.items():
                 shards = pricing_task(task, geometry)
                 try:
-                    episodes = self._decode(shards, cost_model, samples, prefix)
+                    episodes = self._decode_or_greedy(shards, cost_model, samples, prefix)
                 except PlannerError:  # some shard fits nowhere once others are placed
                     continue
                 for name, ep in episodes:
-                    layout = ShardLayout(geometry, ep.state.device,
-                                         ep.state.hbm_rows).even_shares(task)
+                    layout = enforce(task, ShardLayout(geometry, ep.state.device,
+                                                       ep.state.hbm_rows).even_shares(task),
+                                     cost_model)
                     plans[name] = layout.to_plan(task, self.name)
                     costs[name] = step_cost_ms(shards, cost_model, layout.device,
                                                layout.hbm_rows)
         finally:
             torch.set_num_threads(before)
-        return costs, plans, bool(geometries)
+        # Some table dominates where a split ran (replicas alone do not say so).
+        return costs, plans, any(name != "ppo-replicas" for name in geometries)
 
     def _choose_splits(self, task: ShardingTask, cost_model: CostModel, geometry: ShardGeometry,
                        samples: int, costs: dict[str, float], plans: dict[str, Plan]) -> None:
@@ -236,6 +239,17 @@ class PPOSharder:
             plans[name] = layout.to_plan(task, self.name)
             costs[name] = step_cost_ms(pricing_task(task, layout.geometry), cost_model,
                                        layout.device, layout.hbm_rows)
+
+    def _decode_or_greedy(self, task: ShardingTask, cost_model: CostModel, samples: int,
+                          prefix: str) -> list[tuple[str, Any]]:
+        """:meth:`_decode`, or its greedy decode alone where a sampled rollout places some
+        item nowhere (the samples run in lockstep: one failure ends them all)."""
+        try:
+            return self._decode(task, cost_model, samples, prefix)
+        except PlannerError:
+            if samples == 0:
+                raise
+            return self._decode(task, cost_model, 0, prefix)
 
     def _decode(self, task: ShardingTask, cost_model: CostModel, samples: int, prefix: str
                 ) -> list[tuple[str, Any]]:
@@ -327,10 +341,13 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
     tables per device, ``ppo-fine``: the same choice with :data:`FINE_TARGET` times its target
     (more, smaller pieces), when that splits more. On hardware of several nodes each also as
     ``ppo-node-split`` / ``ppo-node-fine`` where the choice differs once table-row-wise splits
-    are offered too (the episode keeps such a table's shards on one node, one per device)."""
+    are offered too (the episode keeps such a table's shards on one node, one per device).
+    Each, and every table whole, also as ``<prefix>-replicas`` where light tables' replicas
+    pay (:func:`autoshard.splitting.replicate_tables`: one per device, every row in HBM).
+    """
     from autoshard.bounds import relax
-    from autoshard.shards import same_split
-    from autoshard.splitting import split_heavy_tables
+    from autoshard.shards import same_split, whole_tables
+    from autoshard.splitting import replicate_tables, split_heavy_tables
 
     relaxed = relax(task, cost_model)
     nodes = task.hardware.devices_per_node < task.num_devices
@@ -351,4 +368,9 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
         for name, g in found:
             if not any(same_split(g, h) for h in out.values()):
                 out[f"{tag}-{name}"] = g
-    return out
+    replicas: dict[str, ShardGeometry] = {}
+    for name, g in [("ppo", whole_tables(task)), *out.items()]:
+        replicated = replicate_tables(task, cost_model, g)
+        if not any(same_split(replicated, h) for h in [g, *out.values(), *replicas.values()]):
+            replicas[f"{name}-replicas"] = replicated
+    return {**out, **replicas}

@@ -82,7 +82,7 @@ from autoshard.shards import (
     split_pins,
     whole_tables,
 )
-from autoshard.splitting import split_heavy_tables
+from autoshard.splitting import replicate_tables, split_heavy_tables
 from autoshard.task import ShardingTask
 
 __all__ = ["DEADLINE_STATUS", "MIN_SEARCH_S", "NO_SPLIT_STATUS", "RecShard", "RecShardResult",
@@ -148,6 +148,10 @@ class RecShard:
             water-filled per device, moves, re-splits of the heaviest tables and kicks), in the
             last :data:`POLISH_SHARE_OF_LIMIT` of the time limit; the plan's provenance says
             what each step took off.
+        replicate: With ``split``, also offer each split choice with the light tables whose
+            replicas pay replicated on every device (``data_parallel``:
+            :func:`autoshard.splitting.replicate_tables`), solved before it; the bound then
+            holds for replicated plans too. False: no table replicated.
     """
 
     name: ClassVar[str] = "recshard"
@@ -164,13 +168,14 @@ class RecShard:
                  seed: int = 0, split: bool = True, stall: float = 5e-3,
                  node_splits: bool = True, also_for: str | None = None,
                  split_search_cap: float | None = SPLIT_SEARCH_OVER_SETUP,
-                 polish: bool = False) -> None:
+                 polish: bool = False, replicate: bool = True) -> None:
         if also_for is not None and not is_model_spec(also_for):
             raise InputError("must be 'analytical', 'torchrec' or a learned cost model's "
                              "folder", source="sharder options", field="recshard.also_for",
                              value=also_for)
         self.also_for = also_for
         self.polish = polish
+        self.replicate = replicate
         self.split_search_cap = split_search_cap
         self.split = split
         self.node_splits = node_splits
@@ -273,7 +278,8 @@ class RecShard:
         Raises:
             DeadlineReached: No time left to choose splits.
         """
-        relaxed = relax(task, cost_model, deadline=start + SPLIT_SETUP_SHARE * self.time_limit)
+        relaxed = relax(task, cost_model, deadline=start + SPLIT_SETUP_SHARE * self.time_limit,
+                        replicas=self.replicate)
         bound = float(relaxed.cost_ms.sum()) / task.num_devices
         choices = self._split_choices(task, cost_model, relaxed, bound,
                                       start + SPLIT_SETUP_SHARE * self.time_limit,
@@ -286,8 +292,11 @@ class RecShard:
                 and task.num_tables * task.num_devices > self.max_pairs):
             # Too large for the whole MILP: fewer split choices (module docstring).
             choices = choices[:LARGE_TASK_CHOICES]
-        if not any(same_split(whole, h) for h in choices):
+        may_stay_whole = not any(task.constraints.must_split(t.name) for t in task.tables)
+        if may_stay_whole and not any(same_split(whole, h) for h in choices):
             choices.append(whole)
+        if self.replicate:
+            choices = _with_replicas(task, cost_model, choices)
         return choices, bound
 
     def _best_split(self, task: ShardingTask, cost_model: CostModel,
@@ -329,8 +338,8 @@ class RecShard:
         assert best is not None
         return best
 
-    @staticmethod
-    def _reserved_bound(task: ShardingTask, cost_model: CostModel, deadline: float) -> float:
+    def _reserved_bound(self, task: ShardingTask, cost_model: CostModel, deadline: float
+                        ) -> float:
         """The spread-work bound counting the task's reservation (valid for every plan of the
         task as posed, tighter than the weights-only one it splits by), while time allows;
         0 for a task that reserves nothing."""
@@ -338,7 +347,8 @@ class RecShard:
             return 0.0
         try:
             return lower_bound_ms(task, cost_model, reserved=True,
-                                  deadline=max(deadline, time.perf_counter() + 1.0))
+                                  deadline=max(deadline, time.perf_counter() + 1.0),
+                                  replicas=self.replicate)
         except DeadlineReached:
             return 0.0
 
@@ -415,3 +425,16 @@ def recshard_bound(task: ShardingTask, cost_model: CostModel, time_limit: float 
         relaxed = milp_model.solve(aggregated(task, kinds), full)
         return max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full))
     return RecShard(time_limit=time_limit, split=False).solve(task, cost_model).bound_ms
+
+
+def _with_replicas(task: ShardingTask, cost_model: CostModel, choices: list[ShardGeometry]
+                   ) -> list[ShardGeometry]:
+    """Each choice preceded by itself with the tables whose replicas pay replicated
+    (:func:`autoshard.splitting.replicate_tables`), where that differs."""
+    out: list[ShardGeometry] = []
+    for g in choices:
+        replicated = replicate_tables(task, cost_model, g)
+        if not same_split(replicated, g) and not any(same_split(replicated, h) for h in out):
+            out.append(replicated)
+        out.append(g)
+    return out

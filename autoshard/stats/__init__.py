@@ -1,5 +1,11 @@
 """Table statistics from lookup data: readers for traces and raw categorical files, the
-profiler, and the calibration of the synthetic workload."""
+profiler, and the calibration of the synthetic workload.
+
+A dataset of many files: :mod:`~autoshard.stats.inputs` (files, folders, globs, pieces),
+:mod:`~autoshard.stats.scan` (one schema, one piece counted), :mod:`~autoshard.stats.partial`
+(mergeable partial profiles, saved as ``.npz``), :mod:`~autoshard.stats.sketch` (tables too
+large to count exactly) and :mod:`~autoshard.stats.engine` (processes or Dask, resume, merge).
+"""
 
 from __future__ import annotations
 

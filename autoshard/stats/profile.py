@@ -9,17 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from autoshard.access import AccessCurve, expected_rows_used
 from autoshard.errors import InputError
+from autoshard.stats.sketch import SketchError
 from autoshard.tables import REUSE_BINS, Table
 
 #: Tables with more rows than this many times their lookups are counted by sorting: beyond it,
 #: the two passes over a dense count array cost more than a sort of the lookups
 #: (benchmarks/bench_profiler.py).
 SPARSE_RATIO = 16
+#: Shares of lookups for which a summary says how many of the hottest rows serve them.
+COVERING_SHARES = (0.5, 0.9, 0.99)
 
 
 def reuse_bin(times: np.ndarray) -> np.ndarray:
@@ -65,6 +69,30 @@ class CountHistogram:
         lookups = np.bincount(bins, weights=self.rows * self.times, minlength=REUSE_BINS)
         return rows, lookups
 
+    def rows_covering(self, share: float) -> int:
+        """The fewest rows (hottest first) that serve at least ``share`` of the lookups."""
+        if self.distinct == 0:
+            return 0
+        cum_rows = np.cumsum(self.rows)
+        cum_lookups = np.cumsum(self.rows * self.times)
+        need = share * float(cum_lookups[-1])
+        group = min(int(np.searchsorted(cum_lookups, need)), cum_rows.size - 1)
+        before_rows = int(cum_rows[group - 1]) if group else 0
+        before = float(cum_lookups[group - 1]) if group else 0.0
+        return before_rows + max(int(np.ceil((need - before) / self.times[group])), 0)
+
+    def served_by(self, k: int) -> float:
+        """Share of lookups the hottest ``k`` rows serve."""
+        if self.distinct == 0 or k <= 0:
+            return 0.0
+        cum_rows = np.cumsum(self.rows)
+        cum_lookups = np.cumsum(self.rows * self.times)
+        group = min(int(np.searchsorted(cum_rows, k)), cum_rows.size - 1)
+        before_rows = int(cum_rows[group - 1]) if group else 0
+        before = int(cum_lookups[group - 1]) if group else 0
+        served = before + min(k - before_rows, int(self.rows[group])) * int(self.times[group])
+        return served / float(cum_lookups[-1])
+
     def curve(self, hash_size: int, points: int = 64) -> AccessCurve:
         """Share of lookups served by the hottest k rows, at log-spaced k (exact at each k)."""
         if self.distinct == 0:
@@ -95,6 +123,8 @@ class TableProfile:
         pooling_sq: Sum over samples of squared lookups per sample (for the spread).
         counts: Histogram of per-row access counts.
         draws: Distinct raw values hashed into the table, when known (else ``None``).
+        error: For a table counted by sketches, the stated error of its statistics (else
+            ``None``: exact).
     """
 
     name: str
@@ -105,6 +135,7 @@ class TableProfile:
     pooling_sq: float
     counts: CountHistogram
     draws: int | None = None
+    error: SketchError | None = None
     reuse: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -160,11 +191,20 @@ class TableProfile:
                      access_cdf=self.counts.curve(self.hash_size, points),
                      reuse_hist=tuple(float(v) for v in np.round(self.reuse_rows, 6)))
 
-    def summary(self) -> dict[str, float | int | str]:
-        return {"name": self.name, "rows": self.hash_size, "lookups": self.lookups,
-                "pooling_factor": self.pooling_factor, "pooling_std": self.pooling_std,
-                "coverage": self.coverage, "rows_used": self.rows_used,
-                "expected_rows_used": self.expected_rows_used}
+    def summary(self) -> dict[str, Any]:
+        """The statistics by name; ``rows_for_50`` etc. are the fewest rows serving that share
+        of lookups; ``counted`` says ``exact`` or ``sketch`` (with ``error``, its bounds)."""
+        out: dict[str, Any] = {
+            "name": self.name, "rows": self.hash_size, "lookups": self.lookups,
+            "pooling_factor": self.pooling_factor, "pooling_std": self.pooling_std,
+            "coverage": self.coverage, "rows_used": self.rows_used,
+            "expected_rows_used": self.expected_rows_used,
+            **{f"rows_for_{round(q * 100)}": self.counts.rows_covering(q)
+               for q in COVERING_SHARES},
+            "counted": "exact" if self.error is None else "sketch"}
+        if self.error is not None:
+            out["error"] = self.error.to_dict()
+        return out
 
 
 def count_rows(indices: np.ndarray, hash_size: int) -> np.ndarray | CountHistogram:
@@ -189,6 +229,109 @@ def profile_table(name: str, indices: np.ndarray, lengths: np.ndarray, hash_size
                         pooling_sq=float(np.dot(lengths, lengths)), counts=hist, draws=draws)
 
 
+def add_counts(counts: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """``counts`` with one more access for each of ``indices`` (checked row ids), grown when an
+    id lies beyond it; added in place where it fits. A chunk much smaller than the table is
+    counted by sorting it, which costs nothing per row of the table."""
+    if indices.size == 0:
+        return counts
+    top = int(indices.max()) + 1
+    if top > counts.size:
+        grown = np.zeros(max(top, 2 * counts.size), dtype=np.int64)
+        grown[: counts.size] = counts
+        counts = grown
+    if counts.size > SPARSE_RATIO * indices.size:
+        rows, times = np.unique(indices, return_counts=True)
+        counts[rows] += times
+    else:
+        counts += np.bincount(indices, minlength=counts.size)
+    return counts
+
+
+class SparseCounts:
+    """Exact per-row counts held as sorted (row, count) pairs, so memory follows the rows
+    touched rather than the table's size; chunks are summed lazily (amortised n log n).
+
+    Args:
+        rows: Sorted distinct rows to start from (none when None).
+        counts: Their counts.
+        hash_size: Rows of the table, when known: chunks of a table no larger than
+            :data:`SPARSE_RATIO` times the chunk are counted with ``np.bincount``.
+    """
+
+    def __init__(self, rows: np.ndarray | None = None, counts: np.ndarray | None = None,
+                 hash_size: int | None = None) -> None:
+        self.rows = np.zeros(0, np.int64) if rows is None else rows
+        self.counts = np.zeros(0, np.int64) if counts is None else counts
+        self.hash_size = hash_size
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self.pending_size = 0
+
+    def add(self, indices: np.ndarray) -> None:
+        """Counts a chunk of (checked) row ids."""
+        if indices.size == 0:
+            return
+        if self.hash_size is not None and self.hash_size <= SPARSE_RATIO * indices.size:
+            dense = np.bincount(indices, minlength=self.hash_size)
+            rows = np.flatnonzero(dense)
+            pair = (rows, dense[rows])
+        else:
+            pair = np.unique(indices, return_counts=True)
+        self.add_pairs(*pair)
+
+    def add_pairs(self, rows: np.ndarray, counts: np.ndarray) -> None:
+        """Adds sorted distinct rows with their counts."""
+        self.pending.append((rows.astype(np.int64), counts.astype(np.int64)))
+        self.pending_size += rows.size
+        if self.pending_size > self.rows.size + (1 << 18):
+            self.pairs()
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The sorted distinct rows and their counts."""
+        if self.pending:
+            rows = np.concatenate([self.rows, *(r for r, _ in self.pending)])
+            counts = np.concatenate([self.counts, *(c for _, c in self.pending)])
+            order = np.argsort(rows, kind="stable")
+            rows, counts = rows[order], counts[order]
+            starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
+            self.rows, self.counts = rows[starts], np.add.reduceat(counts, starts)
+            self.pending, self.pending_size = [], 0
+        return self.rows, self.counts
+
+    def merged(self, other: SparseCounts | DenseCounts) -> SparseCounts:
+        """A new counter of both (summed lazily, so merging many in a row stays n log n)."""
+        out = SparseCounts(self.rows, self.counts, self.hash_size)
+        out.pending, out.pending_size = list(self.pending), self.pending_size
+        out.add_pairs(*other.pairs())
+        return out
+
+
+class DenseCounts:
+    """Exact per-row counts of a table of known size as one array (8 bytes a row): what a merge
+    of many pieces adds into, in O(rows touched) per piece and no sort.
+
+    Args:
+        hash_size: Rows of the table.
+    """
+
+    def __init__(self, hash_size: int) -> None:
+        self.hash_size = hash_size
+        self.counts = np.zeros(hash_size, np.int64)
+
+    def add_pairs(self, rows: np.ndarray, counts: np.ndarray) -> None:
+        """Adds sorted distinct rows with their counts (in place)."""
+        self.counts[rows] += counts
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.flatnonzero(self.counts)
+        return rows, self.counts[rows]
+
+    def merged(self, other: SparseCounts | DenseCounts) -> DenseCounts:
+        """Adds ``other`` into this counter and returns it (a merge owns its counter)."""
+        self.add_pairs(*other.pairs())
+        return self
+
+
 class CountAccumulator:
     """Accumulates dense per-row counts of several tables over chunks of samples.
 
@@ -207,14 +350,7 @@ class CountAccumulator:
 
     def add(self, table: int, indices: np.ndarray, lengths: np.ndarray) -> None:
         """Adds one chunk of a table: its (checked) lookups and its lookups per sample."""
-        counts = self.counts[table]
-        if indices.size:
-            chunk = np.bincount(indices, minlength=counts.size)
-            if chunk.size > counts.size:
-                chunk[: counts.size] += counts
-                self.counts[table] = chunk
-            else:
-                counts += chunk
+        self.counts[table] = add_counts(self.counts[table], indices)
         lengths = np.asarray(lengths, dtype=np.int64)
         self.samples[table] += lengths.size
         self.present[table] += np.count_nonzero(lengths)
@@ -222,12 +358,18 @@ class CountAccumulator:
 
     def result(self, draws: Sequence[int | None] | None = None) -> list[TableProfile]:
         draws = draws if draws is not None else [None] * len(self.names)
-        return [TableProfile(name=n, hash_size=h or max(c.size, 1),
+        return [TableProfile(name=n, hash_size=h or max(_top(c), 1),
                              samples=int(self.samples[i]), present=int(self.present[i]),
                              lookups=int(c.sum()), pooling_sq=float(self.pooling_sq[i]),
                              counts=CountHistogram.from_counts(c), draws=draws[i])
                 for i, (n, h, c) in enumerate(zip(self.names, self.hash_sizes, self.counts,
                                                   strict=True))]
+
+
+def _top(counts: np.ndarray) -> int:
+    """Largest row id with an access, + 1 (0 for none)."""
+    used = np.flatnonzero(counts)
+    return int(used[-1]) + 1 if used.size else 0
 
 
 def merged_reuse(profiles: Iterable[TableProfile]) -> tuple[np.ndarray, np.ndarray]:

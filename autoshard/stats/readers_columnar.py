@@ -62,56 +62,99 @@ def parse_hash_sizes(spec: str | int | None, columns: Sequence[str],
     return [sizes.get(c, glob) for c in columns]
 
 
-def profile_columnar(path: str | Path, columns: Sequence[str] | None = None,
-                     hash_size: str | int | None = None, ids: bool = False,
-                     list_sep: str = "|", layout: CsvLayout | None = None,
-                     progress: Progress | None = None) -> list[TableProfile]:
-    """Profiles each chosen column of a CSV or Parquet file as a table."""
+@dataclass(frozen=True)
+class ColumnPlan:
+    """How each chosen column becomes a table.
+
+    Args:
+        names: The columns (one table each).
+        hashed: Per column, whether values are raw values hashed into the table (strings) or
+            row ids used as they are (integers, or any column with ``ids=True``).
+        hash_sizes: Declared rows per table; ``None``: row ids, grown to the largest + 1.
+        list_sep: Separator of values in a multi-hot text cell ("" for none).
+    """
+
+    names: tuple[str, ...]
+    hashed: tuple[bool, ...]
+    hash_sizes: tuple[int | None, ...]
+    list_sep: str = "|"
+
+
+def column_plan(path: str | Path, columns: Sequence[str] | None = None,
+                hash_size: str | int | None = None, ids: bool = False, list_sep: str = "|",
+                layout: CsvLayout | None = None) -> ColumnPlan:
+    """The tables of a CSV or Parquet file, from its header or schema (no data is read).
+
+    Raises:
+        InputError: A missing, empty or unreadable file, or an unknown column.
+    """
     path = Path(path)
     src = str(path)
     if not path.is_file():
         raise InputError("file not found", source=src)
     if path.stat().st_size == 0:
         raise InputError("file is empty", source=src)
-    parquet = path.suffix.lower() in (".parquet", ".pq")
-    available = _parquet_columns(path) if parquet else _csv_columns(path, layout or CsvLayout())
-    chosen = list(columns) if columns else available
+    types = (_parquet_types(path) if is_parquet(path)
+             else dict.fromkeys(_csv_columns(path, layout or CsvLayout()), False))
+    chosen = list(columns) if columns else list(types)
     for c in chosen:
-        if c not in available:
-            raise InputError(f"unknown column (columns: {', '.join(available)})", source=src,
+        if c not in types:
+            raise InputError(f"unknown column (columns: {', '.join(types)})", source=src,
                              field=c)
-    batches = (_parquet_batches(path, chosen) if parquet
-               else _csv_batches(path, chosen, layout or CsvLayout()))
-    return _profile_batches(batches, chosen, hash_size, ids, list_sep, src, progress)
+    hashed = [not ids and not types[c] for c in chosen]
+    declared = parse_hash_sizes(hash_size, chosen, None)
+    sizes = [d if d is not None or not h else DEFAULT_HASH_SIZE
+             for d, h in zip(declared, hashed, strict=True)]
+    return ColumnPlan(tuple(chosen), tuple(hashed), tuple(sizes), list_sep)
 
 
-def _profile_batches(batches: Iterator[Any], columns: list[str], hash_size: str | int | None,
-                     ids: bool, list_sep: str, src: str,
-                     progress: Progress | None) -> list[TableProfile]:
-    declared = parse_hash_sizes(hash_size, columns, None)
-    acc: CountAccumulator | None = None
-    hashed: list[bool] = []
-    distinct = [_Distinct() for _ in columns]
+def is_parquet(path: Path) -> bool:
+    """Whether a file is Parquet (by its suffix)."""
+    return path.suffix.lower() in (".parquet", ".pq")
+
+
+def profile_columnar(path: str | Path, columns: Sequence[str] | None = None,
+                     hash_size: str | int | None = None, ids: bool = False,
+                     list_sep: str = "|", layout: CsvLayout | None = None,
+                     progress: Progress | None = None) -> list[TableProfile]:
+    """Profiles each chosen column of a CSV or Parquet file as a table."""
+    path = Path(path)
+    plan = column_plan(path, columns, hash_size, ids, list_sep, layout)
+    batches = (parquet_batches(path, list(plan.names)) if is_parquet(path)
+               else csv_batches(path, list(plan.names), layout or CsvLayout()))
+    acc = CountAccumulator(plan.names, plan.hash_sizes)
+    distinct = [ExactDistinct() for _ in plan.names]
+    rows = 0
+    for table, idx, lengths in iter_lookups(batches, plan, str(path), distinct):
+        acc.add(table, idx, lengths)
+        if table == len(plan.names) - 1:
+            rows += lengths.size
+            if progress is not None:
+                progress(lengths.size)
+    if rows == 0:
+        raise InputError("no data rows", source=str(path))
+    return acc.result([d.count() if h else None
+                       for d, h in zip(distinct, plan.hashed, strict=True)])
+
+
+def iter_lookups(batches: Iterator[Any], plan: ColumnPlan, src: str,
+                 distinct: Sequence[Any]) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(table, row ids, lookups per row) of each column of each batch; the raw-value hashes of
+    hashed columns also go to ``distinct[table].add``. Row ids are checked against declared
+    hash sizes (errors name the column and the data row)."""
     row = 0
     for batch in batches:
-        cells = [_cells(batch.column(name), list_sep) for name in columns]
-        if acc is None:
-            hashed = [not ids and not _is_integer(values) for values, _, _ in cells]
-            acc = CountAccumulator(columns, [d if d is not None or not h else DEFAULT_HASH_SIZE
-                                             for d, h in zip(declared, hashed, strict=True)])
-        for i, (values, lengths, parent) in enumerate(cells):
-            if hashed[i]:
-                idx = np.remainder(_hash(values, distinct[i]), np.uint64(acc.hash_sizes[i] or 1))
+        for i, name in enumerate(plan.names):
+            values, lengths, parent = _cells(batch.column(name), plan.list_sep)
+            if plan.hashed[i]:
+                hashes = _hash(values)
+                distinct[i].add(hashes)
+                idx = np.remainder(hashes, np.uint64(plan.hash_sizes[i] or 1))
             else:
-                idx = _as_ids(values, parent, src, columns[i], row)
-                _check_ids(idx, declared[i], parent, src, columns[i], row)
-            acc.add(i, idx.astype(np.int64), lengths)
+                idx = _as_ids(values, parent, src, name, row)
+                _check_ids(idx, plan.hash_sizes[i], parent, src, name, row)
+            yield i, idx.astype(np.int64), lengths
         row += batch.num_rows
-        if progress is not None:
-            progress(batch.num_rows)
-    if acc is None or row == 0:
-        raise InputError("no data rows", source=src)
-    return acc.result([d.count() if h else None for d, h in zip(distinct, hashed, strict=True)])
 
 
 def _check_ids(idx: np.ndarray, size: int | None, parent: np.ndarray, src: str, name: str,
@@ -124,7 +167,7 @@ def _check_ids(idx: np.ndarray, size: int | None, parent: np.ndarray, src: str, 
                          source=src, field=name, value=int(idx[pos]))
 
 
-class _Distinct:
+class ExactDistinct:
     """Distinct 64-bit hashes seen so far, merged lazily (amortised linear time)."""
 
     def __init__(self) -> None:
@@ -139,12 +182,29 @@ class _Distinct:
             self._merge()
 
     def _merge(self) -> None:
-        self.known = np.unique(np.concatenate([self.known, *self.pending]))
+        # every part is sorted: a stable sort (timsort) merges the runs in n log(runs)
+        merged = np.sort(np.concatenate([self.known, *self.pending]), kind="stable")
+        if merged.size:
+            merged = merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
+        self.known = merged
         self.pending, self.pending_size = [], 0
 
-    def count(self) -> int:
+    def merged(self, other: ExactDistinct) -> ExactDistinct:
+        """A new set of both (merged lazily)."""
+        out = ExactDistinct()
+        out.known = self.known
+        out.pending, out.pending_size = list(self.pending), self.pending_size
+        out.pending.append(other.values())
+        out.pending_size += out.pending[-1].size
+        return out
+
+    def values(self) -> np.ndarray:
+        """The distinct hashes, sorted."""
         self._merge()
-        return int(self.known.size)
+        return self.known
+
+    def count(self) -> int:
+        return int(self.values().size)
 
 
 def _cells(column: Any, list_sep: str) -> tuple[Any, np.ndarray, np.ndarray]:
@@ -162,19 +222,13 @@ def _cells(column: Any, list_sep: str) -> tuple[Any, np.ndarray, np.ndarray]:
         parent = np.asarray(pc.list_parent_indices(column))
     else:
         flat, parent = column, np.arange(n)
-    keep = pc.is_valid(flat)
     if pa.types.is_string(flat.type) or pa.types.is_large_string(flat.type):
-        keep = pc.and_(keep, pc.not_equal(pc.utf8_length(flat), 0))
-    keep_np = np.asarray(keep.fill_null(False))
-    values = flat.filter(keep)
+        keep_np = np.asarray(pc.binary_length(flat).fill_null(0)) > 0  # not null, not empty
+    else:
+        keep_np = np.asarray(pc.is_valid(flat))
+    values = flat.filter(pa.array(keep_np))
     parent = parent[keep_np]
     return values, np.bincount(parent, minlength=n), parent
-
-
-def _is_integer(values: Any) -> bool:
-    import pyarrow as pa
-
-    return bool(pa.types.is_integer(values.type))
 
 
 def _as_ids(values: Any, parent: np.ndarray, src: str, name: str, row: int) -> np.ndarray:
@@ -192,30 +246,46 @@ def _as_ids(values: Any, parent: np.ndarray, src: str, name: str, row: int) -> n
                          value=text[bad]) from None
 
 
-def _hash(values: Any, distinct: _Distinct) -> np.ndarray:
+def _hash(values: Any) -> np.ndarray:
+    """Fixed 64-bit hashes of string values (pandas' ``hash_array``), each distinct value of
+    the chunk hashed once."""
     import pandas as pd
+    import pyarrow.compute as pc
 
-    text = np.asarray(values.to_numpy(zero_copy_only=False), dtype=object)
-    hashes = pd.util.hash_array(text, categorize=True)
-    distinct.add(hashes)
-    return np.asarray(hashes, dtype=np.uint64)
+    encoded = pc.dictionary_encode(values)  # values: one array (see _cells)
+    text = np.asarray(encoded.dictionary.to_numpy(zero_copy_only=False), dtype=object)
+    hashes = np.asarray(pd.util.hash_array(text, categorize=False), dtype=np.uint64)
+    return hashes[np.asarray(encoded.indices, dtype=np.int64)]
 
 
-def _parquet_columns(path: Path) -> list[str]:
+
+def _parquet_types(path: Path) -> dict[str, bool]:
+    """Column name -> whether it holds integers (or lists of integers): row ids."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        return list(pq.ParquetFile(path).schema_arrow.names)
+        schema = pq.ParquetFile(path).schema_arrow
     except Exception as exc:
         raise InputError(f"cannot read Parquet file, truncated or corrupt ({exc})"
                          .splitlines()[0], source=str(path)) from exc
+    out = {}
+    for field in schema:
+        kind = field.type
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            kind = kind.value_type
+        out[field.name] = bool(pa.types.is_integer(kind))
+    return out
 
 
-def _parquet_batches(path: Path, columns: list[str]) -> Iterator[Any]:
+def parquet_batches(path: Path, columns: list[str],
+                    row_groups: Sequence[int] | None = None) -> Iterator[Any]:
+    """Record batches of the chosen columns (of the given row groups, or all)."""
     import pyarrow.parquet as pq
 
     try:
-        yield from pq.ParquetFile(path).iter_batches(batch_size=CHUNK_ROWS, columns=columns)
+        yield from pq.ParquetFile(path).iter_batches(batch_size=CHUNK_ROWS, columns=columns,
+                                                     row_groups=row_groups)
     except OSError as exc:
         raise InputError(f"cannot read Parquet file ({exc})".splitlines()[0],
                          source=str(path)) from exc
@@ -229,18 +299,25 @@ def _csv_columns(path: Path, layout: CsvLayout) -> list[str]:
     return check_csv_header(header.split(layout.delimiter), str(path))
 
 
-def _csv_batches(path: Path, columns: list[str], layout: CsvLayout) -> Iterator[Any]:
+def csv_batches(path: Path, columns: list[str], layout: CsvLayout,
+                byte_range: tuple[int, int] | None = None) -> Iterator[Any]:
+    """Record batches of the chosen columns, all read as text; ``byte_range`` reads only the
+    whole lines in [start, stop) of the file (the header, if any, lies before it)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
     names = _csv_columns(path, layout)
-    read = pcsv.ReadOptions(column_names=names, skip_rows=0 if layout.names else 1,
-                            block_size=8 << 20)
+    source: Any = path
+    if byte_range is not None:
+        source = pa.memory_map(str(path)).get_stream(byte_range[0],
+                                                     byte_range[1] - byte_range[0])
+    skip = 0 if layout.names or byte_range is not None else 1
+    read = pcsv.ReadOptions(column_names=names, skip_rows=skip, block_size=8 << 20)
     parse = pcsv.ParseOptions(delimiter=layout.delimiter)
     convert = pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()),
                                   include_columns=columns, strings_can_be_null=False)
     try:
-        yield from pcsv.open_csv(path, read_options=read, parse_options=parse,
+        yield from pcsv.open_csv(source, read_options=read, parse_options=parse,
                                  convert_options=convert)
     except pa.ArrowInvalid as exc:
         raise InputError(f"malformed or truncated CSV ({exc})".splitlines()[0],

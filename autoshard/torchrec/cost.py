@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from autoshard import kinds
 from autoshard.cost import Pricing
 from autoshard.errors import PlannerError
 from autoshard.kinds import WHOLE, ShardingKind
@@ -40,7 +41,7 @@ from autoshard.torchrec.mapping import (
     data_type,
     even_blocks,
     host_share,
-    table_kernel,
+    kernel_of,
     torchrec_name,
 )
 from autoshard.torchrec.reservation import check_pipeline
@@ -86,6 +87,8 @@ class TorchRecCostModel:
         assert parent is not None and g is not None
         g = g.take(t)
         rows_in_hbm = np.clip(rows_in_hbm, 0, g.rows)
+        # A replica keeps every row in HBM (its dense kernel): one price whatever is asked.
+        rows_in_hbm = np.where(kinds.replicated(g.kind), g.rows, rows_in_hbm)
         keys = np.stack([g.table, g.kind, g.parts, g.rows, g.cols, rows_in_hbm], axis=1)
         priced = self._priced(parent)
         unique, inverse = np.unique(keys, axis=0, return_inverse=True)
@@ -142,15 +145,19 @@ class _Priced:
 
     def _sharding(self, key: _Key) -> TableSharding:
         """The shard's table as TorchRec shards it: ``parts`` even blocks (TorchRec's row
-        blocks, or column blocks) on ranks 0.. (a node's first ranks for table-row-wise), all
-        with the shard's kernel and cache load factor."""
-        table, kind, parts, rows, _, hbm = key
+        blocks, or column blocks) on ranks 0.. (a node's first ranks for table-row-wise), or a
+        grid (:func:`_grid`), all with the shard's kernel and cache load factor."""
+        table, kind, parts, rows, cols, hbm = key
         t = self.task.tables[table]
         sharding = ShardingKind.of(kind)
-        kernel, clf = table_kernel(np.array([rows]), np.ones(1), np.array([hbm]), t.rows)
+        kernel, clf = kernel_of(sharding, np.array([rows]), np.ones(1), np.array([hbm]), t.rows)
         shards: tuple[ShardSpec, ...]
-        if parts == 1:
+        if sharding.replicated:
+            shards = tuple(ShardSpec(r, 0, t.rows, 0, t.dim) for r in range(parts))
+        elif parts == 1:
             shards = (ShardSpec(0, 0, t.rows, 0, t.dim),)
+        elif sharding.splits_rows and sharding.splits_cols:
+            shards = _grid(self.task, t.rows, t.dim, max(round(t.dim / cols), 1))
         elif sharding.splits_rows:
             blocks = even_blocks(t.rows, parts)
             starts = np.concatenate(([0], np.cumsum(blocks)[:-1]))
@@ -163,6 +170,20 @@ class _Priced:
         return TableSharding(t.name, t.rows, t.dim, data_type(t),
                              torchrec_name(sharding if parts > 1 else WHOLE), kernel, clf,
                              shards)
+
+
+def _grid(task: ShardingTask, rows: int, dim: int, blocks: int) -> tuple[ShardSpec, ...]:
+    """A grid of ``blocks`` near-equal column blocks as TorchRec lays it out: each block its
+    even row blocks over the ranks of a node in rank order, block b on node b (mod the
+    nodes)."""
+    local = min(task.hardware.devices_per_node, task.num_devices)
+    nodes = max(task.num_devices // local, 1)
+    edges = [b * dim // blocks for b in range(blocks + 1)]
+    sizes = even_blocks(rows, local)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    return tuple(ShardSpec(b % nodes * local + r, int(starts[r]), sizes[r], edges[b],
+                           edges[b + 1] - edges[b])
+                 for b in range(blocks) for r in range(local))
 
 
 def _as_key(row: np.ndarray) -> _Key:

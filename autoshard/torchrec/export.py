@@ -9,15 +9,24 @@ node sizes and the training pipeline it is for. Writing it needs no TorchRec; tu
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.kinds import REPLICATED
 from autoshard.plan import Plan
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
-from autoshard.torchrec.mapping import FUSED_UVM_CACHING, KERNELS, SHARDING_TYPES, WHOLE_TYPE
+from autoshard.torchrec.mapping import (
+    DENSE,
+    FUSED_UVM_CACHING,
+    KERNELS,
+    SHARDING_TYPES,
+    WHOLE_TYPE,
+    torchrec_name,
+)
 from autoshard.torchrec.reservation import check_pipeline, pipeline_of
 from autoshard.torchrec.shardings import (
     ShardSpec,
@@ -97,6 +106,10 @@ def _read_table(t: Any, field: str, where: str) -> TableSharding:
     if s.sharding_type not in SHARDING_TYPES:
         raise InputError(f"sharding type must be one of {', '.join(SHARDING_TYPES)}",
                          source=where, field=f"{field}.sharding_type", value=s.sharding_type)
+    if (s.compute_kernel == DENSE) != s.kind.replicated:
+        raise InputError(f"the {DENSE} kernel goes with {torchrec_name(REPLICATED)} tables, "
+                         f"and only it", source=where, field=f"{field}.compute_kernel",
+                         value=[s.sharding_type, s.compute_kernel])
     if s.compute_kernel == FUSED_UVM_CACHING and not 0 < (s.cache_load_factor or 0) < 1:
         raise InputError("fused_uvm_caching needs a cache load factor in (0, 1)",
                          source=where, field=f"{field}.cache_load_factor",
@@ -118,11 +131,25 @@ def meta_collection(tables: list[tuple[str, int, int, str]]) -> Any:
 
 
 def load_sharding_plan(source: str | Path | dict[str, Any]) -> Any:
-    """The exported description as a ``torchrec.distributed.types.ShardingPlan``.
+    """The exported description as a ``torchrec.distributed.types.ShardingPlan``
+    (:func:`sharding_plan`, for the description's one module path)."""
+    doc, shardings = read_export(source)
+    return sharding_plan({str(doc.get("module_path", "")): shardings},
+                         str(doc.get("device_type", "cuda")),
+                         int(doc.get("local_world_size") or doc["world_size"]),
+                         str(doc.get("pipeline", "none")))
+
+
+def sharding_plan(modules: Mapping[str, Sequence[TableSharding]], device_type: str = "cuda",
+                  local_world_size: int = 1, pipeline: str = "none") -> Any:
+    """A ``torchrec.distributed.types.ShardingPlan`` of table shardings keyed by the module
+    path of their collection (``""``: the model itself).
 
     Each table becomes a ``ParameterSharding`` with its sharding type, compute kernel, ranks, an
-    ``EnumerableShardingSpec`` of its shards (offsets, sizes and placements as TorchRec's own
-    ``construct_module_sharding_plan`` writes them) and its cache load factor.
+    ``EnumerableShardingSpec`` of its shards (offsets, sizes and placements, ``rank:N/cpu`` or
+    ``rank:N/cuda:M`` for ``device_type``, as TorchRec's own ``construct_module_sharding_plan``
+    writes them; none for a replicated table) and its cache load factor, prefetched in the
+    ``"prefetch"`` training pipeline.
     """
     reason = torchrec_unavailable(load=True)
     if reason:
@@ -136,23 +163,23 @@ def load_sharding_plan(source: str | Path | dict[str, Any]) -> Any:
         ShardingPlan,
     )
 
-    doc, shardings = read_export(source)
-    local = int(doc.get("local_world_size") or doc["world_size"])
-    device_type = str(doc.get("device_type", "cuda"))
-    module_plan = EmbeddingModuleShardingPlan()
-    for s in shardings:
-        spec = EnumerableShardingSpec([
-            ShardMetadata(shard_offsets=[x.row_offset, x.col_offset],
-                          shard_sizes=[x.rows, x.cols],
-                          placement=placement(device_type, x.rank, local))
-            for x in s.shards])
-        cache = (CacheParams(load_factor=s.cache_load_factor,
-                             prefetch_pipeline=doc.get("pipeline") == "prefetch")
-                 if s.compute_kernel == FUSED_UVM_CACHING else None)
-        module_plan[s.table] = ParameterSharding(
-            sharding_type=s.sharding_type, compute_kernel=s.compute_kernel, ranks=s.ranks,
-            sharding_spec=spec, cache_params=cache)
-    return ShardingPlan({str(doc.get("module_path", "")): module_plan})
+    plan = {}
+    for path, shardings in modules.items():
+        module_plan = EmbeddingModuleShardingPlan()
+        for s in shardings:
+            spec = None if s.kind.replicated else EnumerableShardingSpec([
+                ShardMetadata(shard_offsets=[x.row_offset, x.col_offset],
+                              shard_sizes=[x.rows, x.cols],
+                              placement=placement(device_type, x.rank, local_world_size))
+                for x in s.shards])
+            cache = (CacheParams(load_factor=s.cache_load_factor,
+                                 prefetch_pipeline=pipeline == "prefetch")
+                     if s.compute_kernel == FUSED_UVM_CACHING else None)
+            module_plan[s.table] = ParameterSharding(
+                sharding_type=s.sharding_type, compute_kernel=s.compute_kernel, ranks=s.ranks,
+                sharding_spec=spec, cache_params=cache)
+        plan[path] = module_plan
+    return ShardingPlan(plan)
 
 
 def check_sharding_plan(plan: Any, module: Any, world_size: int,
@@ -179,14 +206,17 @@ def check_sharding_plan(plan: Any, module: Any, world_size: int,
             raise PlannerError("invalid_plan", f"table '{name}': {ps.sharding_type} with "
                                f"{ps.compute_kernel} is not offered (kernels: {allowed})")
         rows, dim = (int(v) for v in params[name].shape)
-        metas = ps.sharding_spec.shards
-        ranks = [int(m.placement.rank()) for m in metas]
-        if list(ps.ranks) != ranks:
-            raise PlannerError("invalid_plan", f"table '{name}': ranks {ps.ranks} differ from "
-                               f"its shards' placements {ranks}")
-        shards = tuple(ShardSpec(r, int(m.shard_offsets[0]), int(m.shard_sizes[0]),
-                                 int(m.shard_offsets[1]), int(m.shard_sizes[1]))
-                       for r, m in zip(ranks, metas, strict=True))
+        if ps.sharding_spec is None:  # data-parallel: a whole replica on each of its ranks
+            shards = tuple(ShardSpec(int(r), 0, rows, 0, dim) for r in ps.ranks or ())
+        else:
+            metas = ps.sharding_spec.shards
+            ranks = [int(m.placement.rank()) for m in metas]
+            if list(ps.ranks) != ranks:
+                raise PlannerError("invalid_plan", f"table '{name}': ranks {ps.ranks} differ "
+                                   f"from its shards' placements {ranks}")
+            shards = tuple(ShardSpec(r, int(m.shard_offsets[0]), int(m.shard_sizes[0]),
+                                     int(m.shard_offsets[1]), int(m.shard_sizes[1]))
+                           for r, m in zip(ranks, metas, strict=True))
         try:
             check_shards(TableSharding(name, rows, dim, "FP32", ps.sharding_type,
                                        ps.compute_kernel, None, shards),

@@ -12,24 +12,43 @@ from typing import Any
 
 from autoshard.task import ShardingTask
 from autoshard.torchrec.export import meta_collection
-from autoshard.torchrec.mapping import FUSED, FUSED_UVM, FUSED_UVM_CACHING, data_type, kind_of
+from autoshard.torchrec.mapping import (
+    DENSE,
+    FUSED,
+    FUSED_UVM,
+    FUSED_UVM_CACHING,
+    REPLICATED_TYPE,
+    column_block_cols,
+    data_type,
+    kind_of,
+)
 
-#: The compute kernels TorchRec may choose (every one our plans hold), in the order offered.
+#: The compute kernels TorchRec may choose (every one our plans hold), in the order offered;
+#: ``dense``, the replicated tables' only kernel, is added for the tables offered
+#: ``data_parallel``.
 PLANNED_KERNELS = (FUSED, FUSED_UVM_CACHING, FUSED_UVM)
 
 
 def predicted_shards(task: ShardingTask, offered: dict[str, list[str]]) -> int:
     """Shards of the options TorchRec enumerates for ``offered``: per table, kernel and type,
     one for a whole table, one per rank (of the world, or of a node for node-local kinds) for
-    a row split, one per 128 columns for a column split."""
+    a row split or replicas (one kernel), one per 128 columns for a column split, one per rank
+    of a node for each of a grid's column blocks (TorchRec's block width,
+    :func:`autoshard.torchrec.mapping.column_block_cols`)."""
     per_node = min(task.hardware.devices_per_node, task.num_devices)
     total = 0
     for t in task.tables:
         for sharding_type in offered[t.name]:
             kind = kind_of(sharding_type)
-            total += ((per_node if kind.node_local else task.num_devices) if kind.splits_rows
-                      else max(1, math.ceil(t.dim / 128)) if kind.splits_cols else 1)
-    return total * len(PLANNED_KERNELS)
+            if kind.replicated:  # one kernel (dense), a replica per rank
+                total += task.num_devices
+            elif kind.splits_rows and kind.splits_cols:
+                total += per_node * (t.dim // column_block_cols(t.dim)) * len(PLANNED_KERNELS)
+            else:
+                total += len(PLANNED_KERNELS) * (
+                    (per_node if kind.node_local else task.num_devices) if kind.splits_rows
+                    else max(1, math.ceil(t.dim / 128)) if kind.splits_cols else 1)
+    return total
 
 
 class SearchSpace:
@@ -68,6 +87,8 @@ class SearchSpace:
                                            compute_kernels=list(PLANNED_KERNELS))
         for name, c in constraints.items():
             c.sharding_types = list(self.offered[name])
+            if REPLICATED_TYPE in c.sharding_types:
+                c.compute_kernels = [*PLANNED_KERNELS, DENSE]
         return EmbeddingEnumerator(
             self.topology, per_rank_batch(self.task), constraints,
             estimator=torchrec_estimators(self.task, self.topology, constraints,

@@ -79,17 +79,20 @@ def pipeline_of(reservation: Reservation) -> str:
 
 def io_buffer_bytes(lookups_per_sample: np.ndarray, cols: np.ndarray,
                     input_share: np.ndarray | float, batch_size: int, world: int,
-                    pipeline: str = "none", cached: bool = True) -> np.ndarray:
+                    pipeline: str = "none", cached: bool = True,
+                    output_share: np.ndarray | float = 1.0) -> np.ndarray:
     """TorchRec's input and output buffer bytes of shards in training: ``input_share`` of the
-    global batch's ids (1, 1/world for row-wise, 1/local for table-row-wise) at 8 bytes, and
-    ``cols`` pooled elements per sample at 4 bytes; in the ``"prefetch"`` pipeline
+    global batch's ids (1, 1/world for row-wise and replicas, 1/local for table-row-wise) at 8
+    bytes, and ``cols`` pooled elements per sample of ``output_share`` of the global batch (1;
+    a replica its rank's samples, 1/world) at 4 bytes; in the ``"prefetch"`` pipeline
     :data:`PREFETCH_INPUTS` input buffers, :data:`PREFETCH_CACHED` more if ``cached``, and no
     output buffer."""
     batch = max(batch_size // world, 1)  # per rank, as TorchRec sizes it
     lookups = lookups_per_sample * batch * input_share
     outputs = np.minimum(1.0, lookups_per_sample) * batch
     return pipeline_buffers(np.ceil(lookups * world * INDEX_BYTES),
-                            np.ceil(outputs * world * cols * OUTPUT_BYTES), pipeline, cached)
+                            np.ceil(outputs * world * output_share * cols * OUTPUT_BYTES),
+                            pipeline, cached)
 
 
 def pipeline_buffers(inputs: np.ndarray, outputs: np.ndarray, pipeline: str, cached: bool
@@ -120,8 +123,8 @@ class TorchRecReservation(Reservation):
     def hbm_terms(self, rows: np.ndarray, cols: np.ndarray, table_dim: np.ndarray,
                   element_bytes: np.ndarray, optimizer_bytes: np.ndarray,
                   lookups_per_sample: np.ndarray, input_share: np.ndarray | float, *,
-                  train: bool, batch_size: int, world: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                  train: bool, batch_size: int, world: int,
+                  output_share: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """See :meth:`autoshard.reservation.Reservation.hbm_terms` and the module docstring."""
         ours = weight_bytes(element_bytes, cols, optimizer_bytes, train)
         if not train:  # the weights alone, with room for TorchRec's rounding of a cache
@@ -131,7 +134,7 @@ class TorchRecReservation(Reservation):
                                                          table_dim))
         per_row = np.ceil(np.maximum(ours, theirs)) + CACHE_SLOT_BYTES
         reserved = (io_buffer_bytes(lookups_per_sample, cols, input_share, batch_size, world,
-                                    self.pipeline)
+                                    self.pipeline, output_share=output_share)
                     + CACHE_INDEX_BYTES * rows + per_row + ROUNDING_BYTES)
         return per_row, reserved.astype(np.float64)
 

@@ -3,8 +3,10 @@
 The planner runs on a simulated topology (no GPU, no process group) over a meta-device
 EmbeddingBagCollection of the task's tables, configured as its users configure it at full
 strength: every sharding type our plans can hold (``table_wise``, ``row_wise``,
-``table_row_wise``, ``column_wise``, ``table_column_wise``), every compute kernel (``fused``,
-``fused_uvm_caching``, ``fused_uvm``), TorchRec's default proposers plus its cache-size search
+``table_row_wise``, ``column_wise``, ``table_column_wise``, ``data_parallel``, and on hardware
+of several nodes ``grid_shard`` for the dominant tables, which TorchRec enumerates only where a
+constraint names it), every compute kernel (``fused``, ``fused_uvm_caching``, ``fused_uvm``,
+``dense`` for replicas), TorchRec's default proposers plus its cache-size search
 (``EmbeddingOffloadScaleupProposer``, given our access curves as cache statistics) and its own
 storage estimate of every shard. The cache search starts from a load factor whose caches fit
 the cluster's HBM (TorchRec's default 0.2 when that fits), so that big tables get an HBM cache
@@ -39,16 +41,20 @@ import math
 import time
 from typing import Any, ClassVar
 
+import numpy as np
+
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.limits import MAX_DEVICES, MAX_TABLES, TIME_LIMIT_S, Range
 from autoshard.plan import Plan
-from autoshard.splitting import dominant_tables
+from autoshard.splitting import REPLICA_HBM_SHARE, dominant_tables
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.mapping import (
     DEFAULT_CACHE_LOAD_FACTOR,
     FUSED_UVM_CACHING,
+    NAMED_ONLY,
+    REPLICATED_TYPE,
     SHARDING_TYPES,
     WHOLE_TYPE,
     data_type,
@@ -79,22 +85,44 @@ MIN_START_S = 1.0
 
 def offered_sharding_types(task: ShardingTask, cost_model: CostModel,
                            sharding_types: tuple[str, ...] = SHARDING_TYPES,
-                           full_strength_cells: int = FULL_STRENGTH_CELLS
+                           full_strength_cells: int = FULL_STRENGTH_CELLS,
+                           replicas: bool = True, heavy: np.ndarray | None = None
                            ) -> dict[str, list[str]]:
     """The sharding types TorchRec may choose per table, as a user planning a large model
     constrains them.
 
-    Up to ``full_strength_cells`` tables x devices, every table gets every type. Above it, a
-    table gets the split types only when it is dominant (it costs more whole than the
-    per-device mean of the least work, :func:`autoshard.splitting.dominant_tables`); the others
-    get ``table_wise`` alone. TorchRec enumerates a row-wise option as one shard per rank, so
-    without this the options grow with tables x devices and the search with them.
+    Up to ``full_strength_cells`` tables x devices, every table gets every type, but for the
+    types TorchRec's planner enumerates only where a constraint names them
+    (:data:`autoshard.torchrec.mapping.NAMED_ONLY`: ``grid_shard``): those are named for the
+    dominant tables (dearer whole than the per-device mean of the least work,
+    :func:`autoshard.splitting.dominant_tables`), the tables a grid can relieve, and only on
+    hardware of several nodes (a grid's column blocks go to different nodes). Above it, a table
+    gets the split types only when it is dominant; the others get ``table_wise``, and
+    ``data_parallel`` (replicated, the choice for small tables) where the table fits
+    :data:`autoshard.splitting.REPLICA_HBM_SHARE` of a device's HBM (and ``replicas``).
+    ``heavy``: the dominant tables, where already known.
+    TorchRec enumerates a
+    row-wise option as one shard per rank, so without this the options grow with tables x
+    devices and the search with them.
     """
     types = list(sharding_types)
-    if task.num_tables * task.num_devices <= full_strength_cells or WHOLE_TYPE not in types:
+    if task.hardware.devices_per_node >= task.num_devices:
+        types = [x for x in types if x not in NAMED_ONLY]
+    full = task.num_tables * task.num_devices <= full_strength_cells or WHOLE_TYPE not in types
+    if full and not any(x in NAMED_ONLY for x in types):
         return {t.name: types for t in task.tables}
-    heavy = dominant_tables(task, cost_model)
-    return {t.name: types if heavy[i] else [WHOLE_TYPE] for i, t in enumerate(task.tables)}
+    heavy = dominant_tables(task, cost_model) if heavy is None else heavy
+    a = task.table_arrays
+    small = (a.rows * a.memory_bytes_per_row
+             <= REPLICA_HBM_SHARE * float(task.device_arrays.hbm_capacity.min()))
+
+    def light(i: int) -> list[str]:
+        if full:
+            return [x for x in types if x not in NAMED_ONLY]
+        return [x for x in types
+                if x == WHOLE_TYPE or (x == REPLICATED_TYPE and small[i] and replicas)]
+
+    return {t.name: types if heavy[i] else light(i) for i, t in enumerate(task.tables)}
 
 
 class TorchRecSharder:
@@ -248,12 +276,17 @@ class TorchRecSharder:
         offered = self._offered(task, cost_model)
         if WHOLE_TYPE not in self.sharding_types:
             return offered
-        for label, cells in (("the dominant tables only", 0), ("no table", None)):
+        heavy = dominant_tables(task, cost_model)
+        for label, cells, replicas in (
+                ("the dominant tables only", 0, True),
+                ("the dominant tables only, and no table replicated", 0, False),
+                ("no table", None, False)):
             predicted = predicted_shards(task, offered) * ENUMERATE_S_PER_SHARD
             if predicted <= budget:
                 return offered
             fewer = ({t.name: [WHOLE_TYPE] for t in task.tables} if cells is None else
-                     offered_sharding_types(task, cost_model, self.sharding_types, cells))
+                     offered_sharding_types(task, cost_model, self.sharding_types, cells,
+                                            replicas, heavy))
             if fewer != offered:
                 self._note(f"time limit: split sharding types offered to {label} (TorchRec's "
                            f"enumeration of the options predicted to take {predicted:.1f} s)")

@@ -3,9 +3,11 @@
 Every table becomes one :class:`TableSharding` of the same geometry
 (:mod:`autoshard.torchrec.mapping` names it in TorchRec's terms): a whole table on its rank;
 column blocks with their ranks; row shards as TorchRec's runtime routes them, one even block
-per rank of the world (or of the node), in rank order; ranks the plan gives no rows hold an
-empty block. A table keeps one compute kernel and cache load factor, so shards of one table
-that keep different shares in HBM are exported with their table's share.
+per rank of the world (or of the node), in rank order; a grid's column blocks in column order,
+each its row shards as a table-row-wise table's; ranks the plan gives no rows hold an empty
+block; a replicated table one whole replica per rank (TorchRec keeps no sharding spec
+for it, only its ranks). A table keeps one compute kernel and cache load factor, so shards of
+one table that keep different shares in HBM are exported with their table's share.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from autoshard.shards import check_layout
 from autoshard.task import ShardingTask
 from autoshard.torchrec.mapping import (
     DEFAULT_CACHE_LOAD_FACTOR,
+    DENSE,
     FUSED,
     FUSED_UVM,
     FUSED_UVM_CACHING,
@@ -31,8 +34,8 @@ from autoshard.torchrec.mapping import (
     block_ranks,
     data_type,
     even_blocks,
+    kernel_of,
     kind_of,
-    table_kernel,
     torchrec_name,
 )
 
@@ -72,8 +75,8 @@ class TableSharding:
         return self.shards[0].rank
 
     def shard_hbm_rows(self, shard: ShardSpec) -> int:
-        """Rows of ``shard`` in HBM: all (fused), none (fused_uvm) or its cache."""
-        if self.compute_kernel == FUSED:
+        """Rows of ``shard`` in HBM: all (fused, dense), none (fused_uvm) or its cache."""
+        if self.compute_kernel in (FUSED, DENSE):
             return shard.rows
         if self.compute_kernel == FUSED_UVM:
             return 0
@@ -86,10 +89,12 @@ class TableSharding:
 
     @property
     def hbm_rows(self) -> int:
-        """Rows of the table in HBM (over its row shards; column blocks hold the same rows)."""
+        """Rows of the table in HBM (over the row shards of its first column block; column
+        blocks hold the same rows)."""
         if not self.kind.splits_rows:
             return self.shard_hbm_rows(self.shards[0])
-        return sum(self.shard_hbm_rows(s) for s in self.shards)
+        first = self.shards[0].col_offset
+        return sum(self.shard_hbm_rows(s) for s in self.shards if s.col_offset == first)
 
 
 def shard_doc(s: ShardSpec) -> dict[str, int]:
@@ -123,17 +128,25 @@ def table_shardings(plan: Plan, task: ShardingTask) -> list[TableSharding]:
         dtype = data_type(t)
         idx = np.flatnonzero(g.table == i)
         p = by_place[t.name]
-        kernel, clf = table_kernel(g.rows[idx], g.cols[idx], layout.hbm_rows[idx], t.rows)
+        kernel, clf = kernel_of(p.sharding, g.rows[idx], g.cols[idx], layout.hbm_rows[idx],
+                                t.rows)
         if not p.is_split:
             out.append(whole_table(t.name, t.rows, t.dim, dtype, p.device, kernel, clf))
             continue
-        if p.sharding.splits_cols:
+        if p.sharding.replicated:
+            shards = tuple(ShardSpec(int(layout.device[j]), 0, t.rows, 0, t.dim)
+                           for j in idx[np.argsort(layout.device[idx])])
+        elif not p.sharding.splits_rows:
             shards = tuple(ShardSpec(int(layout.device[j]), 0, t.rows, int(g.col_start[j]),
                                      int(g.cols[j])) for j in idx)
-        else:
-            ranks = block_ranks(p.sharding, int(layout.device[idx[0]]), local,
-                                task.num_devices)
-            shards = _rank_ordered_rows(t.name, layout.device[idx], g.rows[idx], ranks, t.dim)
+        else:  # row shards of each column block (one block unless a grid), in column order
+            shards = ()
+            for c in np.unique(g.col_start[idx]):
+                block = idx[g.col_start[idx] == c]
+                ranks = block_ranks(p.sharding, int(layout.device[block[0]]), local,
+                                    task.num_devices)
+                shards += _rank_ordered_rows(t.name, layout.device[block], g.rows[block],
+                                             ranks, (int(c), int(g.cols[block[0]])))
         out.append(TableSharding(t.name, t.rows, t.dim, dtype, torchrec_name(p.sharding),
                                  kernel, clf, shards))
     return out
@@ -142,8 +155,8 @@ def table_shardings(plan: Plan, task: ShardingTask) -> list[TableSharding]:
 def to_plan(shardings: list[TableSharding], task: ShardingTask, sharder: str = "") -> Plan:
     """Our plan of TorchRec shardings (one per task table): each shard's rows, columns and
     rank, a cache of load factor f over a shard of n rows as its round(f * n) hottest rows in
-    HBM; empty row shards dropped; each sharding type as its kind in our plans
-    (:func:`autoshard.torchrec.mapping.kind_of`)."""
+    HBM; empty row shards dropped; shards by column block, then rows; each sharding type as its
+    kind in our plans (:func:`autoshard.torchrec.mapping.kind_of`)."""
     by_name = {s.table: s for s in shardings}
     placements = []
     for t in task.tables:
@@ -152,7 +165,7 @@ def to_plan(shardings: list[TableSharding], task: ShardingTask, sharder: str = "
             raise PlannerError("invalid_plan", f"the TorchRec plan leaves table '{t.name}' out")
         pieces = tuple(Shard(x.rank, x.row_offset, x.row_offset + x.rows, x.col_offset,
                              x.col_offset + x.cols, s.shard_hbm_rows(x))
-                       for x in sorted(s.shards, key=lambda x: (x.row_offset, x.col_offset))
+                       for x in sorted(s.shards, key=lambda x: (x.col_offset, x.row_offset))
                        if x.rows * x.cols > 0)
         if not s.kind.is_split:
             placements.append(Placement(t.name, pieces[0].device, pieces[0].hbm_rows))
@@ -175,16 +188,20 @@ def from_parameter_sharding(table: str, ps: Any, rows: int, dim: int,
     if ps.compute_kernel == FUSED_UVM_CACHING:
         clf = getattr(ps.cache_params, "load_factor", None) if ps.cache_params else None
         clf = DEFAULT_CACHE_LOAD_FACTOR if clf is None else float(clf)
-    shards = tuple(ShardSpec(int(m.placement.rank()), int(m.shard_offsets[0]),
-                             int(m.shard_sizes[0]), int(m.shard_offsets[1]),
-                             int(m.shard_sizes[1])) for m in ps.sharding_spec.shards)
+    if kind_of(ps.sharding_type).replicated:  # no sharding spec: a whole replica per rank
+        shards = tuple(ShardSpec(int(r), 0, rows, 0, dim) for r in ps.ranks)
+    else:
+        shards = tuple(ShardSpec(int(m.placement.rank()), int(m.shard_offsets[0]),
+                                 int(m.shard_sizes[0]), int(m.shard_offsets[1]),
+                                 int(m.shard_sizes[1])) for m in ps.sharding_spec.shards)
     return TableSharding(table, rows, dim, data_type, ps.sharding_type, ps.compute_kernel, clf,
                          shards)
 
 
 def _rank_ordered_rows(table: str, devices: np.ndarray, rows: np.ndarray, ranks: range,
-                       dim: int) -> tuple[ShardSpec, ...]:
-    """Row shards laid out as TorchRec's row-wise sharding routes them: one block per rank of
+                       cols: tuple[int, int]) -> tuple[ShardSpec, ...]:
+    """Row shards holding columns ``cols`` (offset, width: every column, or a grid's column
+    block) laid out as TorchRec's row-wise sharding routes them: one block per rank of
     ``ranks`` in rank order, of TorchRec's even sizes (:func:`even_blocks`).
 
     The plan must have one row shard on every rank (ids are hashed, so which rows a shard
@@ -216,7 +233,7 @@ def _rank_ordered_rows(table: str, devices: np.ndarray, rows: np.ndarray, ranks:
             f"needs one near-equal shard on each (plan for TorchRec: --overhead torchrec)")
     shards, offset = [], 0
     for r, n in zip(ranks, even, strict=True):
-        shards.append(ShardSpec(r, offset, n, 0, dim))
+        shards.append(ShardSpec(r, offset, n, *cols))
         offset += n
     return tuple(shards)
 
@@ -225,9 +242,10 @@ def check_shards(s: TableSharding, world: int, local: int, where: str, field: st
     """Checks that ``s``'s shards tile its table as its sharding type says, on ranks < world.
 
     Each type tiles as its kind (:func:`autoshard.torchrec.mapping.kind_of`) says: row splits
-    split rows (each shard all columns), column splits columns (each shard all rows), a whole
-    table has one shard, and a node-local kind keeps its shards in one node of ``local``
-    ranks.
+    split rows (each shard all columns), column splits columns (each shard all rows), a grid
+    both (column blocks covering the columns, each block's row shards its rows), a whole table
+    has one shard, and a node-local kind keeps each column block's shards in one node of
+    ``local`` ranks. Row shards are TorchRec's even blocks, one per rank in rank order.
 
     Raises:
         InputError: The first shard that breaks this, its field named.
@@ -242,17 +260,24 @@ def check_shards(s: TableSharding, world: int, local: int, where: str, field: st
             raise InputError(f"rank must be in [0, {world})", source=where,
                              field=f"{field}.shards[{j}].rank", value=x.rank)
     kind = s.kind
+    if kind.replicated:
+        _check_replicas(s, world, where, field)
+        return
     if not kind.is_split and len(s.shards) != 1:
         raise InputError("a whole table has exactly one shard", source=where,
                          field=f"{field}.shards", value=len(s.shards))
-    rows_split = kind.splits_rows
-    _check_tiling(s, rows_split, where, field)
-    if kind.node_local and len({x.rank // local for x in s.shards}) > 1:
-        raise InputError(f"{s.sharding_type} shards must lie in one node of {local} ranks",
-                         source=where, field=f"{field}.shards", value=s.ranks)
-    if rows_split:  # TorchRec routes ids in even blocks, block r on the r-th rank in order
-        ranks = list(block_ranks(kind, s.shards[0].rank, local, world))
-        got = [(x.rank, x.rows) for x in sorted(s.shards, key=lambda x: x.row_offset)]
+    if not kind.splits_rows:
+        _check_tiling(s, False, where, field)
+        return
+    for idx in _column_blocks(s, where, field):
+        block = [s.shards[j] for j in idx]
+        if kind.node_local and len({x.rank // local for x in block}) > 1:
+            raise InputError(f"{s.sharding_type} shards must lie in one node of {local} ranks "
+                             "(each column block's)", source=where, field=f"{field}.shards",
+                             value=[x.rank for x in block])
+        # TorchRec routes ids in even blocks, block r on the r-th rank in order.
+        ranks = list(block_ranks(kind, block[0].rank, local, world))
+        got = [(x.rank, x.rows) for x in sorted(block, key=lambda x: x.row_offset)]
         want = list(zip(ranks, even_blocks(s.rows, len(ranks)), strict=True))
         if got != want:
             raise InputError(f"{s.sharding_type} shards must be TorchRec's even blocks, one per "
@@ -260,18 +285,62 @@ def check_shards(s: TableSharding, world: int, local: int, where: str, field: st
                              field=f"{field}.shards", value=got)
 
 
-def _check_tiling(s: TableSharding, rows_split: bool, where: str, field: str) -> None:
-    full = (0, s.dim) if rows_split else (0, s.rows)
+def _column_blocks(s: TableSharding, where: str, field: str) -> list[list[int]]:
+    """The shards (indices) of each column block of a row-split table, in column order, each
+    block's row shards checked to tile the rows: one block of every column, or a grid's
+    blocks, checked to tile the columns.
+
+    Raises:
+        InputError: Blocks or row shards that leave a gap or overlap.
+    """
+    if not s.kind.splits_cols:
+        _check_tiling(s, True, where, field)
+        return [list(range(len(s.shards)))]
+    blocks: dict[tuple[int, int], list[int]] = {}
+    for j, x in enumerate(s.shards):
+        blocks.setdefault((x.col_offset, x.cols), []).append(j)
+    end = 0
+    for (offset, cols), idx in sorted(blocks.items()):
+        if offset != end or cols < 1:
+            raise InputError(f"column blocks leave a gap or overlap at {min(offset, end)} of "
+                             f"{s.dim}", source=where, field=f"{field}.shards[{idx[0]}]",
+                             value=shard_doc(s.shards[idx[0]]))
+        _check_tiling(s, True, where, field, idx, (offset, cols))
+        end = offset + cols
+    if end != s.dim:
+        raise InputError(f"column blocks cover {end} of {s.dim}", source=where,
+                         field=f"{field}.shards", value=len(s.shards))
+    return [idx for _, idx in sorted(blocks.items())]
+
+
+def _check_replicas(s: TableSharding, world: int, where: str, field: str) -> None:
+    """A replicated table: one whole replica on each of the ``world`` ranks."""
+    for j, x in enumerate(s.shards):
+        if (x.row_offset, x.rows, x.col_offset, x.cols) != (0, s.rows, 0, s.dim):
+            raise InputError(f"a {s.sharding_type} replica holds the whole table", source=where,
+                             field=f"{field}.shards[{j}]", value=shard_doc(x))
+    if sorted(s.ranks) != list(range(world)):
+        raise InputError(f"{s.sharding_type} places one replica on each of the {world} ranks",
+                         source=where, field=f"{field}.shards", value=s.ranks)
+
+
+def _check_tiling(s: TableSharding, rows_split: bool, where: str, field: str,
+                  idx: list[int] | None = None, full: tuple[int, int] | None = None) -> None:
+    """Checks that the shards at ``idx`` (default: all) tile the table's rows (else columns),
+    each holding ``full`` (offset, size; default all) of the other axis."""
+    full = full or ((0, s.dim) if rows_split else (0, s.rows))
     extent = s.rows if rows_split else s.dim
     spans = []
-    for j, x in enumerate(s.shards):
+    for j in range(len(s.shards)) if idx is None else idx:
+        x = s.shards[j]
         along = (x.row_offset, x.rows) if rows_split else (x.col_offset, x.cols)
         across = (x.col_offset, x.cols) if rows_split else (x.row_offset, x.rows)
         if across != full or along[1] < (0 if rows_split else 1) or along[0] < 0:
             what = "row" if rows_split else "column"
             raise InputError(f"a {what} shard must span the table's other axis whole (a "
-                             f"column block holds at least one column)", source=where,
-                             field=f"{field}.shards[{j}]", value=shard_doc(x))
+                             f"grid's shard: its column block; a column block holds at least "
+                             f"one column)", source=where, field=f"{field}.shards[{j}]",
+                             value=shard_doc(x))
         spans.append((along[0], along[0] + along[1], j))
     end = 0
     for lo, hi, j in sorted(spans):
@@ -282,4 +351,4 @@ def _check_tiling(s: TableSharding, rows_split: bool, where: str, field: str) ->
         end = hi
     if end != extent:
         raise InputError(f"shards cover {end} of {extent}", source=where,
-                         field=f"{field}.shards", value=len(s.shards))
+                         field=f"{field}.shards", value=len(spans))

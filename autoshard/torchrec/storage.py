@@ -10,7 +10,9 @@ each shard more HBM than our memory model's weights and optimizer state:
 - in training, the shard's input and output buffers: 8 bytes per input id it receives and
   4 bytes per element of the pooled output it writes, for the whole global batch (table-wise
   and column-wise shards receive every sample's ids; row-wise ones a world's, table-row-wise
-  ones a node's share of them; every shard writes its columns for every sample); in the
+  ones a node's share of them; every shard writes its columns for every sample); a replicated
+  (``data_parallel``, ``dense``) shard holds the whole table and buffers its own rank's
+  samples only; in the
   prefetch pipeline, three input buffers and, for a cached shard, seven prefetch buffers;
 - in inference, only the weights.
 
@@ -35,7 +37,7 @@ import numpy as np
 from autoshard.kinds import id_parts
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
-from autoshard.torchrec.mapping import FUSED, FUSED_UVM, FUSED_UVM_CACHING
+from autoshard.torchrec.mapping import DENSE, FUSED, FUSED_UVM, FUSED_UVM_CACHING
 from autoshard.torchrec.reservation import (
     CACHE_INDEX_BYTES,
     CACHE_SLOT_BYTES,
@@ -61,7 +63,7 @@ def shard_hbm_bytes(s: TableSharding, table: Table, task: ShardingTask) -> list[
     train = task.workload.train
     bpe = table.bytes_per_element
     full = table.rows * table.dim * bpe
-    if s.compute_kernel == FUSED:
+    if s.compute_kernel in (FUSED, DENSE):
         storage = full
     elif s.compute_kernel == FUSED_UVM:
         storage = 0
@@ -92,8 +94,9 @@ def _buffers(s: TableSharding, x: ShardSpec, table: Table, task: ShardingTask) -
     local = min(task.hardware.devices_per_node, world)
     lookups /= int(id_parts(s.kind.code, world, local))
     outputs = min(1.0, table.lookups_per_sample) * batch
+    senders = 1 if s.kind.replicated else world  # a replica writes its own rank's samples
     return int(pipeline_buffers(np.array(math.ceil(lookups * world * INDEX_BYTES)),
-                                np.array(math.ceil(outputs * world * x.cols * OUTPUT_BYTES)),
+                                np.array(math.ceil(outputs * senders * x.cols * OUTPUT_BYTES)),
                                 pipeline_of(task.reservation),
                                 s.compute_kernel == FUSED_UVM_CACHING))
 

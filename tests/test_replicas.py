@@ -1,0 +1,145 @@
+"""Replicated tables (``data_parallel``): their rules, plans, prices, bound, the recshard choice
+and the TorchRec export."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from autoshard import kinds
+from autoshard.analytical import AnalyticalCostModel
+from autoshard.bounds import lower_bound_ms
+from autoshard.errors import InputError
+from autoshard.evaluator import evaluate
+from autoshard.hardware import load_hardware
+from autoshard.kinds import ShardingKind
+from autoshard.plan import Placement, Plan, Shard
+from autoshard.reservation import get_reservation
+from autoshard.sharders.recshard import RecShard
+from autoshard.shards import plan_layout, replicas, shard_task, whole_tables
+from autoshard.splitting import replicate_tables
+from autoshard.tables import Table
+from autoshard.task import ShardingTask, Workload
+from autoshard.torchrec import torchrec_unavailable
+from autoshard.workloads import dlrm_tables
+
+MODEL = AnalyticalCostModel()
+DP = ShardingKind.DATA_PARALLEL
+
+
+def _small_tables_task(mode: str = "train", devices: int = 16) -> ShardingTask:
+    """Two nodes of 8 on a slow inter-node link, many small tables (as DLRM's Criteo
+    tables) among a few larger ones."""
+    small = tuple(Table(f"s{i}", rows=3 + 97 * i, dim=64 * (1 + i % 2), pooling_factor=2.0)
+                  for i in range(24))
+    hardware = load_hardware("8xH100-80GB", devices=devices)
+    return ShardingTask((*small, *dlrm_tables(4, seed=3)),
+                        replace(hardware, inter_node_gbps=12.5), Workload(mode=mode),
+                        get_reservation("torchrec"))
+
+
+def test_replica_rules_are_the_kinds() -> None:
+    code = np.array([DP.code])
+    assert kinds.id_parts(code, 16, 8).tolist() == [16]
+    assert kinds.one_per_device(code, False).tolist() == [True]
+    a2a, reduce = kinds.comm_shares(code, np.array([16]))
+    assert (a2a, reduce) == (0.0, 0.0)
+    ring, update = kinds.replica_sync_bytes(code, np.array([1e6]), np.array([5e5]), 4)
+    assert ring.tolist() == [1.5e6] and update.tolist() == [4e6]
+    # Other kinds pay neither.
+    ring, update = kinds.replica_sync_bytes(np.array([ShardingKind.ROW_WISE.code]),
+                                            np.array([1e6]), np.array([5e5]), 4)
+    assert (ring.tolist(), update.tolist()) == ([0.0], [0.0])
+
+
+def test_a_replica_serves_its_devices_batch_and_pays_the_all_reduce_in_training() -> None:
+    for mode in ("train", "infer"):
+        task = _small_tables_task(mode)
+        g = replicas(task, 0)
+        sub = shard_task(task, g)
+        a, b = task.table_arrays, sub.table_arrays
+        assert (b.lookups == a.lookups[0] / 16).all() and (b.hbm_least == a.rows[0]).all()
+        p = MODEL.price(sub, np.arange(16), np.arange(16), b.rows)
+        ring = 2 * 15 / 16 * a.rows[0] * a.row_bytes[0] / (task.hardware.inter_node_gbps * 1e9)
+        # No all-to-all: the communication is the gradient's all-reduce, in training only.
+        assert p.comm_ms == pytest.approx(np.full(16, ring * 1e3 if mode == "train" else 0.0))
+
+
+def test_replica_placements_are_checked() -> None:
+    task = _small_tables_task()
+    rows, dim = task.tables[0].rows, task.tables[0].dim
+    whole = [Placement(t.name, 0, t.rows) for t in task.tables[1:]]
+    good = [Shard(d, 0, rows, 0, dim, rows) for d in range(16)]
+    plan = Plan((Placement.split(task.tables[0].name, DP, tuple(good)), *whole))
+    assert plan_layout(plan, task).num_shards == task.num_tables + 15
+    cold = [*good[:-1], Shard(15, 0, rows, 0, dim, 0)]
+    with pytest.raises(InputError, match=r"shards\[15\]\.hbm_rows"):
+        plan_layout(Plan((Placement.split(task.tables[0].name, DP, tuple(cold)), *whole)), task)
+    some = Plan((Placement.split(task.tables[0].name, DP, tuple(good[:8])), *whole))
+    with pytest.raises(InputError, match="one replica on each of the 16 devices"):
+        plan_layout(some, task)
+
+
+def test_recshard_replicates_small_tables_and_costs_less_than_without(tmp_path) -> None:
+    task = _small_tables_task()
+    got = {}
+    for replicate in (True, False):
+        sharder = RecShard(time_limit=20, replicate=replicate)
+        plan = sharder.shard(task, MODEL)
+        report = evaluate(plan, task, MODEL, bound_ms=sharder.last_bound_ms)
+        assert report.lower_bound_ms <= report.step_cost_ms * (1 + 1e-9)
+        got[replicate] = (plan, report.step_cost_ms)
+    plan, cost = got[True]
+    replicated = [p.table for p in plan.placements if p.sharding.replicated]
+    assert replicated and all(name.startswith("s") for name in replicated)
+    assert cost < got[False][1]
+    # The bound that counts replicas holds for the replicated plan.
+    assert lower_bound_ms(task, MODEL, replicas=True, reserved=True) <= cost * (1 + 1e-9)
+    plan.save(tmp_path / "p.json")
+    assert evaluate(Plan.load(tmp_path / "p.json"), task, MODEL).step_cost_ms == cost
+
+
+def test_replicas_are_chosen_only_where_they_pay_and_constraints_allow() -> None:
+    from autoshard.constraints import Constraints, TableConstraint
+
+    task = _small_tables_task()
+    g = replicate_tables(task, MODEL, whole_tables(task))
+    chosen = {task.tables[t].name for t in np.unique(g.table[kinds.replicated(g.kind)])}
+    assert chosen and chosen <= {f"s{i}" for i in range(24)}
+    no = Constraints({name: TableConstraint(kinds=frozenset({ShardingKind.TABLE_WISE}))
+                      for name in chosen})
+    again = replicate_tables(replace(task, constraints=no), MODEL, whole_tables(task))
+    assert not {task.tables[t].name for t in again.table[kinds.replicated(again.kind)]} & chosen
+    # One device: nothing to replicate over.
+    single = replace(task, hardware=load_hardware("8xH100-80GB", devices=1))
+    assert replicate_tables(single, MODEL, whole_tables(single)).num_shards == single.num_tables
+
+
+@pytest.mark.skipif(torchrec_unavailable(load=True) is not None, reason="needs torchrec")
+def test_replicated_plans_export_to_torchrec_and_back() -> None:
+    from autoshard.torchrec.export import (
+        check_sharding_plan,
+        export_doc,
+        load_sharding_plan,
+        meta_collection,
+    )
+    from autoshard.torchrec.shardings import table_shardings, to_plan
+
+    task = _small_tables_task()
+    plan = RecShard(time_limit=10).shard(task, MODEL)
+    assert any(p.sharding.replicated for p in plan.placements)
+    shardings = table_shardings(plan, task)
+    dp = [s for s in shardings if s.kind.replicated]
+    assert dp and all(s.compute_kernel == "dense" and s.ranks == list(range(16)) for s in dp)
+    sharding_plan = load_sharding_plan(export_doc(plan, task))
+    module_plan = sharding_plan.get_plan_for_module("")
+    for s in dp:
+        assert module_plan[s.table].sharding_spec is None
+        assert module_plan[s.table].sharding_type == "data_parallel"
+    check_sharding_plan(sharding_plan, meta_collection(
+        [(t.name, t.rows, t.dim, "FP32") for t in task.tables]), 16, 8)
+    back = to_plan(shardings, task)
+    assert evaluate(back, task, MODEL).step_cost_ms == pytest.approx(
+        evaluate(plan, task, MODEL).step_cost_ms)
