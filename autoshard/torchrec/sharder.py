@@ -237,7 +237,8 @@ class TorchRecSharder:
                            f"{space.enumerate_s:.1f} s): its first proposals that fit are kept")
             try:
                 plans.append((clf, space.planned(clf, stop, deadline, task,
-                                                 self._proposers(deadline))))
+                                                 self._proposers(deadline,
+                                                                 space.enumerate_s))))
             except TorchRecPlannerError as exc:
                 if not plans and last:
                     within = ("" if self.time_limit is None else
@@ -313,12 +314,13 @@ class TorchRecSharder:
         self.last_notes.append(note)
         _log.warning("torchrec: %s", note)
 
-    def _proposers(self, deadline: float) -> list[Any]:
+    def _proposers(self, deadline: float, enumerate_s: float = 0.0) -> list[Any]:
         """TorchRec's default proposers, plus its cache-size search when it has statistics.
 
         Under a time limit the cache-size search comes first (its first proposal, the fitting
-        start, fits where any does), and is left out when under :data:`MIN_START_S` is left
-        (loading it copies the options)."""
+        start, fits where any does), and is left out when less is left than
+        :data:`MIN_START_S` or than the options' enumeration took (``enumerate_s``: loading
+        the search copies the options, and each of its proposals prices them again)."""
         from torchrec.distributed.planner.proposers import (
             EmbeddingOffloadScaleupProposer,
             GreedyProposer,
@@ -333,7 +335,7 @@ class TorchRecSharder:
         if math.isinf(deadline):
             return [*proposers, EmbeddingOffloadScaleupProposer()]
         left = deadline - time.monotonic()
-        if left < MIN_START_S:
+        if left < max(MIN_START_S, enumerate_s):
             self._note(f"time limit: TorchRec's cache-size search not run ({left:.1f} s left)")
             return proposers
         return [EmbeddingOffloadScaleupProposer(), *proposers]
