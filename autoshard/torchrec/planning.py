@@ -145,23 +145,29 @@ class _Enumerated:
 class _UntilDeadline:
     """A TorchRec proposer that proposes nothing more once ``stop`` (time.monotonic) has
     passed and some proposal fitted (``found``, shared by the run's proposers), nor once
-    ``deadline`` has passed, but for its first proposal while none has fitted (so that a run
-    whose enumeration took its time still gets a plan)."""
+    ``deadline`` would pass before another proposal is priced (as long as the last one took),
+    but for its first proposal while none has fitted (so that a run whose enumeration took its
+    time still gets a plan)."""
 
     def __init__(self, proposer: Any, stop: float, deadline: float, found: list[bool]) -> None:
         self._proposer, self._found = proposer, found
         self._stop, self._deadline = stop, deadline
         self._proposed = False
+        self._last: float | None = None  # when it last proposed
+        self._step = 0.0  # how long the last proposal took to price, s
 
     def load(self, search_space: list[Any], enumerator: Any = None) -> None:
         self._proposer.load(search_space=search_space, enumerator=enumerator)
 
     def propose(self) -> Any:
         now = time.monotonic()
-        late = now > self._deadline or (self._found and now > self._stop)
+        if self._last is not None:
+            self._step = now - self._last
+        late = (now + self._step > self._deadline
+                or (self._found and now + self._step > self._stop))
         if late and (self._found or self._proposed):
             return None
-        self._proposed = True
+        self._proposed, self._last = True, now
         return self._proposer.propose()
 
     def feedback(self, partitionable: bool, **details: Any) -> None:
