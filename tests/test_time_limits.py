@@ -67,3 +67,16 @@ def test_torchrec_says_what_a_short_limit_cut() -> None:
     # 200 tables x 8 devices at full strength: TorchRec's enumeration alone would take longer
     # than the limit, so the split types go to the dominant tables only, and that is said.
     assert any("split sharding types offered to" in note for note in sharder.last_notes)
+
+
+def test_torchrec_offers_fused_alone_only_where_hbm_holds_every_table() -> None:
+    if sharder_info("torchrec").unavailable:
+        pytest.skip("the torchrec extra is not installed")
+    sharder = get_sharder("torchrec", time_limit=LIMIT_S)
+    task = _probe()  # 856 tables of 130 GB on 640 GB of HBM: every kernel takes too long
+    plan = sharder.shard(task, MODEL)
+    assert any("fused kernel alone" in note for note in sharder.last_notes)
+    rows = {t.name: t.rows for t in task.tables}
+    assert all(p.hbm_rows == rows[p.table] for p in plan.placements)  # nothing in UVM
+    sharder.shard(_constrained(), MODEL)  # 30% of the bytes in HBM: the UVM kernels stay
+    assert not any("fused kernel alone" in note for note in sharder.last_notes)

@@ -29,8 +29,10 @@ from autoshard.torchrec.mapping import (
 PLANNED_KERNELS = (FUSED, FUSED_UVM_CACHING, FUSED_UVM)
 
 
-def predicted_shards(task: ShardingTask, offered: dict[str, list[str]]) -> int:
-    """Shards of the options TorchRec enumerates for ``offered``: per table, kernel and type,
+def predicted_shards(task: ShardingTask, offered: dict[str, list[str]],
+                     kernels: tuple[str, ...] = PLANNED_KERNELS) -> int:
+    """Shards of the options TorchRec enumerates for ``offered`` with ``kernels``: per table,
+    kernel and type,
     one for a whole table, one per rank (of the world, or of a node for node-local kinds) for
     a row split or replicas (one kernel), one per 128 columns for a column split, one per rank
     of a node for each of a grid's column blocks (TorchRec's block width,
@@ -43,9 +45,9 @@ def predicted_shards(task: ShardingTask, offered: dict[str, list[str]]) -> int:
             if kind.replicated:  # one kernel (dense), a replica per rank
                 total += task.num_devices
             elif kind.splits_rows and kind.splits_cols:
-                total += per_node * (t.dim // column_block_cols(t.dim)) * len(PLANNED_KERNELS)
+                total += per_node * (t.dim // column_block_cols(t.dim)) * len(kernels)
             else:
-                total += len(PLANNED_KERNELS) * (
+                total += len(kernels) * (
                     (per_node if kind.node_local else task.num_devices) if kind.splits_rows
                     else max(1, math.ceil(t.dim / 128)) if kind.splits_cols else 1)
     return total
@@ -53,16 +55,19 @@ def predicted_shards(task: ShardingTask, offered: dict[str, list[str]]) -> int:
 
 class SearchSpace:
     """The meta-device module, topology and per-table constraints TorchRec plans over, and
-    the options enumerated at each starting load factor (each handed to one planner run)."""
+    the options enumerated at each starting load factor (each handed to one planner run).
+    ``kernels``: the compute kernels offered (all of :data:`PLANNED_KERNELS` unless a time
+    limit cut them)."""
 
     def __init__(self, task: ShardingTask, offered: dict[str, list[str]],
-                 use_stats: bool, pipeline: str) -> None:
+                 use_stats: bool, pipeline: str,
+                 kernels: tuple[str, ...] = PLANNED_KERNELS) -> None:
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
         from autoshard.torchrec.estimate import declare_optimizers, torchrec_topology
 
         self.task, self.offered, self.use_stats = task, offered, use_stats
-        self.pipeline = pipeline
+        self.pipeline, self.kernels = pipeline, tuple(kernels)
         self.module = meta_collection([(t.name, t.rows, t.dim, data_type(t))
                                        for t in task.tables])
         if task.workload.train:
@@ -84,11 +89,11 @@ class SearchSpace:
 
         constraints = torchrec_constraints(self.task, self.use_stats, pipeline=self.pipeline,
                                            cache_load_factor=clf,
-                                           compute_kernels=list(PLANNED_KERNELS))
+                                           compute_kernels=list(self.kernels))
         for name, c in constraints.items():
             c.sharding_types = list(self.offered[name])
             if REPLICATED_TYPE in c.sharding_types:
-                c.compute_kernels = [*PLANNED_KERNELS, DENSE]
+                c.compute_kernels = [*self.kernels, DENSE]
         return EmbeddingEnumerator(
             self.topology, per_rank_batch(self.task), constraints,
             estimator=torchrec_estimators(self.task, self.topology, constraints,

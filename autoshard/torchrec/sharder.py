@@ -52,6 +52,7 @@ from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.mapping import (
     DEFAULT_CACHE_LOAD_FACTOR,
+    FUSED,
     FUSED_UVM_CACHING,
     NAMED_ONLY,
     REPLICATED_TYPE,
@@ -59,7 +60,12 @@ from autoshard.torchrec.mapping import (
     WHOLE_TYPE,
     data_type,
 )
-from autoshard.torchrec.planning import SearchSpace, largest_hbm, predicted_shards
+from autoshard.torchrec.planning import (
+    PLANNED_KERNELS,
+    SearchSpace,
+    largest_hbm,
+    predicted_shards,
+)
 from autoshard.torchrec.shardings import from_parameter_sharding, to_plan
 
 #: Share of the cluster's HBM the starting caches may fill, leaving the partitioner room.
@@ -207,8 +213,8 @@ class TorchRecSharder:
         self.last_notes, self._rated = [], None
         pipeline = task_pipeline(task, self.pipeline)
         with quiet_torchrec():
-            space = SearchSpace(task, self._offered_in_time(task, cost_model, deadline),
-                                 self.use_stats, pipeline)
+            offered, kernels = self._offered_in_time(task, cost_model, deadline)
+            space = SearchSpace(task, offered, self.use_stats, pipeline, kernels)
             starts = ([self.cache_load_factor] if self.cache_load_factor is not None
                       else self._starts(space, task, deadline))
             rating, clf, plan = self._best_start(space, task, starts, deadline)
@@ -238,7 +244,8 @@ class TorchRecSharder:
             try:
                 plans.append((clf, space.planned(clf, stop, deadline, task,
                                                  self._proposers(deadline,
-                                                                 space.enumerate_s))))
+                                                                 space.enumerate_s,
+                                                                 space.kernels))))
             except TorchRecPlannerError as exc:
                 if not plans and last:
                     within = ("" if self.time_limit is None else
@@ -268,15 +275,17 @@ class TorchRecSharder:
                                       self.full_strength_cells)
 
     def _offered_in_time(self, task: ShardingTask, cost_model: CostModel, deadline: float
-                         ) -> dict[str, list[str]]:
-        """The sharding types offered per table: as :meth:`_offered`, or fewer where TorchRec's
-        enumeration of those is predicted to take more than :data:`ENUMERATE_SHARE` of the
-        time left (split types for dominant tables only, then for none; said in
-        ``last_notes``)."""
+                         ) -> tuple[dict[str, list[str]], tuple[str, ...]]:
+        """The sharding types offered per table and the compute kernels: as :meth:`_offered`
+        and every kernel, or fewer where TorchRec's enumeration of those is predicted to take
+        more than :data:`ENUMERATE_SHARE` of the time left (split types for dominant tables
+        only, then for none; then the ``fused`` kernel alone where every table fits a device's
+        HBM whole and all of them the cluster's, so that no option in host memory can be
+        chosen; said in ``last_notes``)."""
         budget = ENUMERATE_SHARE * (deadline - time.monotonic())
         offered = self._offered(task, cost_model)
         if WHOLE_TYPE not in self.sharding_types:
-            return offered
+            return offered, PLANNED_KERNELS
         heavy = dominant_tables(task, cost_model)
         for label, cells, replicas in (
                 ("the dominant tables only", 0, True),
@@ -284,7 +293,7 @@ class TorchRecSharder:
                 ("no table", None, False)):
             predicted = predicted_shards(task, offered) * ENUMERATE_S_PER_SHARD
             if predicted <= budget:
-                return offered
+                return offered, PLANNED_KERNELS
             fewer = ({t.name: [WHOLE_TYPE] for t in task.tables} if cells is None else
                      offered_sharding_types(task, cost_model, self.sharding_types, cells,
                                             replicas, heavy))
@@ -292,7 +301,13 @@ class TorchRecSharder:
                 self._note(f"time limit: split sharding types offered to {label} (TorchRec's "
                            f"enumeration of the options predicted to take {predicted:.1f} s)")
             offered = fewer
-        return offered
+        predicted = predicted_shards(task, offered) * ENUMERATE_S_PER_SHARD
+        if predicted <= budget or not _fits_hbm_whole(task):
+            return offered, PLANNED_KERNELS
+        self._note(f"time limit: the {FUSED} kernel alone offered, as every table fits HBM "
+                   f"(TorchRec's enumeration of every kernel predicted to take "
+                   f"{predicted:.1f} s)")
+        return offered, (FUSED,)
 
     def _starts(self, space: SearchSpace, task: ShardingTask, deadline: float) -> list[float]:
         """The fitting cache start, and TorchRec's default when that is larger; the default
@@ -314,8 +329,10 @@ class TorchRecSharder:
         self.last_notes.append(note)
         _log.warning("torchrec: %s", note)
 
-    def _proposers(self, deadline: float, enumerate_s: float = 0.0) -> list[Any]:
-        """TorchRec's default proposers, plus its cache-size search when it has statistics.
+    def _proposers(self, deadline: float, enumerate_s: float = 0.0,
+                   kernels: tuple[str, ...] = PLANNED_KERNELS) -> list[Any]:
+        """TorchRec's default proposers, plus its cache-size search when it has statistics
+        and a cached kernel is offered (``kernels``).
 
         Under a time limit the cache-size search comes first (its first proposal, the fitting
         start, fits where any does), and is left out when less is left than
@@ -330,7 +347,7 @@ class TorchRecSharder:
 
         proposers = [GridSearchProposer(), GreedyProposer(), GreedyProposer(use_depth=False),
                      UniformProposer()]
-        if not self.use_stats:
+        if not self.use_stats or FUSED_UVM_CACHING not in kernels:
             return proposers
         if math.isinf(deadline):
             return [*proposers, EmbeddingOffloadScaleupProposer()]
@@ -339,6 +356,16 @@ class TorchRecSharder:
             self._note(f"time limit: TorchRec's cache-size search not run ({left:.1f} s left)")
             return proposers
         return [EmbeddingOffloadScaleupProposer(), *proposers]
+
+
+def _fits_hbm_whole(task: ShardingTask) -> bool:
+    """Whether every table fits the smallest device's HBM whole, and all of them
+    :data:`_START_FILL` of the cluster's (with the task's reservation): HBM alone holds a plan,
+    so TorchRec's estimator rates no host-memory kernel above ``fused``."""
+    a, d = task.table_arrays, task.device_arrays
+    table_bytes = a.rows * a.memory_bytes_per_row
+    return bool(table_bytes.max() <= _START_FILL * float(d.hbm_capacity.min())
+                and table_bytes.sum() <= _START_FILL * float(d.hbm_capacity.sum()))
 
 
 def _rating(sharding_plan: Any, task: ShardingTask, pipeline: str) -> float:
