@@ -96,6 +96,13 @@ class TableArrays:
         fit = np.floor(room / self.hbm_bytes_per_row[idx] + 1e-9)
         return np.minimum(fit, self.hbm_most[idx]).astype(np.int64)
 
+    def fill_rows(self, idx: int, max_rows: np.ndarray) -> np.ndarray:
+        """The rows of table ``idx`` worth filling into HBM where at most ``max_rows`` fit:
+        the rows ever used, but never fewer than :attr:`hbm_least` (a replica keeps every
+        row), and at most ``max_rows``."""
+        want = max(int(self.rows_used[idx]), int(self.hbm_least[idx]))
+        return np.minimum(np.asarray(max_rows), want).astype(np.int64)
+
     def hbm_rows_allowed(self, idx: np.ndarray | slice | int, hbm_rows: np.ndarray
                          ) -> np.ndarray:
         """``hbm_rows`` of the tables at ``idx`` brought within [:attr:`hbm_least`,

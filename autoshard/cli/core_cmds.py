@@ -244,14 +244,14 @@ def _check_choices(bound: str, estimator: str, pipeline: str | None) -> None:
 def solver_line(solver: dict[str, Any]) -> str:
     """A solver's report in one line: how it stopped, its proven bound and gap, and when it
     found the plan it returned."""
-    stopped = {"Optimal": "optimal within its MIP gap",
+    stopped = {"Optimal": "its MILP solved to HiGHS's MIP gap",
                "stalled": "stopped when it no longer improved",
                "Time limit reached": "stopped at its time limit",
                "search": "the whole MILP not run (search only)"}.get(
         str(solver["status"]), f"status {solver['status']}")
-    return (f"{solver['solver']}: {stopped}; proven bound {solver['bound_ms']:.3f} ms, gap "
-            f"{100 * float(solver['gap']):.1f}%; final plan found after {solver['found_s']:.2f} "
-            f"s of {solver['seconds']:.2f} s")
+    return (f"{solver['solver']}: {stopped}; its proven bound {solver['bound_ms']:.3f} ms "
+            f"is {100 * float(solver['gap']):.1f}% below the plan's cost (gap); final plan "
+            f"found after {solver['found_s']:.2f} s of {solver['seconds']:.2f} s")
 
 
 def per_table_ms(plan: Plan, task: ShardingTask, model: CostModel) -> dict[str, float]:

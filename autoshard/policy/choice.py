@@ -166,7 +166,6 @@ class ChoiceEpisode(PlacementEpisode):
         self._fill_total = np.zeros((GRIDS, n_d))
         self._bucket_rows = np.empty((buckets, n_d), dtype=np.int64)
         self._devices = np.arange(n_d)
-        self._rows_used = union.table_arrays.rows_used
         self._hbm_cap = np.maximum(task.device_arrays.hbm_capacity, 1.0)
         self._geometry, self._node_bound = bound_shards(union)
         self._init_observation(n_t, n_d)
@@ -320,7 +319,7 @@ class ChoiceEpisode(PlacementEpisode):
         """Offers item ``u``'s fill bucket in grid ``grid`` and tests every bucket on every
         device; returns where each fits, [devices, buckets]."""
         src, x = self._source(u)
-        rows = np.minimum(self.state.max_hbm_rows(u), self._rows_used[u])
+        rows = self.state.task.table_arrays.fill_rows(u, self.state.max_hbm_rows(u))
         self._fill_rows[grid] = rows
         self._fill_parts[grid] = fill_parts(src, x, rows, self._devices)
         self._fill_total[grid] = self._fill_parts[grid].sum(axis=-1)

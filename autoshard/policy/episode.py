@@ -198,7 +198,6 @@ class PlacementEpisode:
         self._fill_total = np.zeros(n_d)
         self._bucket_rows = np.empty((self.buckets, n_d), dtype=np.int64)
         self._devices = np.arange(n_d)
-        self._rows_used = task.table_arrays.rows_used
         dev = task.device_arrays
         self._hbm_cap = np.maximum(dev.hbm_capacity, 1.0)
         # Shards of a table split table_row_wise stay within one node, one per device; on a
@@ -426,7 +425,7 @@ class PlacementEpisode:
     def _offer_fill(self, t: int) -> np.ndarray:
         """Prices the fill bucket of table ``t`` on every device (the most hottest rows its
         free HBM holds, at most the rows ever used) and returns its HBM rows."""
-        rows = np.minimum(self.state.max_hbm_rows(t), self._rows_used[t])
+        rows = self.task.table_arrays.fill_rows(t, self.state.max_hbm_rows(t))
         self._fill_rows = rows
         self._fill_parts = fill_parts(self.priced, t, rows, self._devices)
         self._fill_total = self._fill_parts.sum(axis=-1)

@@ -135,16 +135,16 @@ class Polisher:
                    ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_fill` of two devices after items changed places between them: each
         device's segments from ``lists`` (built before the change) less those of the items
-        that left, merged with those of the items that came."""
+        that left, merged with those of the items that came; locked items keep their rows."""
         rows = np.zeros(self.all_rows.size, dtype=np.int64)
         level = np.zeros(self.load.size)
         caps = self._caps(device)
         for d in pair:
             lo, hi = lists.start[d], lists.end[d]
             o = lists.owner[lo:hi]
-            stay = device[o] == d
+            stay = (device[o] == d) & ~self.locked[o]  # locked items keep their rows
             o, e, w = o[stay], lists.extra[lo:hi][stay], lists.worth[lo:hi][stay]
-            came = np.flatnonzero((device == d) & (self.device != d))
+            came = np.flatnonzero((device == d) & (self.device != d) & ~self.locked)
             if came.size:
                 k = self.kind[d]
                 cw, ce = self.worth[k, came], self.extra[k, came]
@@ -159,6 +159,7 @@ class Polisher:
             got = np.bincount(o, weights=e * part, minlength=rows.size)
             on = device == d
             rows[on] = np.floor(got[on] / self.per_row[on] + 1e-9)
+            rows[on & self.locked] = self.rows[on & self.locked]
             partial = np.flatnonzero((part > 0) & (part < 1))
             if partial.size:
                 level[d] = w[partial[0]]

@@ -297,7 +297,25 @@ class RecShard:
             choices.append(whole)
         if self.replicate:
             choices = _with_replicas(task, cost_model, choices)
+            choices[2:2] = self._plain_choice(task, cost_model, choices,
+                                              start + SPLIT_SETUP_SHARE * self.time_limit)
         return choices, bound
+
+    def _plain_choice(self, task: ShardingTask, cost_model: CostModel,
+                      choices: list[ShardGeometry], deadline: float) -> list[ShardGeometry]:
+        """The first split choice as made with no table replicated, where it is not among
+        ``choices`` (none past ``deadline``). Replicas change the relaxation and so the split
+        targets; where the MILP's replicated plan then costs more than the relaxation said
+        (under TorchRec's estimator, say), this choice keeps the plan that planning without
+        replicas finds within reach."""
+        try:
+            plain = relax(task, cost_model, deadline=deadline, replicas=False)
+            g = self._split_choices(task, cost_model, plain,
+                                    float(plain.cost_ms.sum()) / task.num_devices, deadline,
+                                    self.node_splits)[0]
+        except DeadlineReached:
+            return []
+        return [] if any(same_split(g, h) for h in choices) else [g]
 
     def _best_split(self, task: ShardingTask, cost_model: CostModel,
                     choices: list[ShardGeometry], bound: float, deadline: float

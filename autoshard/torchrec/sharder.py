@@ -29,8 +29,9 @@ per starting load factor and handed to TorchRec's planner, whose proposers stop 
 deadline once a plan is found (:mod:`autoshard.torchrec.planning`). Where TorchRec's
 enumeration of every option is predicted (:data:`ENUMERATE_S_PER_SHARD`) to take more than
 :data:`ENUMERATE_SHARE` of the limit, the split types are offered to the dominant tables only,
-or to none; the fitting cache start is searched only with time left for it, a second start
-only with :data:`MIN_START_S` left, and the cache-size search runs only with that much left.
+or to none, and then (where HBM holds every table whole) the ``fused`` kernel alone; the
+fitting cache start is searched only with time left for it, a second start only with
+:data:`MIN_START_S` left, and the cache-size search runs only with that much left.
 ``last_notes`` says what the limit cut.
 """
 
@@ -78,7 +79,9 @@ _log = logging.getLogger(__name__)
 _FIRST_START_SHARE = 0.75  # of the time left, for the fitting cache start of two
 #: Seconds TorchRec's enumerator takes per shard of a sharding option it estimates: 0.18 to
 #: 0.49 ms measured on a 2-core Xeon (200 default tables on 8 devices, one sharding type at a
-#: time: table-row-wise the cheapest, table-column-wise the dearest), rounded up.
+#: time: table-row-wise the cheapest, table-column-wise the dearest), rounded up; 0.66 ms on a
+#: 2-core AMD EPYC (856 whole tables, every kernel): machines differ, so the limit's slack and
+#: the fused-only step (:meth:`TorchRecSharder._offered_in_time`) absorb the difference.
 ENUMERATE_S_PER_SHARD = 5e-4
 #: Share of the time limit the enumeration may be predicted to take; a larger search space is
 #: offered less (split types for dominant tables only, then for none).
