@@ -181,3 +181,21 @@ def test_recshard_with_replicas_costs_no_more_than_without_under_torchrecs_estim
     costs = {rep: evaluate(RecShard(time_limit=60, replicate=rep).shard(task, model), task,
                            model).step_cost_ms for rep in (True, False)}
     assert costs[True] <= costs[False] * (1 + 1e-9)
+
+
+def test_ppo_decodes_its_replicated_candidates_where_hbm_is_short() -> None:
+    """Criteo 1TB's tables on 16 devices with HBM for 30% of their bytes: the replicas go first
+    in the policy's order, so that other tables' rows have not taken their devices' HBM (the
+    decode found no room for them, and ppo stayed 1.41x above recshard's replicated plan)."""
+    from autoshard.model_tables import model_tables
+    from autoshard.sharders import get_sharder
+    from autoshard.workloads import constrained_task
+
+    task = constrained_task(model_tables("criteo1tb"), 16, 0.3)
+    sharder = get_sharder("ppo")
+    plan = sharder.shard(task, MODEL)
+    assert any("replicas" in name for name in sharder.last_choice.costs)
+    assert any(p.sharding.replicated for p in plan.placements)
+    recshard = RecShard(time_limit=10).shard(task, MODEL)
+    assert (evaluate(plan, task, MODEL).step_cost_ms
+            <= 1.02 * evaluate(recshard, task, MODEL).step_cost_ms)

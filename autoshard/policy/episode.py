@@ -53,7 +53,7 @@ class PricedTask:
     parts: np.ndarray  # [T, D, K - 1, 3] hbm/uvm/comm ms of the value buckets
     total: np.ndarray  # [T, D, K - 1] their sums
     lower_bound: float  # ms, the reward's unit
-    order: np.ndarray  # tables, costliest relaxation first
+    order: np.ndarray  # tables: those keeping rows in HBM, then costliest relaxation first
     table_feats: np.ndarray  # [T, TABLE] in placement order
     bytes_left: np.ndarray  # [T + 1] relaxation bytes still to place from step i on
     summary: np.ndarray  # [T + 1, SUMMARY], the entries that depend on the step alone
@@ -85,7 +85,10 @@ class PricedTask:
         lb = max(lower_bound_ms(task, cost_model) if lower_bound is None else lower_bound, 1e-12)
         ref = multipliers.index(1.0) if 1.0 in multipliers else n_v // 2
         ref_cost = total[:, :, ref].mean(axis=1)
-        order = np.argsort(-ref_cost, kind="stable")
+        # Items that must keep rows in HBM (replicas, pinned one per device; constrained
+        # tables) first, so that no other table's rows have taken their device's HBM; then
+        # the costliest first.
+        order = np.lexsort((-ref_cost, task.table_arrays.hbm_least <= 0))
         bytes_k = rows * task.table_arrays.memory_bytes_per_row[:, None]
         mean_cap = float(np.maximum(task.device_arrays.hbm_capacity, 1.0).mean())
         lookups = (float(task.table_arrays.lookups.mean()) if mean_lookups is None
