@@ -315,3 +315,33 @@ def test_the_milp_stall_rule() -> None:
     improving = [(now - 4.0, np.inf), (now - 3.9, 10.0), (now - 0.5, 9.0)]
     assert not stalled(improving, 5e-3, 1.0)
     assert not stalled(flat, 0.0, 1.0) and not stalled(flat, 5e-3, 10.0)
+
+
+def test_a_split_choice_whose_bound_is_not_below_the_best_is_skipped() -> None:
+    """DCNv2's tables on 16 devices of 80 GB: the replicated choices cost less than any plan
+    of the unreplicated ones can (their shards' bounds), so those need no solve, and the plan
+    is below every one of their bounds."""
+    import time
+
+    from autoshard import kinds
+    from autoshard.model_tables import model_tables
+    from autoshard.reservation import get_reservation
+    from autoshard.sharders.recshard import _cannot_beat
+    from autoshard.shards import pricing_task
+
+    task = ShardingTask(tuple(model_tables("dcnv2")), load_hardware("8xH100-80GB", devices=16),
+                        Workload(), get_reservation("torchrec"))
+    model = AnalyticalCostModel()
+    sharder = RecShard(time_limit=60)
+    choices, _ = sharder._choices(task, model, time.perf_counter())
+    later = time.perf_counter() + 60
+    bounds = {}
+    for i, g in enumerate(choices):
+        bounds[i] = lower_bound_ms(pricing_task(task, g), model, reserved=True)
+        assert _cannot_beat(task, model, g, bounds[i], later)
+        assert not _cannot_beat(task, model, g, 1.01 * bounds[i], later)
+    unreplicated = [bounds[i] for i, g in enumerate(choices)
+                    if not kinds.replicated(g.kind).any()]
+    assert unreplicated
+    cost = evaluate(sharder.shard(task, model), task, model).step_cost_ms
+    assert cost < min(unreplicated)

@@ -320,8 +320,9 @@ class RecShard:
     def _best_split(self, task: ShardingTask, cost_model: CostModel,
                     choices: list[ShardGeometry], bound: float, deadline: float
                     ) -> tuple[ShardLayout, Found]:
-        """Each split choice solved in turn while time is left and the gap open; the cheapest
-        layout and its solve."""
+        """Each split choice solved in turn while time is left and the gap open (one whose
+        shards' bound is no lower than the best plan's cost skipped); the cheapest layout and
+        its solve."""
         best: tuple[ShardLayout, Found] | None = None
         first = self.time_limit
         for i, g in enumerate(choices):
@@ -331,6 +332,8 @@ class RecShard:
                                                      deadline)):
                 break
             more = i < len(choices) - 1
+            if best is not None and _cannot_beat(task, cost_model, g, best[1].cost, deadline):
+                continue
             began = time.perf_counter()
             # A finer split gets no more time than the first solve took (at least a tenth of
             # the limit), so that splitting costs a bounded multiple of a table-wise solve.
@@ -419,6 +422,18 @@ def _beats_whole(task: ShardingTask, cost_model: CostModel, g: ShardGeometry, co
         return False
     try:
         return cost < lower_bound_ms(task, cost_model, whole_tables=True, deadline=deadline)
+    except DeadlineReached:
+        return False
+
+
+def _cannot_beat(task: ShardingTask, cost_model: CostModel, g: ShardGeometry, cost: float,
+                 deadline: float) -> bool:
+    """Whether every plan of ``g``'s shards costs at least ``cost`` (the spread-work bound of
+    its pricing task, the reservation counted: :func:`lower_bound_ms`), so that solving it
+    cannot win; False when the bound is not priced by ``deadline``."""
+    try:
+        return lower_bound_ms(pricing_task(task, g), cost_model, reserved=True,
+                              deadline=deadline) >= cost
     except DeadlineReached:
         return False
 
