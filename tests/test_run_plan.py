@@ -288,10 +288,14 @@ def test_interrupt_or_killed_rank_stops_every_rank(action: str, tmp_path: Path) 
     save_tables(tmp_path / "tables.json", TABLES)
     PLAN.save(tmp_path / "plan.json")
     env = dict(os.environ, **{FAULT_ENV: "1:hang"})
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "autoshard", "run-plan", str(tmp_path / "plan.json"), "--tables",
-         str(tmp_path / "tables.json"), "--devices", "2", "--timeout", "60", "--logs",
-         str(tmp_path / "logs")], env=env, stderr=subprocess.PIPE, text=True)
+    # Its stderr goes to a file, not a pipe: the test waits for the command, not for every
+    # process that may hold a copy of the pipe.
+    err_path = tmp_path / "stderr.txt"
+    with err_path.open("w") as err_file:
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "autoshard", "run-plan", str(tmp_path / "plan.json"),
+             "--tables", str(tmp_path / "tables.json"), "--devices", "2", "--timeout", "60",
+             "--logs", str(tmp_path / "logs")], env=env, stderr=err_file, text=True)
     deadline = time.monotonic() + 40
 
     def stages() -> list[str]:
@@ -306,7 +310,13 @@ def test_interrupt_or_killed_rank_stops_every_rank(action: str, tmp_path: Path) 
         cli.send_signal(signal.SIGINT)
     else:
         os.kill(workers[1], signal.SIGKILL)
-    _, err = cli.communicate(timeout=30)
+    try:
+        cli.wait(timeout=50)  # every rank stopped within 2 x 3 s, then the command exits
+    except subprocess.TimeoutExpired:
+        cli.kill()
+        raise AssertionError(f"run-plan still running 50 s after the {action}; ranks at "
+                             f"{stages()}; stderr: {err_path.read_text()}") from None
+    err = err_path.read_text()
     if action == "ctrl-c":
         assert cli.returncode == 130, err
     else:
