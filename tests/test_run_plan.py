@@ -283,19 +283,28 @@ def test_a_failed_rank_ends_the_run(fault: str, tmp_path: Path,
     assert workers_of(tmp_path) == {}
 
 
+def _default_sigint() -> None:
+    """In the child before it runs the command: SIGINT's default action, unblocked."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @pytest.mark.parametrize("action", ["ctrl-c", "kill rank 1"])
 def test_interrupt_or_killed_rank_stops_every_rank(action: str, tmp_path: Path) -> None:
     save_tables(tmp_path / "tables.json", TABLES)
     PLAN.save(tmp_path / "plan.json")
     env = dict(os.environ, **{FAULT_ENV: "1:hang"})
     # Its stderr goes to a file, not a pipe: the test waits for the command, not for every
-    # process that may hold a copy of the pipe.
+    # process that may hold a copy of the pipe. It starts with Ctrl-C's default action, as
+    # from a terminal: a process started with SIGINT ignored keeps ignoring it, and a library
+    # loaded by earlier tests may leave this one ignoring it while it runs a command.
     err_path = tmp_path / "stderr.txt"
     with err_path.open("w") as err_file:
         cli = subprocess.Popen(
             [sys.executable, "-m", "autoshard", "run-plan", str(tmp_path / "plan.json"),
              "--tables", str(tmp_path / "tables.json"), "--devices", "2", "--timeout", "60",
-             "--logs", str(tmp_path / "logs")], env=env, stderr=err_file, text=True)
+             "--logs", str(tmp_path / "logs")], env=env, stderr=err_file, text=True,
+            preexec_fn=_default_sigint)
     deadline = time.monotonic() + 40
 
     def stages() -> list[str]:
