@@ -337,9 +337,10 @@ def test_a_split_choice_whose_bound_is_not_below_the_best_is_skipped() -> None:
     later = time.perf_counter() + 60
     bounds = {}
     for i, g in enumerate(choices):
-        bounds[i] = lower_bound_ms(pricing_task(task, g), model, reserved=True)
-        assert _cannot_beat(task, model, g, bounds[i], later)
-        assert not _cannot_beat(task, model, g, 1.01 * bounds[i], later)
+        sub = pricing_task(task, g)
+        bounds[i] = lower_bound_ms(sub, model, reserved=True)
+        assert _cannot_beat(sub, model, bounds[i], later)
+        assert not _cannot_beat(sub, model, 1.01 * bounds[i], later)
     unreplicated = [bounds[i] for i, g in enumerate(choices)
                     if not kinds.replicated(g.kind).any()]
     assert unreplicated

@@ -332,13 +332,13 @@ class RecShard:
                                                      deadline)):
                 break
             more = i < len(choices) - 1
-            if best is not None and _cannot_beat(task, cost_model, g, best[1].cost, deadline):
+            sub = pricing_task(task, g)
+            if best is not None and _cannot_beat(sub, cost_model, best[1].cost, deadline):
                 continue
             began = time.perf_counter()
             # A finer split gets no more time than the first solve took (at least a tenth of
             # the limit), so that splitting costs a bounded multiple of a table-wise solve.
             stop = began + min(left(deadline) * (0.6 if more else 1.0), first)
-            sub = pricing_task(task, g)
             try:
                 found = self._solve_tables(
                     sub, cost_model, stop, split_pins(task, g),
@@ -426,14 +426,13 @@ def _beats_whole(task: ShardingTask, cost_model: CostModel, g: ShardGeometry, co
         return False
 
 
-def _cannot_beat(task: ShardingTask, cost_model: CostModel, g: ShardGeometry, cost: float,
-                 deadline: float) -> bool:
-    """Whether every plan of ``g``'s shards costs at least ``cost`` (the spread-work bound of
-    its pricing task, the reservation counted: :func:`lower_bound_ms`), so that solving it
-    cannot win; False when the bound is not priced by ``deadline``."""
+def _cannot_beat(sub: ShardingTask, cost_model: CostModel, cost: float, deadline: float
+                 ) -> bool:
+    """Whether every plan of the shards of ``sub`` (a split choice's pricing task) costs at
+    least ``cost`` (its spread-work bound, the reservation counted: :func:`lower_bound_ms`),
+    so that solving it cannot win; False when the bound is not priced by ``deadline``."""
     try:
-        return lower_bound_ms(pricing_task(task, g), cost_model, reserved=True,
-                              deadline=deadline) >= cost
+        return lower_bound_ms(sub, cost_model, reserved=True, deadline=deadline) >= cost
     except DeadlineReached:
         return False
 
