@@ -82,7 +82,8 @@ class Placement:
     def split(cls, table: str, sharding: ShardingKind | str, shards: tuple[Shard, ...]
               ) -> Placement:
         """A split placement; ``device`` and ``hbm_rows`` are derived from the shards."""
-        return cls(table, shards[0].device, sum(s.hbm_rows for s in shards), sharding, shards)
+        kind = sharding if isinstance(sharding, ShardingKind) else ShardingKind.parse(sharding)
+        return cls(table, shards[0].device, sum(s.hbm_rows for s in shards), kind, shards)
 
     @property
     def is_split(self) -> bool:

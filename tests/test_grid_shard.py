@@ -24,9 +24,9 @@ from autoshard.plan import Placement, Plan, Shard
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.episode import PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout
+from autoshard.policy.geometries import split_geometries
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder
-from autoshard.sharders.ppo import split_geometries
 from autoshard.sharders.recshard import RecShard
 from autoshard.shards import (
     ShardGeometry,

@@ -17,9 +17,9 @@ from autoshard.kinds import ShardingKind
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.episode import PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout
+from autoshard.policy.geometries import split_geometries
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder
-from autoshard.sharders.ppo import split_geometries
 from autoshard.sharders.recshard import RecShard
 from autoshard.shards import check_layout, even_split, shard_task, split_pins
 from autoshard.splitting import candidate_splits, split_heavy_tables

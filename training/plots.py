@@ -76,3 +76,28 @@ def comparison(results: list[CompareRow], path: Path, title: str = "") -> Path:
     save_figure(fig, path)
     plt.close(fig)
     return path
+
+
+def imitation_curves(history: list[dict[str, Any]], path: Path) -> Path:
+    """An imitation run (:mod:`autoshard.training.imitate_run`): the set loss per epoch over
+    its rounds, and the validation mean cost ratio of the policy alone (with and without
+    TorchRec's room) after each round."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    losses = [x for h in history if "losses" in h for x in h["losses"]]
+    left.plot(range(1, len(losses) + 1), losses, color="C0")
+    left.set_xlabel("epoch (all rounds)")
+    left.set_ylabel("-log P(expert's actions)")
+    evals = [h for h in history if "validation_mean" in h]
+    names = [str(h["round"]) for h in evals]
+    for key, label, color in (("validation_mean", "all validation tasks", "C0"),
+                              ("validation_room_mean", "with TorchRec's room", "C3")):
+        right.plot(names, [h[key] if h[key] is not None else np.nan for h in evals], "o-",
+                   color=color, label=label)
+    right.set_xlabel("round (start: the committed policy)")
+    right.set_ylabel("policy alone: step cost / bound (mean)")
+    right.legend()
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+    return path

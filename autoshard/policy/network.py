@@ -19,6 +19,7 @@ The value head reads the context only. Saved as ``weights.pt`` (a plain state di
 from __future__ import annotations
 
 import pickle
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from autoshard.bounds import DeadlineReached
 from autoshard.cost import CostModel
 from autoshard.errors import InputError
 from autoshard.fileio import (
@@ -302,17 +304,19 @@ def check_state_dict(state: Any, expected: Mapping[str, torch.Tensor], source: s
 
 
 def decode(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,
-           cost_model: CostModel, samples: int = 0, seed: int = 0) -> list[PlacementEpisode]:
+           cost_model: CostModel, samples: int = 0, seed: int = 0,
+           deadline: float | None = None) -> list[PlacementEpisode]:
     """The policy's greedy episode on ``task``, then ``samples`` sampled ones (see
-    :func:`rollouts`), over one pricing of the task."""
+    :func:`rollouts`), over one pricing of the task. Past ``deadline`` (a
+    ``time.perf_counter`` instant): :class:`autoshard.bounds.DeadlineReached`."""
     layout = ObsLayout(task.num_devices, len(multipliers) + 1)
     priced = PricedTask.prepare(task, cost_model, layout, multipliers)
-    return rollouts(regrid(net, 1), priced, samples, greedy=True, seed=seed)
+    return rollouts(regrid(net, 1), priced, samples, greedy=True, seed=seed, deadline=deadline)
 
 
 def decode_choice(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,
                   cost_model: CostModel, geometry: ShardGeometry, samples: int = 0,
-                  seed: int = 0) -> list[ChoiceEpisode]:
+                  seed: int = 0, deadline: float | None = None) -> list[ChoiceEpisode]:
     """Like :func:`decode`, with the split choice: the policy may split each table that
     ``geometry`` splits, as it splits it (:mod:`autoshard.policy.choice`). A policy of
     one grid is widened (:func:`regrid`)."""
@@ -324,12 +328,12 @@ def decode_choice(net: PlacementNet, multipliers: tuple[float, ...], task: Shard
     wide = regrid(net, GRIDS)
     count = 1 + samples
     episodes = [ChoiceEpisode(priced, layout, offer) for _ in range(count)]
-    _play(wide, episodes, layout, samples, True, seed)
+    _play(wide, episodes, layout, samples, True, seed, deadline)
     return episodes
 
 
 def rollouts(net: PlacementNet, priced: PricedTask, samples: int = 0, greedy: bool = True,
-             seed: int = 0) -> list[PlacementEpisode]:
+             seed: int = 0, deadline: float | None = None) -> list[PlacementEpisode]:
     """Plays the policy over ``priced``: one greedy episode (the most likely allowed action at
     every step) if ``greedy``, and ``samples`` episodes that sample each action from the
     policy's masked distribution (seeded by ``seed``). The episodes run in lockstep, so each
@@ -337,26 +341,32 @@ def rollouts(net: PlacementNet, priced: PricedTask, samples: int = 0, greedy: bo
 
     Returns:
         The finished episodes, the greedy one first.
+
+    Raises:
+        DeadlineReached: ``deadline`` (a ``time.perf_counter`` instant) passed first.
     """
     layout = ObsLayout(priced.task.num_devices, len(priced.multipliers) + 1)
     count = int(greedy) + samples
     if count < 1:
         raise ValueError("need the greedy episode or at least one sample")
     episodes = [PlacementEpisode(priced, layout) for _ in range(count)]
-    _play(net, episodes, layout, samples, greedy, seed)
+    _play(net, episodes, layout, samples, greedy, seed, deadline)
     return episodes
 
 
 def _play(net: PlacementNet, episodes: list[Any], layout: ObsLayout, samples: int,
-          greedy: bool, seed: int) -> None:
+          greedy: bool, seed: int, deadline: float | None = None) -> None:
     """Steps ``episodes`` in lockstep until all are done (the greedy one first when
-    ``greedy``, the others sampled), one network call per step for those still running."""
+    ``greedy``, the others sampled), one network call per step for those still running;
+    :class:`autoshard.bounds.DeadlineReached` once ``deadline`` passes."""
     count = len(episodes)
     generator = torch.Generator().manual_seed(seed)
     obs = np.empty((count, layout.size), dtype=np.float32)
     masks = np.empty((count, layout.max_devices * layout.buckets), dtype=bool)
     with torch.inference_mode():
         while not all(ep.done for ep in episodes):
+            if deadline is not None and time.perf_counter() >= deadline:
+                raise DeadlineReached("policy decode")
             live = [i for i, ep in enumerate(episodes) if not ep.done]
             for i in live:
                 obs[i] = episodes[i].obs

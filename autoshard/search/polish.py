@@ -30,11 +30,14 @@ stage never returns a worse plan.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from autoshard import kinds
 from autoshard.cost import CostModel
 from autoshard.evaluator import evaluate, step_cost_ms
+from autoshard.milp.curves import CostCurves
 from autoshard.milp.plans import feasible
 from autoshard.plan import Plan
 from autoshard.search.polisher import MARGIN, Polisher
@@ -123,6 +126,37 @@ def polish_plan(plan: Plan, task: ShardingTask, cost_model: CostModel,
     if not after < before or not feasible(items, out.device, out.hbm_rows):
         return plan, before
     return out.to_plan(task, plan.sharder), after
+
+
+def polish_arrays(items: ShardingTask, cost_model: CostModel,
+                  starts: list[tuple[np.ndarray, np.ndarray]], stop: float,
+                  fixed: np.ndarray | None = None, node_bound: np.ndarray | None = None,
+                  priced: CostCurves | None = None) -> tuple[int, np.ndarray, np.ndarray]:
+    """The polish on bare arrays (for a solver's warm start). Each start (devices, HBM rows of
+    every item of ``items``: tables, or shards priced as tables) is water-filled; the one whose
+    most loaded device is then lightest is moved until ``stop`` (a ``time.perf_counter``
+    instant) or until no move helps (``fixed`` items stay on their device, ``node_bound``
+    ones on their node). A start's raw cost says little of where it polishes to (a greedy
+    plan's HBM split can be far off while its placement is good); another start is filled only
+    while that fits before ``stop``. ``priced``: the items' cost curves, when a solver has
+    them. Returns (the start's index, devices, HBM rows), which may not be cheaper than that
+    start: the caller prices and checks them."""
+    curves = Curves.price(items, cost_model, priced)
+    best: tuple[float, int, Polisher] | None = None
+    for i, (device, rows) in enumerate(starts):
+        began = time.perf_counter()
+        polisher = Polisher(items, cost_model, curves, device, rows, node_bound, fixed)
+        polisher.refill()
+        top = float(polisher.load.max())
+        if best is None or top < best[0]:
+            best = (top, i, polisher)
+        if 2 * time.perf_counter() - began >= stop:  # the next fill would end past it
+            break
+    assert best is not None, "no start"
+    _, index, polisher = best
+    polisher.search(max(MIN_ROUNDS, ROUNDS_PER_DEVICE * items.num_devices) * 1000,
+                    max(stop - time.perf_counter(), 0.0))
+    return index, polisher.device, polisher.rows
 
 
 def _tune_shares(items: ShardingTask, cost_model: CostModel, curves: Curves, layout: ShardLayout,

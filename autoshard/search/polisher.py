@@ -21,6 +21,10 @@ VERIFY = 6
 #: Devices (the highest levels first) whose moves may even out the work when none lowers the
 #: maximum.
 WORK_SOURCES = 4
+#: Most items of a device whose moves a round prices, and most swap partners (on thousands of
+#: tables a round over all of them took seconds, past any time guard): beyond, items evenly
+#: spread over the price ranking (:func:`_spread`).
+MAX_MOVED, MAX_PARTNERS = 256, 2048
 #: Relative margin by which a change must lower the load it aims at.
 MARGIN = 1e-9
 
@@ -168,21 +172,25 @@ class Polisher:
     # -- moves ---------------------------------------------------------------------------------
 
     def search(self, rounds: int, seconds: float) -> None:
-        """Moves and swaps until none helps, ``rounds`` rounds ran or ``seconds`` pass: off
-        the most loaded device
-        while that lowers it, else, from the devices whose HBM is worth most (the highest
-        levels), those that lower the work of the two devices without raising the maximum
-        (which evens the levels, and so the work, out)."""
+        """Moves and swaps until none helps, ``rounds`` rounds ran or ``seconds`` pass (no
+        round starts that the last one's time says would end past them): off the most loaded
+        device while that lowers it, else, from the devices whose HBM is worth most (the
+        highest levels), those that lower the work of the two devices without raising the
+        maximum (which evens the levels, and so the work, out)."""
         stop = time.perf_counter() + seconds
         alike = self.cost.shape[0] == 1  # one kind of device
+        last = 0.0  # how long the last round took: a round that would end past stop is not run
         for _ in range(rounds):
+            began = time.perf_counter()
             top = int(np.argmax(self.load))
-            if time.perf_counter() >= stop or (alike and (self.device == top).sum() < 2):
+            if began + last >= stop or (alike and (self.device == top).sum() < 2):
                 break  # one item alone on the top device: no move can lower it
-            if self._improve(top, work=False):
+            improved = self._improve(top, work=False)
+            last = time.perf_counter() - began
+            if improved:
                 continue
             sources = np.argsort(-self.level, kind="stable")[:WORK_SOURCES]
-            if not any(time.perf_counter() < stop and self._improve(int(d), work=True)
+            if not any(time.perf_counter() + last < stop and self._improve(int(d), work=True)
                        for d in sources):
                 break
 
@@ -193,6 +201,7 @@ class Polisher:
         mine = np.flatnonzero(self.device == s)
         if mine.size == 0:
             return False
+        mine = _spread(mine, self.price[mine], MAX_MOVED)
         if self._lists is None:
             self._lists = SegmentLists.build(self.curves, self.device, self.hbm_cap)
         lists = self._lists
@@ -203,6 +212,7 @@ class Polisher:
         others = np.flatnonzero(self.device != s)
         if not work:  # to lower device s, a swap brings in an item cheaper than one it sends
             others = others[self.price[others] < self.price[mine].max()]
+        others = _spread(others, self.price[others], MAX_PARTNERS)
         b = self.device[others]
         # Swaps: each side as a removal then an arrival on the unchanged other device; the
         # other device's removal valued at its level (the Lagrangian estimate).
@@ -352,3 +362,12 @@ class Polisher:
         host = np.bincount(device[sel], weights=cold, minlength=self.load.size)
         seen = np.bincount(device[sel], minlength=self.load.size) > 0
         return ~seen | (host <= self.host_cap + 1e-6)
+
+
+def _spread(items: np.ndarray, price: np.ndarray, most: int) -> np.ndarray:
+    """``items`` when there are at most ``most``; else ``most`` of them evenly spread over their
+    ranking by ``price`` (the dearest and the cheapest included), in their order."""
+    if items.size <= most:
+        return items
+    ranked = np.argsort(price, kind="stable")
+    return np.sort(items[ranked[np.linspace(0, items.size - 1, most).round().astype(int)]])

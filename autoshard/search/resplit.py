@@ -69,14 +69,14 @@ def resplit_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: fl
         cost_model: Prices the variants.
         cost: The plan's step cost.
         seconds: Time guard (default: :func:`autoshard.search.polish.step_seconds` of
-            the plan's tables; in the quick mode at most :data:`QUICK_SECONDS`).
+            the plan's tables); in the quick mode at most :data:`QUICK_SECONDS`.
         quick: For large tasks: only the dearest table on the most loaded device, column
             blocks of at most :data:`QUICK_BLOCKS`, and the water-filled variants compete as
             they are (no polish).
     """
     if seconds is None:
         seconds = step_seconds(len(plan.placements), task.num_devices)
-        seconds = min(seconds, QUICK_SECONDS) if quick else seconds
+    seconds = min(seconds, QUICK_SECONDS) if quick else seconds
     stop = time.perf_counter() + seconds
     best, best_cost = plan, cost
     while time.perf_counter() < stop:

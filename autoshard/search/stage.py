@@ -15,13 +15,14 @@ result says what each kept step brought (:class:`Searched`), which a plan's prov
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import partial
 
 from autoshard.cost import CostModel
 from autoshard.plan import Plan
 from autoshard.search.kick import kick_plan
-from autoshard.search.polish import polish_plan
+from autoshard.search.polish import polish_plan, step_seconds
 from autoshard.search.resplit import resplit_plan
 from autoshard.task import ShardingTask
 
@@ -42,15 +43,24 @@ class Searched:
 
 
 def refine(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float, *,
-           large: bool = False, seed: int = 0) -> Searched:
+           large: bool = False, seed: int = 0, seconds: float | None = None) -> Searched:
     """Steps 2 and 3 of the module docstring on a polished plan; on a ``large`` task only the
-    re-split's quick mode."""
+    re-split's quick mode. With ``seconds``, each step's time guard is at most half of what
+    is left of them (the re-split's) or all of it (the kicks')."""
+    stop = None if seconds is None else time.perf_counter() + seconds
     steps = [("resplit", partial(resplit_plan, quick=large))]
     if not large:
         steps.append(("kick", partial(kick_plan, seed=seed)))
     kept: list[tuple[str, float]] = []
-    for tag, step in steps:
-        better, better_cost = step(plan, task, cost_model, cost)
+    for i, (tag, step) in enumerate(steps):
+        guard = None
+        if stop is not None:
+            left = stop - time.perf_counter()
+            if left <= 0:
+                break
+            own = step_seconds(len(plan.placements), task.num_devices)
+            guard = min(own, left / (len(steps) - i))
+        better, better_cost = step(plan, task, cost_model, cost, seconds=guard)
         if better_cost < cost:
             plan, cost = better, better_cost
             kept.append((tag, cost))

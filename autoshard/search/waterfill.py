@@ -16,7 +16,7 @@ import numpy as np
 
 from autoshard.bounds import device_kinds
 from autoshard.cost import CostModel
-from autoshard.milp.curves import UNIT_BYTES, cost_curves
+from autoshard.milp.curves import UNIT_BYTES, CostCurves, cost_curves
 from autoshard.milp.plans import hbm_terms
 from autoshard.task import ShardingTask
 
@@ -43,12 +43,14 @@ class Curves:
     segments: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
 
     @classmethod
-    def price(cls, items: ShardingTask, cost_model: CostModel) -> Curves:
+    def price(cls, items: ShardingTask, cost_model: CostModel,
+              priced: CostCurves | None = None) -> Curves:
         """Prices the curves of ``items`` on one device of each kind: the lower hulls of
         :func:`autoshard.milp.curves.cost_curves` (vertices at whole rows, where the
-        access curve can bend), padded to one length by repeating the last vertex."""
+        access curve can bend), padded to one length by repeating the last vertex; ``priced``:
+        those hulls already priced (a MILP solve's)."""
         kinds = device_kinds(items)
-        hulls = cost_curves(items, cost_model, kinds).hulls
+        hulls = (priced if priced is not None else cost_curves(items, cost_model, kinds)).hulls
         width = max(h[0].size for h in hulls)
         shape = (items.num_tables, kinds.count, width)
         used, cost = np.empty(shape), np.empty(shape)

@@ -1,13 +1,20 @@
 """The learned sharder: a trained placement policy, decoded greedily and by sampling, with the
 greedy sharders' plans as candidates; the plan with the lowest step cost wins.
 
-Splits: on tasks of up to :data:`SMALL_TASK` (table, device) pairs, the tables that dominate are
-split as ``split_lookup_greedy`` and ``recshard`` split them
+Splits: the tables that dominate are split as ``split_lookup_greedy`` and ``recshard`` split them
 (:func:`autoshard.splitting.split_heavy_tables`), and the policy also places the resulting shards
 as items (each shard priced like a table through the cost model); its split decodes compete with
 its whole-table ones. In one more decode the policy chooses the splits itself
 (:mod:`autoshard.policy.choice`): at each dominant table it either places the table whole
-or splits it as the heuristic would and places its shards (``ppo-choice-greedy``).
+or splits it as the heuristic would and places its shards (``ppo-choice-greedy``). On tasks
+over :data:`SMALL_TASK` (table, device) pairs only the main split choice is decoded (and no
+whole-table decode where tables dominate), with :data:`FALLBACK` the only rival.
+
+Time limit: ``time_limit`` seconds (the CLI's ``--time-limit``) for the whole run. The fallback
+is made first; a decode starts only when its estimated time fits before :data:`DECODE_SHARE`
+of the limit, and stops there (the first decode of ``ppo-policy``, which has no fallback, runs
+to its end); the polish and the search stage's steps get time guards within what is left.
+:attr:`PPOSharder.last_notes` says what the limit cut.
 
 The policy is read safely: a JSON config and a plain state dict of tensors
 (``torch.load(weights_only=True)``), never a pickle. By default it is the policy committed
@@ -18,19 +25,22 @@ as package data under ``autoshard/data/ppo_policy``; ``policy=`` names another f
 from __future__ import annotations
 
 import importlib.util
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import autoshard
+from autoshard.bounds import DeadlineReached
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import plan_cost_ms, step_cost_ms
-from autoshard.limits import SEED, THREADS, Range
+from autoshard.limits import SEED, THREADS, TIME_LIMIT_S, Range
 from autoshard.plan import Plan
+from autoshard.policy.geometries import split_geometries
 from autoshard.provenance import Provenance
 from autoshard.search.enforce import enforce
-from autoshard.search.polish import polish_plan
+from autoshard.search.polish import budget, polish_plan
 from autoshard.search.stage import refine
 from autoshard.search.waterfill import Curves
 from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
@@ -42,11 +52,23 @@ DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_polic
 #: candidate, one rollout lowers the held-out families' mean cost by under 1% for about a third
 #: more planning time (``benchmarks/bench_ppo.py --samples 1``, ``results/ppo/README.md``).
 SAMPLES = 0
-#: Tasks of up to this many (table, device) pairs also get the split decodes and candidates.
+#: Tasks of up to this many (table, device) pairs get every split decode and candidate; larger
+#: ones the main split choice only (``ppo-split`` and the policy's own choice over it), and
+#: ``lookup_greedy`` alone of the greedy family (its plan is also the fallback).
 SMALL_TASK = 20_000
-#: Tasks with fewer tables per device than this also get decodes over a finer split: tables
-#: dearer than :data:`FINE_TARGET` times the split choice's target are split too.
-FINE_TABLES_PER_DEVICE, FINE_TARGET = 4, 0.5
+#: Over this many pairs (856 x 128 has 109,568) the search stage runs the re-split's quick
+#: mode only and no kicks: on the 856 x 128 tasks they took 1.2 of its 3.3 s for under 1%.
+HUGE_TASK = 100_000
+#: On tasks over :data:`SMALL_TASK` pairs, the winner is polished on for at most this share of
+#: the time limit (and this many rounds) while its moves help.
+SETTLE_SHARE, SETTLE_ROUNDS = 0.05, 1_000_000
+#: Share of the time limit the policy's decodes may run to; the rest is the search stage's.
+DECODE_SHARE = 0.6
+#: A decode is started only if this estimate of its seconds per (item, device) pair (the
+#: pricing of its options and one network call per item; about 5e-6 to 8.5e-6 on this
+#: project's 2-core machine) times its pairs fits before the decodes' deadline. Past it a
+#: running decode stops and its plan is dropped.
+DECODE_SECONDS_PER_PAIR = 1e-5
 #: The table-wise greedy sharders (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 #: Candidates whose cheapest is polished besides the cheapest of all: the decodes over split
@@ -63,6 +85,9 @@ WHOLE_GROUP = ("ppo-greedy", "ppo-sample", *GREEDY)
 #: :data:`SMALL_TASK` (table, device) pairs, the variant that splits dominant tables (the
 #: policy's own actions are table-wise; the split variant takes 0.8 s at 856 x 128).
 CANDIDATES = (*GREEDY, "split_lookup_greedy")
+#: The one candidate on tasks over :data:`SMALL_TASK` pairs: made first, it is the plan kept
+#: where no decode ends before its deadline.
+FALLBACK = "lookup_greedy"
 
 
 def _small(task: ShardingTask) -> bool:
@@ -106,12 +131,13 @@ class PPOSharder:
     tables and shards moved off the most loaded device), competing as ``<name>+polish`` if
     that improves it (the stage stops after a number of rounds, so plans stay deterministic,
     unless its time guard ends it first, as on large tasks); on tasks with fewer than
-    :data:`FINE_TABLES_PER_DEVICE` tables per device the decodes also run over a finer split
-    (``ppo-fine-greedy``, ...), whose best is polished too, and so is the best whole-table
+    :data:`~autoshard.policy.geometries.FINE_TABLES_PER_DEVICE` tables per device the
+    decodes also run over a finer split (``ppo-fine-greedy``, ...), whose best is polished
+    too, and so is the best whole-table
     plan. Where tables dominate (the split decodes ran) the cheapest then has its heaviest
     tables' splits re-chosen (:mod:`autoshard.search.resplit`) and kicks around it
     (:mod:`autoshard.search.kick`), winning as ``<name>+resplit`` / ``+kick`` where
-    that lowers its cost; on tasks over :data:`SMALL_TASK` pairs only the re-split's quick
+    that lowers its cost; on tasks over :data:`HUGE_TASK` pairs only the re-split's quick
     mode runs (the dearest table on the most loaded device split into a few column blocks or
     by rows). The cheapest step cost wins (ties: the earlier candidate).
     :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
@@ -127,23 +153,27 @@ class PPOSharder:
         split: Whether the policy also places the shards of the dominant tables (and chooses
             which to split).
         polish: Whether the cheapest candidates go through the improvement stage.
+        time_limit: Seconds for the whole run (module docstring).
     """
 
     name: ClassVar[str] = "ppo"
     summary: ClassVar[str] = ("learned placement policy: greedy and best-of-K sampled decodes, "
                               "greedy sharders as candidates")
     option_ranges: ClassVar[dict[str, Range]] = {
-        "threads": THREADS, "samples": Range(0, 1000, integer=True), "seed": SEED}
+        "threads": THREADS, "samples": Range(0, 1000, integer=True), "seed": SEED,
+        "time_limit": TIME_LIMIT_S}
 
     def __init__(self, policy: str | Path | None = None, threads: int = 1,
                  samples: int | None = None, candidates: bool = True, seed: int = 0,
-                 split: bool = True, polish: bool = True) -> None:
+                 split: bool = True, polish: bool = True, time_limit: float = 60.0) -> None:
         if samples is not None and samples < 0:
             raise InputError("must be >= 0", field="samples", value=samples)
+        TIME_LIMIT_S.check(time_limit, "time_limit", "sharder options")
         self.policy = Path(policy) if policy is not None else DEFAULT_POLICY
         self.threads, self.samples, self.candidates, self.seed = threads, samples, candidates, seed
-        self.split, self.polish = split, polish
+        self.split, self.polish, self.time_limit = split, polish, float(time_limit)
         self.last_choice: Choice | None = None
+        self.last_notes: list[str] = []
         self._net: Any = None
         self._choice_net: Any = None
         self._multipliers: tuple[float, ...] = ()
@@ -166,48 +196,70 @@ class PPOSharder:
         self._net, self._choice_net = regrid(net, 1), regrid(net, GRIDS)
 
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
-        costs, plans, dominated = self._policy_plans(task, cost_model)
-        if self.candidates:
-            self._add_greedy(task, cost_model, costs, plans)
-        if self.polish:
-            self._polish(task, cost_model, costs, plans)
+        start = time.perf_counter()
+        clock = Clock(start + DECODE_SHARE * self.time_limit, start + self.time_limit)
+        self.last_notes = []
+        rival_costs: dict[str, float] = {}
+        rival_plans: dict[str, Plan] = {}
+        if self.candidates:  # first: the plan kept if no decode ends before its deadline
+            self._add_greedy(task, cost_model, rival_costs, rival_plans)
+        costs, plans, dominated = self._policy_plans(task, cost_model, clock, bool(rival_costs))
+        costs.update(rival_costs)
+        plans.update(rival_plans)
+        curves: dict[bytes, Curves] = {}
+        first_s = self._polish(task, cost_model, costs, plans, clock, curves) if self.polish else 0
         winner = min(costs, key=costs.__getitem__)
-        large = not _small(task)
-        if self.polish and (dominated or (large and self.split)):
-            refined = refine(plans[winner], task, cost_model, costs[winner], large=large,
-                             seed=self.seed)
+        if self.polish and (dominated or (not _small(task) and self.split)):
+            refined = refine(plans[winner], task, cost_model, costs[winner],
+                             large=task.num_tables * task.num_devices > HUGE_TASK,
+                             seed=self.seed, seconds=clock.left())
             for tag, cost in refined.steps:
                 winner = f"{winner}+{tag}"
                 costs[winner], plans[winner] = cost, refined.plan
+        if self.polish and not _small(task):
+            winner = self._settle(task, cost_model, winner, costs, plans, clock, curves, first_s)
         self.last_choice = Choice(winner, costs)
         return replace(plans[winner], sharder=self.name,
                        provenance=provenance(winner, costs))
 
-    def _policy_plans(self, task: ShardingTask, cost_model: CostModel
-                      ) -> tuple[dict[str, float], dict[str, Plan], bool]:
+    def _policy_plans(self, task: ShardingTask, cost_model: CostModel, clock: Clock,
+                      fallback: bool) -> tuple[dict[str, float], dict[str, Plan], bool]:
         """The policy's decodes, named, with their step costs; and whether some table dominates
-        (the split decodes ran: tasks of up to :data:`SMALL_TASK` pairs)."""
+        (the split decodes ran). Once some plan exists (``fallback``: a rival's; else the
+        first decode's, which runs to its end) a decode runs only if ``clock`` says it can end
+        before the decodes' deadline (:data:`DECODE_SECONDS_PER_PAIR`); one that does not is
+        dropped, and :attr:`last_notes` says so."""
         import torch
 
-        small = _small(task)
         samples = SAMPLES if self.samples is None else self.samples
+        costs: dict[str, float] = {}
+        plans: dict[str, Plan] = {}
+        if fallback and not self._in_time(clock, "ppo", task.num_tables, task.num_devices,
+                                          samples):
+            return costs, plans, False  # no decode would end in time: no split priced either
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            costs: dict[str, float] = {}
-            plans: dict[str, Plan] = {}
-            for name, ep in self._decode(task, cost_model, samples, "ppo"):
+            geometries = (split_geometries(task, cost_model, fine=self.polish,
+                                           variants=_small(task)) if self.split else {})
+            # On large tasks where tables dominate, whole-table plans are far behind split ones
+            # (31.4 against 11.0 ms on constrained-856x128): no whole-table decode there.
+            whole = _small(task) or not geometries
+            def timed() -> Clock | None:
+                return clock if fallback or costs else None
+
+            decoded = self._decode(task, cost_model, samples, "ppo", timed()) if whole else []
+            for name, ep in decoded:
                 plans[name] = ep.plan(self.name)
                 costs[name] = step_cost_ms(task, cost_model, ep.state.device, ep.state.hbm_rows)
-            geometries = (split_geometries(task, cost_model, fine=self.polish)
-                          if self.split and small else {})
             if "ppo-split" in geometries:
                 self._choose_splits(task, cost_model, geometries["ppo-split"], samples, costs,
-                                    plans)
+                                    plans, timed())
             for prefix, geometry in geometries.items():
                 shards = pricing_task(task, geometry)
                 try:
-                    episodes = self._decode_or_greedy(shards, cost_model, samples, prefix)
+                    episodes = self._decode_or_greedy(shards, cost_model, samples, prefix,
+                                                      timed())
                 except PlannerError:  # some shard fits nowhere once others are placed
                     continue
                 for name, ep in episodes:
@@ -223,17 +275,25 @@ class PPOSharder:
         return costs, plans, any(name != "ppo-replicas" for name in geometries)
 
     def _choose_splits(self, task: ShardingTask, cost_model: CostModel, geometry: ShardGeometry,
-                       samples: int, costs: dict[str, float], plans: dict[str, Plan]) -> None:
+                       samples: int, costs: dict[str, float], plans: dict[str, Plan],
+                       clock: Clock | None) -> None:
         """Adds the decodes in which the policy chooses which tables of ``geometry``'s split to
         split (``ppo-choice-greedy``, ``ppo-choice-sample-i``)."""
         from autoshard.policy.network import decode_choice
 
+        name = "ppo-choice"
+        if not self._in_time(clock, name, geometry.num_shards, task.num_devices, samples):
+            return
         try:
             episodes = decode_choice(self._choice_net, self._multipliers, task, cost_model,
-                                     geometry, samples, self.seed)
+                                     geometry, samples, self.seed,
+                                     None if clock is None else clock.decodes_end)
         except PlannerError:  # some item fits nowhere once others are placed
             return
-        names = ["ppo-choice-greedy"] + [f"ppo-choice-sample-{i}" for i in range(samples)]
+        except DeadlineReached:
+            self.last_notes.append(f"{name}: stopped at the decodes' deadline; dropped")
+            return
+        names = [f"{name}-greedy"] + [f"{name}-sample-{i}" for i in range(samples)]
         for name, ep in zip(names, episodes, strict=True):
             layout = ep.shard_layout().even_shares(task)
             plans[name] = layout.to_plan(task, self.name)
@@ -241,37 +301,60 @@ class PPOSharder:
                                        layout.device, layout.hbm_rows)
 
     def _decode_or_greedy(self, task: ShardingTask, cost_model: CostModel, samples: int,
-                          prefix: str) -> list[tuple[str, Any]]:
+                          prefix: str, clock: Clock | None) -> list[tuple[str, Any]]:
         """:meth:`_decode`, or its greedy decode alone where a sampled rollout places some
         item nowhere (the samples run in lockstep: one failure ends them all)."""
         try:
-            return self._decode(task, cost_model, samples, prefix)
+            return self._decode(task, cost_model, samples, prefix, clock)
         except PlannerError:
             if samples == 0:
                 raise
-            return self._decode(task, cost_model, 0, prefix)
+            return self._decode(task, cost_model, 0, prefix, clock)
 
-    def _decode(self, task: ShardingTask, cost_model: CostModel, samples: int, prefix: str
-                ) -> list[tuple[str, Any]]:
-        """The policy's greedy and ``samples`` sampled episodes on ``task``, named."""
+    def _decode(self, task: ShardingTask, cost_model: CostModel, samples: int, prefix: str,
+                clock: Clock | None) -> list[tuple[str, Any]]:
+        """The policy's greedy and ``samples`` sampled episodes on ``task``, named; none when
+        ``clock`` says they would not end in time, or they do not."""
         from autoshard.policy.network import decode
 
-        episodes = decode(self._net, self._multipliers, task, cost_model, samples, self.seed)
+        if not self._in_time(clock, prefix, task.num_tables, task.num_devices, samples):
+            return []
+        try:
+            episodes = decode(self._net, self._multipliers, task, cost_model, samples,
+                              self.seed, None if clock is None else clock.decodes_end)
+        except DeadlineReached:
+            self.last_notes.append(f"{prefix}: stopped at the decodes' deadline; dropped")
+            return []
         names = [f"{prefix}-greedy"] + [f"{prefix}-sample-{i}" for i in range(samples)]
         return list(zip(names, episodes, strict=True))
 
+    def _in_time(self, clock: Clock | None, name: str, items: int, devices: int,
+                 samples: int) -> bool:
+        """Whether a decode of ``items`` on ``devices`` may start (always without ``clock``);
+        a skipped one is noted."""
+        if clock is None:
+            return True
+        need = DECODE_SECONDS_PER_PAIR * items * devices * (1 + 0.25 * samples)
+        if need <= clock.left(clock.decodes_end):
+            return True
+        self.last_notes.append(f"{name}: not decoded, its estimated {need:.1f} s exceeds the "
+                               f"{clock.left(clock.decodes_end):.1f} s left to the decodes")
+        return False
+
     @staticmethod
     def _polish(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
-                plans: dict[str, Plan]) -> None:
+                plans: dict[str, Plan], clock: Clock, curves: dict[bytes, Curves]) -> float:
         """Polishes the cheapest candidate (:func:`autoshard.search.polish.polish_plan`)
         and the cheapest of each group of :data:`POLISHED_GROUPS` and :data:`WHOLE_GROUP`
         (split pieces a polish can balance better than their raw cost shows, and on a task
         planned for TorchRec row shards stay one per device, which a whole-table plan's polish
         cannot reach; where HBM is reserved per shard, whole tables reserve less); each that
-        improves competes as ``<name>+polish``."""
+        improves competes as ``<name>+polish``. The group members are polished only while
+        the time limit allows (``clock``); the cheapest always is. The items' curves priced
+        go into ``curves``; returns how long the cheapest's polish took."""
         ranked = sorted(costs, key=costs.__getitem__)
         chosen = ranked[:1]
-        curves: dict[bytes, Curves] = {}
+        first_s = 0.0
         for group in (*POLISHED_GROUPS, WHOLE_GROUP) if _small(task) else POLISHED_GROUPS:
             members = [n for n in ranked if n.startswith(group) and n not in chosen]
             if len(members) > 1:  # ranked by their cost with HBM water-filled, no move
@@ -279,25 +362,66 @@ class PPOSharder:
                                          fill_only=True)[1] for n in members}
                 members.sort(key=filled.__getitem__)
             chosen += members[:1]
-        for name in chosen:
-            plan, cost = polish_plan(plans[name], task, cost_model, costs[name], curves=curves)
+        for i, name in enumerate(chosen):
+            rounds, seconds = budget(len(plans[name].placements), task.num_devices)
+            if i and clock.left() < 2 * seconds:
+                break
+            began = time.perf_counter()
+            plan, cost = polish_plan(plans[name], task, cost_model, costs[name],
+                                     limit=(rounds, min(seconds, max(clock.left(), 0.01))),
+                                     curves=curves)
+            first_s = first_s or time.perf_counter() - began
             if cost < costs[name]:
                 costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
+        return first_s
+
+    def _settle(self, task: ShardingTask, cost_model: CostModel, winner: str,
+                costs: dict[str, float], plans: dict[str, Plan], clock: Clock,
+                curves: dict[bytes, Curves], first_s: float) -> str:
+        """On a large task, the winner's polish run on (``+settle``) while its moves help: the
+        polish's usual budget stops it after a round per device, far from where they stop
+        helping on hundreds of devices. For at most :data:`SETTLE_SHARE` of the time limit,
+        and only when what is left also covers another polish's set-up (``first_s``, the
+        first polish's time; the items' ``curves`` are reused); returns the winner's name."""
+        seconds = min(SETTLE_SHARE * self.time_limit, clock.left() - first_s)
+        if seconds <= 0:
+            return winner
+        plan, cost = polish_plan(plans[winner], task, cost_model, costs[winner],
+                                 limit=(SETTLE_ROUNDS, seconds), curves=curves)
+        if not cost < costs[winner]:
+            return winner
+        name = f"{winner}+settle"
+        costs[name], plans[name] = cost, plan
+        return name
 
     @staticmethod
     def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
                     plans: dict[str, Plan]) -> None:
         """Adds each candidate greedy sharder's plan and its step cost (failures and
-        sharders that cannot run here are skipped)."""
+        sharders that cannot run here are skipped); on tasks over :data:`SMALL_TASK` pairs
+        :data:`FALLBACK`'s alone."""
         from autoshard.sharders import get_sharder
 
-        for name in CANDIDATES if _small(task) else GREEDY:
+        for name in CANDIDATES if _small(task) else (FALLBACK,):
             try:
                 plan = get_sharder(name).shard(task, cost_model)
             except PlannerError:
                 continue
             costs[name] = plan_cost_ms(plan, task, cost_model)
             plans[name] = plan
+
+
+@dataclass(frozen=True)
+class Clock:
+    """A sharder's time limit: when its decodes and its whole run must end
+    (``time.perf_counter`` instants)."""
+
+    decodes_end: float
+    end: float
+
+    def left(self, until: float | None = None) -> float:
+        """Seconds left before ``until`` (default: the end), at least 0."""
+        return max((self.end if until is None else until) - time.perf_counter(), 0.0)
 
 
 class PPOPolicySharder(PPOSharder):
@@ -307,16 +431,17 @@ class PPOPolicySharder(PPOSharder):
     what the policy contributes.
 
     Args:
-        policy, threads, samples, seed, split: As for :class:`PPOSharder`.
+        policy, threads, samples, seed, split, time_limit: As for :class:`PPOSharder`.
     """
 
     name: ClassVar[str] = "ppo-policy"
     summary: ClassVar[str] = "learned placement policy alone: its decodes, no rivals, no search"
 
     def __init__(self, policy: str | Path | None = None, threads: int = 1,
-                 samples: int | None = None, seed: int = 0, split: bool = True) -> None:
+                 samples: int | None = None, seed: int = 0, split: bool = True,
+                 time_limit: float = 60.0) -> None:
         super().__init__(policy, threads, samples, candidates=False, seed=seed, split=split,
-                         polish=False)
+                         polish=False, time_limit=time_limit)
 
 
 def provenance(winner: str, costs: dict[str, float]) -> Provenance:
@@ -331,46 +456,3 @@ def provenance(winner: str, costs: dict[str, float]) -> Provenance:
               "policy" if base.startswith(("ppo-greedy", "ppo-sample")) else
               "policy over splits")
     return Provenance(base, source, costs[base], tuple(steps), tuple(costs.items()))
-
-
-def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = True
-                     ) -> dict[str, ShardGeometry]:
-    """The shards the policy also places, by candidate prefix: ``ppo-split``, the split choice
-    of ``split_lookup_greedy`` and ``recshard`` (when some table dominates), and, with
-    ``fine`` (the sharder polishes) on tasks with fewer than :data:`FINE_TABLES_PER_DEVICE`
-    tables per device, ``ppo-fine``: the same choice with :data:`FINE_TARGET` times its target
-    (more, smaller pieces), when that splits more. On hardware of several nodes each also as
-    ``ppo-node-split`` / ``ppo-node-fine`` where the choice differs once table-row-wise splits
-    are offered too (the episode keeps such a table's shards on one node, one per device).
-    Each, and every table whole, also as ``<prefix>-replicas`` where light tables' replicas
-    pay (:func:`autoshard.splitting.replicate_tables`: one per device, every row in HBM).
-    """
-    from autoshard.bounds import relax
-    from autoshard.shards import same_split, whole_tables
-    from autoshard.splitting import replicate_tables, split_heavy_tables
-
-    relaxed = relax(task, cost_model)
-    nodes = task.hardware.devices_per_node < task.num_devices
-    out: dict[str, ShardGeometry] = {}
-    for local in (False, True) if nodes else (False,):
-        tag = "ppo-node" if local else "ppo"
-        choice = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=local)
-        found = [("split", choice.geometry)] if choice.split_tables.size else []
-        if task.reservation.keeps_room and found:
-            rows = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=local,
-                                      rows_only=True)
-            found.append(("rows", rows.geometry))
-        if fine and task.num_tables < FINE_TABLES_PER_DEVICE * task.num_devices:
-            finer = split_heavy_tables(task, cost_model, FINE_TARGET * choice.target_ms,
-                                       relaxed=relaxed, node_local=local)
-            if finer.geometry.num_shards > choice.geometry.num_shards:
-                found.append(("fine", finer.geometry))
-        for name, g in found:
-            if not any(same_split(g, h) for h in out.values()):
-                out[f"{tag}-{name}"] = g
-    replicas: dict[str, ShardGeometry] = {}
-    for name, g in [("ppo", whole_tables(task)), *out.items()]:
-        replicated = replicate_tables(task, cost_model, g)
-        if not any(same_split(replicated, h) for h in [g, *out.values(), *replicas.values()]):
-            replicas[f"{name}-replicas"] = replicated
-    return {**out, **replicas}

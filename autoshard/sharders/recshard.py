@@ -10,7 +10,9 @@ host capacities. One solve:
 1. the aggregated LP relaxation (one "device" per kind of identical devices, every line under
    every cost curve): a lower bound valid for every plan, and row splits to aim at;
 2. warm starts: the greedy family and a packing of the LP's splits, each with its splits
-   re-optimised for its devices by an LP; the cheapest is kept, and nothing worse is returned;
+   re-optimised for its devices by an LP; on tasks over ``max_pairs`` the one that water-fills
+   cheapest also through the search stage's polish (:data:`autoshard.sharders.
+   recshard_tables.SEARCH_START_SHARE`); the cheapest is kept, and nothing worse is returned;
 3. a large-neighbourhood search: the MILP re-solved on the most loaded device and a lighter one
    at a time, while it improves (on tasks too large for step 4: by more than ``stall`` per half
    of its run), at any size, 856 tables on 128 devices included;

@@ -1,0 +1,76 @@
+"""Large tasks and time limits: the learned sharder keeps its limit by dropping decodes that
+cannot end in time (and says so), and recshard, on tasks too large for one MILP, starts from a
+plan the search stage has polished rather than from a bare greedy one."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from autoshard.analytical import AnalyticalCostModel
+from autoshard.bounds import DeadlineReached
+from autoshard.evaluator import evaluate, plan_cost_ms
+from autoshard.policy.network import decode, load_policy
+from autoshard.sharders import get_sharder
+from autoshard.sharders.ppo import DEFAULT_POLICY, FALLBACK, PPOPolicySharder, PPOSharder
+from autoshard.sharders.recshard import RecShard
+from autoshard.shards import check_layout
+from autoshard.workloads import constrained_task, dlrm_tables
+
+MODEL = AnalyticalCostModel()
+
+
+def _task(tables: int = 300, devices: int = 16):
+    return constrained_task(dlrm_tables(tables, seed=3), devices, hbm_fraction=0.3)
+
+
+def test_a_decode_stops_at_its_deadline() -> None:
+    net, multipliers, _ = load_policy(DEFAULT_POLICY)
+    with pytest.raises(DeadlineReached):
+        decode(net, multipliers, _task(), MODEL, deadline=time.perf_counter())
+
+
+def test_ppo_under_a_short_limit_keeps_its_fallback_and_says_what_was_cut() -> None:
+    task = _task()
+    assert task.table_arrays.rows.size == task.num_tables  # built before the sharder runs
+    sharder = PPOSharder(time_limit=0.01)
+    start = time.perf_counter()
+    plan = sharder.shard(task, MODEL)
+    assert time.perf_counter() - start < 2.0
+    check_layout(plan, task)
+    choice = sharder.last_choice
+    assert choice is not None and choice.winner.split("+")[0] == FALLBACK
+    assert not any(name.startswith("ppo-") for name in choice.costs)  # no decode ended
+    assert sharder.last_notes and all("ppo" in note for note in sharder.last_notes)
+    assert evaluate(plan, task, MODEL).step_cost_ms <= choice.costs[FALLBACK]
+
+
+def test_ppo_with_time_decodes_and_its_notes_are_empty() -> None:
+    task = _task()
+    sharder = PPOSharder(time_limit=60.0)
+    sharder.shard(task, MODEL)
+    assert sharder.last_notes == []
+    assert sharder.last_choice is not None
+    assert any(name.startswith("ppo-") for name in sharder.last_choice.costs)
+
+
+def test_the_policy_alone_keeps_its_first_decode_under_any_limit() -> None:
+    task = _task()
+    sharder = PPOPolicySharder(time_limit=0.01)
+    plan = sharder.shard(task, MODEL)
+    check_layout(plan, task)
+    assert sharder.last_choice is not None
+    assert sharder.last_choice.winner.startswith("ppo-")
+
+
+def test_recshard_beyond_the_whole_milp_starts_from_a_searched_plan() -> None:
+    task = _task(600, 16)  # 9,600 (table, device) pairs: past max_pairs, no whole MILP
+    sharder = RecShard(time_limit=6.0, split=False)
+    assert task.num_tables * task.num_devices > sharder.max_pairs
+    plan = sharder.shard(task, MODEL)
+    result = sharder.last_result
+    assert result is not None and result.warm_start.endswith("+search")
+    greedy = plan_cost_ms(get_sharder(FALLBACK).shard(task, MODEL), task, MODEL)
+    assert result.warm_cost_ms < greedy
+    assert evaluate(plan, task, MODEL).step_cost_ms <= result.warm_cost_ms * (1 + 1e-9)
