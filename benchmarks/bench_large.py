@@ -132,6 +132,7 @@ def main() -> None:
     rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     done = {(r["task"], r["sharder"], r["limit_s"]) for r in rows}
     load_start = os.getloadavg()[0]
+    kept = len(rows)
     for name in names:
         task = None
         for limit in limits:
@@ -150,9 +151,10 @@ def main() -> None:
                "cost_over_bound", "how", "notes")
     lines = [f"# Sharders at production scale\n\nMachine: {describe_machine()}, "
              f"{time.strftime('%Y-%m-%d')}. Command: `python benchmarks/bench_large.py --limits "
-             f"{args.limits} --sharders {args.sharders}`. Load average (1 min) at the start of "
-             f"the last run and at its end: {load_start:.1f}, {os.getloadavg()[0]:.1f}. Rows "
-             "from an earlier, interrupted run are kept (large.jsonl).\n",
+             f"{args.limits} --sharders {args.sharders}`. {len(rows) - kept} rows measured in "
+             f"the run that wrote this file (load average, 1 min, at its start and end: "
+             f"{load_start:.1f}, {os.getloadavg()[0]:.1f}), {kept} kept from an earlier run "
+             "(large.jsonl).\n",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
     lines += summary(rows, limits)

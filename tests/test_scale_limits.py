@@ -74,3 +74,18 @@ def test_recshard_beyond_the_whole_milp_starts_from_a_searched_plan() -> None:
     greedy = plan_cost_ms(get_sharder(FALLBACK).shard(task, MODEL), task, MODEL)
     assert result.warm_cost_ms < greedy
     assert evaluate(plan, task, MODEL).step_cost_ms <= result.warm_cost_ms * (1 + 1e-9)
+
+
+def test_a_polish_round_prices_a_spread_of_items_on_thousands_of_tables() -> None:
+    import numpy as np
+
+    from autoshard.search.polisher import _spread
+
+    items = np.arange(10, 5010)
+    price = np.random.default_rng(0).random(items.size)
+    picked = _spread(items, price, 100)
+    assert picked.size == 100 and np.all(np.diff(picked) > 0) and np.isin(picked, items).all()
+    assert items[np.argmin(price)] in picked and items[np.argmax(price)] in picked
+    ranks = np.argsort(np.argsort(price))[np.searchsorted(items, picked)]
+    assert np.all(np.diff(np.sort(ranks)) <= 51)  # evenly over the ranking
+    assert np.array_equal(_spread(items[:50], price[:50], 100), items[:50])

@@ -22,7 +22,7 @@ from functools import partial
 from autoshard.cost import CostModel
 from autoshard.plan import Plan
 from autoshard.search.kick import kick_plan
-from autoshard.search.polish import polish_plan, step_seconds
+from autoshard.search.polish import STEP_MAX_SECONDS, polish_plan
 from autoshard.search.resplit import resplit_plan
 from autoshard.task import ShardingTask
 
@@ -45,21 +45,22 @@ class Searched:
 def refine(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float, *,
            large: bool = False, seed: int = 0, seconds: float | None = None) -> Searched:
     """Steps 2 and 3 of the module docstring on a polished plan; on a ``large`` task only the
-    re-split's quick mode. With ``seconds``, each step's time guard is at most half of what
-    is left of them (the re-split's) or all of it (the kicks')."""
+    re-split's quick mode. With ``seconds``, a step whose share of what is left of them (half
+    for the re-split, all for the kicks) is shorter than any step's own time guard
+    (:data:`autoshard.search.polish.STEP_MAX_SECONDS`) gets that share as its guard."""
     stop = None if seconds is None else time.perf_counter() + seconds
     steps = [("resplit", partial(resplit_plan, quick=large))]
     if not large:
         steps.append(("kick", partial(kick_plan, seed=seed)))
     kept: list[tuple[str, float]] = []
     for i, (tag, step) in enumerate(steps):
-        guard = None
+        guard = None  # the step's own time guard, unless what is left is shorter
         if stop is not None:
             left = stop - time.perf_counter()
             if left <= 0:
                 break
-            own = step_seconds(len(plan.placements), task.num_devices)
-            guard = min(own, left / (len(steps) - i))
+            share = left / (len(steps) - i)
+            guard = share if share < STEP_MAX_SECONDS else None
         better, better_cost = step(plan, task, cost_model, cost, seconds=guard)
         if better_cost < cost:
             plan, cost = better, better_cost
