@@ -24,12 +24,18 @@ from autoshard.analytical import AnalyticalCostModel
 from autoshard.envs.sampler import TaskSampler
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
-from autoshard.policy.geometries import split_geometries
 from autoshard.policy.network import PlacementNet, load_policy, regrid, save_policy
 from autoshard.sharders.ppo import DEFAULT_POLICY
-from autoshard.shards import pricing_task, whole_tables
+from autoshard.shards import pricing_task
 from autoshard.training.evaluation import eval_tasks, evaluate_policy, mean_ratio
-from autoshard.training.imitation import Demo, Samples, collect, expert_demos, fit
+from autoshard.training.imitation import (
+    Demo,
+    Samples,
+    collect,
+    demo_geometries,
+    expert_demos,
+    fit,
+)
 from autoshard.training.plots import imitation_curves
 
 MODEL = AnalyticalCostModel()
@@ -54,10 +60,8 @@ def demos_of(i: int, seed: int, folder: Path, seconds: float) -> list[Demo]:
         os.replace(tmp, path)
         return demos
     stored = np.load(path, allow_pickle=False)
-    geometries = [whole_tables(task), *split_geometries(task, MODEL, fine=False,
-                                                         variants=False).values()]
     return [Demo(pricing_task(task, g), stored[f"device_{j}"], stored[f"rows_{j}"])
-            for j, g in enumerate(geometries)]
+            for j, g in enumerate(demo_geometries(task, MODEL))]
 
 
 def write_back(wide: PlacementNet, narrow: PlacementNet) -> PlacementNet:

@@ -27,7 +27,7 @@ is trained on the union after each round.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ from autoshard.policy.features import ObsLayout
 from autoshard.policy.geometries import split_geometries
 from autoshard.policy.network import PlacementNet
 from autoshard.sharders.recshard_tables import SolveSettings, solve_tables
-from autoshard.shards import pricing_task, split_pins, whole_tables
+from autoshard.shards import ShardGeometry, pricing_task, split_pins, whole_tables
 from autoshard.task import ShardingTask
 
 #: The expert's settings (``recshard``'s defaults, a shorter time limit per solve).
@@ -78,17 +78,21 @@ class Samples:
                 torch.from_numpy(np.stack(self.target)))
 
 
+def demo_geometries(task: ShardingTask, cost_model: CostModel) -> list[ShardGeometry]:
+    """What the expert solves of ``task``: its tables whole, and the split choice the policy's
+    split decode places where some table dominates."""
+    split = split_geometries(task, cost_model, fine=False, variants=False)
+    return [whole_tables(task), *split.values()]
+
+
 def expert_demos(task: ShardingTask, cost_model: CostModel, seconds: float = 5.0
                  ) -> list[Demo]:
-    """``recshard``'s plans of ``task``: its tables whole, and its split choice where some
-    table dominates (each solve within ``seconds``)."""
-    geometries = [whole_tables(task)]
-    split = split_geometries(task, cost_model, fine=False, variants=False)
-    geometries += list(split.values())
+    """``recshard``'s plans of each of :func:`demo_geometries` (each solve within
+    ``seconds``)."""
+    settings = replace(EXPERT, time_limit=seconds)
     out = []
-    for g in geometries:
+    for g in demo_geometries(task, cost_model):
         items = pricing_task(task, g)
-        settings = SolveSettings(**{**EXPERT.__dict__, "time_limit": seconds})
         found = solve_tables(settings, items, cost_model, time.perf_counter() + seconds,
                              split_pins(task, g))
         out.append(Demo(items, found.device, found.rows))

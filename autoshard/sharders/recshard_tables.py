@@ -261,8 +261,9 @@ def _warm_start(settings: SolveSettings, ctx: _Context, relaxed: milp_model.Solu
                            f"{task.num_devices} devices")
     scored = []
     everything, devices = np.arange(task.num_tables), np.arange(task.num_devices)
-    if searched is not None:
-        starts.append(_searched_start(ctx, starts, searched))
+    found = None if searched is None else _searched_start(ctx, starts, searched)
+    if found is not None:
+        starts.append(found)
     for name, device, rows in starts:
         scored.append((step_cost(task, model, device, rows), name, device, rows))
         if left(ctx.deadline) < POLISH_SHARE * settings.time_limit + _lp_seconds(ctx.full):
@@ -276,10 +277,11 @@ def _warm_start(settings: SolveSettings, ctx: _Context, relaxed: milp_model.Solu
 
 
 def _searched_start(ctx: _Context, starts: list[tuple[str, np.ndarray, np.ndarray]],
-                    curves: CostCurves) -> tuple[str, np.ndarray, np.ndarray]:
+                    curves: CostCurves) -> tuple[str, np.ndarray, np.ndarray] | None:
     """The start that water-fills cheapest, through the search stage's polish
     (``<name>+search``) until :data:`SEARCH_START_SHARE` of the time left has passed; pinned
-    items stay on their device."""
+    items stay on their device. None when the result does not fit (that start is already
+    among ``starts``)."""
     from autoshard import kinds as sharding_kinds
     from autoshard.search.polish import polish_arrays
 
@@ -290,10 +292,9 @@ def _searched_start(ctx: _Context, starts: list[tuple[str, np.ndarray, np.ndarra
     stop = time.perf_counter() + SEARCH_START_SHARE * left(ctx.deadline)
     index, device, rows = polish_arrays(task, model, [(d, r) for _, d, r in starts], stop,
                                         fixed, local, curves)
-    name = starts[index][0]
     if not feasible(task, device, rows):
-        return starts[index]
-    return f"{name}+search", device, rows
+        return None
+    return f"{starts[index][0]}+search", device, rows
 
 
 def _whole(settings: SolveSettings, ctx: _Context, device: np.ndarray, rows: np.ndarray,
