@@ -78,5 +78,9 @@ def test_torchrec_offers_fused_alone_only_where_hbm_holds_every_table() -> None:
     assert any("fused kernel alone" in note for note in sharder.last_notes)
     rows = {t.name: t.rows for t in task.tables}
     assert all(p.hbm_rows == rows[p.table] for p in plan.placements)  # nothing in UVM
-    sharder.shard(_constrained(), MODEL)  # 30% of the bytes in HBM: the UVM kernels stay
-    assert not any("fused kernel alone" in note for note in sharder.last_notes)
+    # 30% of the bytes in HBM: the UVM kernels stay. The rule does not depend on the limit;
+    # a longer one keeps TorchRec's cache-size search from being cut before it finds a plan
+    # that fits (9.84 of 9.86 GB of HBM) on a busy machine.
+    roomy = get_sharder("torchrec", time_limit=5 * LIMIT_S)
+    roomy.shard(_constrained(), MODEL)
+    assert not any("fused kernel alone" in note for note in roomy.last_notes)
