@@ -59,6 +59,11 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         split: Whether the actions also choose which dominant tables to split (two option
             grids per device, see :mod:`autoshard.policy.choice`; the plan may then hold
             split tables).
+        fill: Whether the finished plan's HBM is water-filled per device over the items the
+            episode placed there (as the ``ppo`` sharders plan each decode,
+            :func:`autoshard.search.polish.polish_plan` with ``fill_only``; no item moves):
+            the last reward then settles to that plan's step cost, so the return rewards the
+            devices chosen rather than the buckets.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
@@ -66,7 +71,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     def __init__(self, sampler: TaskSampler | None = None,
                  cost_model: CostModel | str | None = None, max_devices: int | None = None,
                  multipliers: tuple[float, ...] = MULTIPLIERS, report: bool = True,
-                 sharder_name: str = "env", split: bool = False) -> None:
+                 sharder_name: str = "env", split: bool = False, fill: bool = False) -> None:
         self._sampler = sampler
         self.cost_model = (cost_model if cost_model is not None and not isinstance(cost_model, str)
                            else load_cost_model(cost_model))
@@ -77,7 +82,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.buckets = len(self.multipliers) + 1  # the value buckets, then "fill"
         self.report = report
         self.sharder_name = sharder_name
-        self.split = split
+        self.split, self.fill = split, fill
         self.layout = (choice_layout(self.max_devices, self.buckets) if split
                        else ObsLayout(self.max_devices, self.buckets))
         self.action_space = spaces.Discrete(self.max_devices * self.layout.buckets)
@@ -146,8 +151,12 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         return self.episode.lower_bound
 
     def _final(self, ep: PlacementEpisode) -> dict[str, Any]:
-        return final_info(ep.task, ep.plan(self.sharder_name), ep.step_cost_ms,
-                          ep.lower_bound, self.cost_model, self.report)
+        plan, cost = ep.plan(self.sharder_name), ep.step_cost_ms
+        if self.fill:
+            from autoshard.search.polish import polish_plan
+
+            plan, cost = polish_plan(plan, ep.task, self.cost_model, cost, fill_only=True)
+        return final_info(ep.task, plan, cost, ep.lower_bound, self.cost_model, self.report)
 
 
 def final_info(task: ShardingTask, plan: Plan, step_cost_ms: float, lower_bound: float,

@@ -294,3 +294,24 @@ def test_sampler_draws_reservations_that_leave_episodes_room() -> None:
             evaluate(info["plan"], task, env.cost_model).step_cost_ms, rel=1e-9)
     with pytest.raises(InputError, match="overheads"):
         TaskSampler(overheads=("gpu",))
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_fill_settles_the_return_to_the_water_filled_plan_of_the_same_devices(
+        split: bool) -> None:
+    model = AnalyticalCostModel()
+    task = constrained_task(dlrm_tables(30, seed=5), 4, 0.3, reservation="torchrec")
+    ends = {}
+    for fill in (False, True):
+        env = PlacementEnv(max_devices=8, split=split, fill=fill)
+        _, rewards, info = play(env, np.random.default_rng(1), seed=1, task=task)
+        ends[fill] = (sum(rewards), info)
+    (plain, before), (filled, after) = ends[False], ends[True]
+    assert [(p.table, p.device) for p in after["plan"].placements] == [
+        (p.table, p.device) for p in before["plan"].placements]  # the same episode, no move
+    cost = evaluate(after["plan"], task, model).step_cost_ms
+    assert cost < before["step_cost_ms"]  # random buckets: far from each device's best split
+    assert after["step_cost_ms"] == pytest.approx(cost, rel=1e-9)
+    unit = lower_bound_ms(task, model)
+    assert filled == pytest.approx(-cost / unit, rel=1e-9)
+    assert filled - plain == pytest.approx((before["step_cost_ms"] - cost) / unit, rel=1e-9)

@@ -137,7 +137,7 @@ def test_the_sharder_reports_the_polished_winner_and_the_policy_alone_unchanged(
     assert not any(n.endswith("+polish") for n in alone.last_choice.costs)
 
 
-def test_few_tables_per_device_get_a_finer_split_for_the_polish(tmp_path: Path) -> None:
+def test_few_tables_per_device_get_a_finer_split(tmp_path: Path) -> None:
     torch.manual_seed(0)
     save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "policy", MULTIPLIERS)
     task = constrained_task(dlrm_tables(10, seed=11), 8, hbm_fraction=0.3)
@@ -148,6 +148,11 @@ def test_few_tables_per_device_get_a_finer_split_for_the_polish(tmp_path: Path) 
     assert "ppo-fine-greedy" in polished.last_choice.costs
     plain = PPOSharder(policy=tmp_path / "policy", polish=False)
     plain.shard(task, MODEL)
+    assert plain.last_choice is not None
+    # Without the polish too: with each decode's HBM water-filled, the finer pieces can win.
+    assert "ppo-fine-greedy" in plain.last_choice.costs
+    other = constrained_task(dlrm_tables(40, seed=11), 8, hbm_fraction=0.3)  # 5 per device
+    plain.shard(other, MODEL)
     assert plain.last_choice is not None
     assert not any(n.startswith("ppo-fine") for n in plain.last_choice.costs)
 

@@ -146,11 +146,13 @@ def test_policy_alone_splits_a_dominant_table_and_beats_every_whole_table_plan()
     alone = PPOSharder(samples=0, candidates=False, polish=False)
     plan = alone.shard(task, MODEL)
     check_layout(plan, task)  # shards within their tables, every device within capacity
-    assert [p.table for p in plan.placements if p.is_split] == ["huge"]
+    assert "huge" in [p.table for p in plan.placements if p.is_split]
     choice = alone.last_choice
     assert choice is not None
-    assert set(choice.costs) == {"ppo-greedy", "ppo-choice-greedy", "ppo-split-greedy"}
-    assert choice.winner in ("ppo-choice-greedy", "ppo-split-greedy")
+    # 11 tables on 4 devices: the finer split (fewer than 4 tables per device) is decoded too.
+    assert set(choice.costs) == {"ppo-greedy", "ppo-choice-greedy", "ppo-split-greedy",
+                                 "ppo-fine-greedy"}
+    assert choice.winner in ("ppo-choice-greedy", "ppo-split-greedy", "ppo-fine-greedy")
     # The policy chose to split 'huge' itself: its choice decode beats every whole-table plan.
     assert choice.costs["ppo-choice-greedy"] < 0.5 * floor
     cost = evaluate(plan, task, MODEL).step_cost_ms
@@ -182,3 +184,33 @@ def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_task
     assert {"ppo-split-greedy", "ppo-choice-greedy", "lookup_greedy"} <= names
     assert not any(n.startswith(("ppo-greedy", "ppo-node", "ppo-fine", "ppo-rows",
                                  "split_lookup_greedy", "size_greedy")) for n in names)
+
+
+def test_each_decode_keeps_its_devices_with_its_hbm_water_filled(untrained: Path) -> None:
+    """TorchRec's room reserved per table: the policy's buckets leave HBM far from each
+    device's best split; the decode as planned is the policy's devices with it water-filled."""
+    from autoshard.policy.network import decode
+    from autoshard.search.polish import polish_plan
+
+    task = constrained_task(dlrm_tables(40, seed=3), 4, 0.3, reservation="torchrec")
+    alone = PPOSharder(policy=untrained, samples=0, candidates=False, split=False,
+                       polish=False)
+    plan = alone.shard(task, MODEL)
+    (ep,) = decode(alone._net, alone._multipliers, task, MODEL, 0, 0)
+    raw = ep.plan("ppo")
+    assert [(p.table, p.device) for p in plan.placements] == [
+        (p.table, p.device) for p in raw.placements]  # no table moved
+    cost, raw_cost = (evaluate(p, task, MODEL).step_cost_ms for p in (plan, raw))
+    assert cost < raw_cost  # this untrained policy's buckets are far off
+    assert alone.last_choice is not None
+    assert alone.last_choice.costs["ppo-greedy"] == pytest.approx(cost, rel=1e-9)
+    # Already water-filled: filling it again finds nothing cheaper.
+    assert polish_plan(plan, task, MODEL, cost, fill_only=True)[1] == cost
+
+
+def test_the_search_stage_runs_from_the_two_cheapest_candidates_of_distinct_decodes() -> None:
+    costs = {"ppo-split-greedy": 5.0, "ppo-split-greedy+polish": 3.0,
+             "ppo-choice-greedy+polish": 3.0, "ppo-choice-greedy": 4.0, "lookup_greedy": 3.5}
+    assert ppo_module._refined_starts(costs) == ["ppo-split-greedy+polish",
+                                                 "ppo-choice-greedy+polish"]
+    assert ppo_module._refined_starts({"lookup_greedy": 1.0}) == ["lookup_greedy"]

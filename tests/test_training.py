@@ -290,3 +290,9 @@ def test_a_run_with_reservations_trains_and_evaluates_on_both(tmp_path: Path) ->
     names = {r.task for r in result.results}
     assert any(n.endswith("-torchrec") for n in names)
     assert any(not n.endswith("-torchrec") for n in names)
+
+
+def test_a_filled_reward_needs_an_environment_that_fills() -> None:
+    with pytest.raises(InputError, match="fill"):
+        TrainConfig(fill=True)  # the batched environment prices the plan as the episode left it
+    assert TrainConfig(fill=True, vec_env="dummy").fill

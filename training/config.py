@@ -59,6 +59,7 @@ class TrainConfig:
     eval_styles: tuple[str, ...] = ("mixed", "profiled")  # table styles of evaluation tasks
     cost_model: str = "analytical"  # 'analytical' or a learned cost model folder
     split: bool = False  # actions also choose which dominant tables to split
+    fill: bool = False  # the last reward prices the plan with each device's HBM water-filled
     # -- PPO -----------------------------------------------------------------------------------
     n_envs: int = 16  # episodes played at once (the batch of 'batched', else one env each)
     vec_env: str = "batched"  # 'batched' (numpy over all episodes), 'dummy' or 'subproc'
@@ -91,6 +92,9 @@ class TrainConfig:
             raise InputError(f"must be one of {', '.join(VEC_ENVS)}", field="vec_env",
                              value=self.vec_env)
         _check_names(self)
+        if self.vec_env == "batched" and self.fill:
+            raise InputError("the batched environment prices the plan as the episode left it; "
+                             "use vec_env 'dummy' or 'subproc'", field="fill", value=self.fill)
         if self.vec_env == "batched" and set(self.overheads) != {"none"}:
             raise InputError("the batched environment plays tasks without HBM reserved per "
                              "table; use vec_env 'dummy' or 'subproc'", field="overheads",

@@ -59,13 +59,13 @@ class Inputs:
     tasks: list[EvalTask]
 
 
-def make_env(sampler: TaskSampler, cost_model: str, max_devices: int, split: bool = False
-             ) -> gym.Env:
+def make_env(sampler: TaskSampler, cost_model: str, max_devices: int, split: bool = False,
+             fill: bool = False) -> gym.Env:
     """One training environment through the registered id (importable in subprocesses)."""
     import autoshard.envs  # noqa: F401  (registers the id)
 
     return gym.make(ENV_ID, sampler=sampler, cost_model=cost_model, max_devices=max_devices,
-                    report=False, split=split)
+                    report=False, split=split, fill=fill)
 
 
 def make_vec(cfg: TrainConfig, sampler: TaskSampler, seed: int) -> Any:
@@ -82,7 +82,8 @@ def make_vec(cfg: TrainConfig, sampler: TaskSampler, seed: int) -> Any:
                                              cfg.max_devices, report=False, split=cfg.split))
         vec.seed(seed)
         return vec
-    return make_vec_env(partial(make_env, sampler, cfg.cost_model, cfg.max_devices, cfg.split),
+    return make_vec_env(partial(make_env, sampler, cfg.cost_model, cfg.max_devices, cfg.split,
+                                cfg.fill),
                         n_envs=cfg.n_envs, seed=seed,
                         vec_env_cls=SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv)
 

