@@ -20,7 +20,8 @@ tables, over the shards of the dominant tables, and one in which the policy choo
 dominant tables to split (``ppo-choice-greedy``), no sampled rollout, the cheapest then
 polished by :mod:`autoshard.search.polish`), of ``ppo`` without that improvement stage
 (``polish=False``), of the policy alone (``samples=0, candidates=False, polish=False``: its
-greedy decodes, whole and split), of the best greedy
+greedy decodes, whole and split, each keeping the policy's devices with its HBM water-filled per
+device), of the best greedy
 sharder per task (of the five, ``split_lookup_greedy`` included), of ``recshard`` (which may
 split dominant tables) and of ``recshard`` kept table-wise (``split=False``); ``ppo`` and the
 policy alone against the best greedy per task (worst case and share of tasks at or below),
@@ -285,15 +286,17 @@ def _header(command: str, overhead: str) -> list[str]:
              "greedy sharders' plans, no sampled rollout, each decode "
              "over whole tables and, where tables dominate, over the shards of the project's "
              "split choice, and one where the policy itself chooses which dominant tables to "
-             "split (`ppo-choice-greedy`); the cheapest, and the cheapest of each kind of "
-             "decode once its HBM is water-filled, then go through the improvement stage, "
+             "split (`ppo-choice-greedy`); each decode keeps the devices the policy chose, its "
+             "HBM water-filled per device over the items placed there; the cheapest candidate, "
+             "and the cheapest of each split choice, then go through the improvement stage, "
              "`autoshard/search/polish.py`, winning as `<candidate>+polish` where that "
-             "lowers their cost; where tables dominate, the winner's heaviest tables are then "
-             "split again, `autoshard/search/resplit.py`, `+resplit`, and kicked, "
+             "lowers their cost; where tables dominate, the two cheapest candidates of "
+             "distinct decodes then have their heaviest tables split again, "
+             "`autoshard/search/resplit.py`, `+resplit`, and are kicked, "
              "`autoshard/search/kick.py`, `+kick`); `ppo without polish` is the "
              "same without that stage; `policy "
-             "alone` is the learned policy's own greedy decodes (whole tables and shards, the "
-             "cheaper). Per-task rows: `eval.csv`.", ""]
+             "alone` is the learned policy's own greedy decodes (whole tables and shards, each "
+             "with its HBM water-filled, the cheapest). Per-task rows: `eval.csv`.", ""]
     return lines
 
 

@@ -181,13 +181,13 @@ def _torchrec_opinions(suite: str, specs: Any, out: Path, names: list[str], mode
     path = out / f"{suite}.torchrec.csv"
     if fresh and path.is_file():
         path.unlink()
-    rows = run_opinions(suite, specs, out, names, model)
+    opinions = run_opinions(suite, specs, out, names, model)
     command = "autoshard " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     md = (f"# TorchRec's estimators on suite `{suite}`\n\nCommand: `{command}`  \n"
           f"Machine: {describe_machine()}; torchrec 1.8.0 planner estimators (CPU, simulated "
-          f"topology of the same hardware)\n\n{opinions_markdown(rows)}")
+          f"topology of the same hardware)\n\n{opinions_markdown(opinions)}")
     atomic_write_text(out / f"{suite}.torchrec.md", md)
-    console.print(opinions_markdown(rows).splitlines()[-1])
+    console.print(opinions_markdown(opinions).splitlines()[-1])
     console.print(f"wrote {path}, {out / (suite + '.torchrec.md')}")
     if unplanned:
         console.print(f"{len(unplanned)} reused row(s) have no saved plan, so TorchRec's "

@@ -162,7 +162,7 @@ def _without_context(plan: Plan, plan_file: Path, given: Given) -> Priced:
     task = build_task(given.tables, given.hardware or DEFAULT_HARDWARE, given.devices,
                       given.nodes, given.hbm_gb, given.batch_size, given.mode,
                       default=plan.workload, overhead=given.overhead or "torchrec")
-    notes = ()
+    notes: tuple[str, ...] = ()
     if plan.hardware and plan.hardware != task.hardware.name:
         notes = (f"{plan_file} was planned for '{plan.hardware}', priced on "
                  f"'{task.hardware.name}'",)

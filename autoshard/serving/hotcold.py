@@ -126,13 +126,13 @@ def with_main_cache(task: ServingTask, mapping: Mapping) -> Mapping:
     for j in order[taken]:
         cut[int(who[j])] = max(cut.get(int(who[j]), 0.0), float(end[j]))
     assign = list(mapping.assign)
-    for i, at in sorted(cut.items()):
-        if at >= parts.hi[i] - 1e-12:
-            assign[i] = MAIN
+    for k, at in sorted(cut.items()):
+        if at >= parts.hi[k] - 1e-12:
+            assign[k] = MAIN
             continue
-        parts = parts.split(i, at, by_heat=True)
-        assign.append(assign[i])
-        assign[i] = MAIN
+        parts = parts.split(k, at, by_heat=True)
+        assign.append(assign[k])
+        assign[k] = MAIN
     return Mapping(mapping.servers, tuple(assign), mapping.strategy,
                    (mapping.note + "; " if mapping.note else "") + f"hot rows of {len(cut)} "
                    "tables on the main server", parts, mapping.replicas, mapping.main_replicas)

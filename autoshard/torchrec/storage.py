@@ -92,7 +92,7 @@ def _buffers(s: TableSharding, x: ShardSpec, table: Table, task: ShardingTask) -
     batch = max(task.workload.batch_size // world, 1)
     lookups = table.lookups_per_sample * batch
     local = min(task.hardware.devices_per_node, world)
-    lookups /= int(id_parts(s.kind.code, world, local))
+    lookups /= int(id_parts(np.asarray(s.kind.code), world, local))
     outputs = min(1.0, table.lookups_per_sample) * batch
     senders = 1 if s.kind.replicated else world  # a replica writes its own rank's samples
     return int(pipeline_buffers(np.array(math.ceil(lookups * world * INDEX_BYTES)),
