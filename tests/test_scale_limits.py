@@ -31,6 +31,19 @@ def test_a_decode_stops_at_its_deadline() -> None:
         decode(net, multipliers, _task(), MODEL, deadline=time.perf_counter())
 
 
+def test_a_decode_that_would_end_past_its_deadline_stops_well_before_it() -> None:
+    net, multipliers, _ = load_policy(DEFAULT_POLICY)
+    task = _task()
+    assert task.table_arrays.rows.size == task.num_tables  # built before the decodes
+    start = time.perf_counter()
+    decode(net, multipliers, task, MODEL)
+    whole = time.perf_counter() - start
+    start = time.perf_counter()
+    with pytest.raises(DeadlineReached):  # its first tenth of the tables projects the end
+        decode(net, multipliers, task, MODEL, deadline=start + whole / 2)
+    assert time.perf_counter() - start < whole / 2
+
+
 def test_ppo_under_a_short_limit_keeps_its_fallback_and_says_what_was_cut() -> None:
     task = _task()
     assert task.table_arrays.rows.size == task.num_tables  # built before the sharder runs

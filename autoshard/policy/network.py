@@ -354,18 +354,28 @@ def rollouts(net: PlacementNet, priced: PricedTask, samples: int = 0, greedy: bo
     return episodes
 
 
+#: Share of a decode's tables after which its time so far projects its end (see :func:`_play`).
+PROJECT_AFTER = 0.1
+
+
 def _play(net: PlacementNet, episodes: list[Any], layout: ObsLayout, samples: int,
           greedy: bool, seed: int, deadline: float | None = None) -> None:
     """Steps ``episodes`` in lockstep until all are done (the greedy one first when
     ``greedy``, the others sampled), one network call per step for those still running;
-    :class:`autoshard.bounds.DeadlineReached` once ``deadline`` passes."""
-    count = len(episodes)
+    :class:`autoshard.bounds.DeadlineReached` once ``deadline`` passes, or as soon as the
+    steps so far say the episodes' tables (at least one step each) would not all be placed
+    by then (after :data:`PROJECT_AFTER` of them: a machine slower than a decode's estimate
+    assumed leaves the time to the search stage, not to a decode that would be dropped)."""
+    count, steps, began = len(episodes), episodes[0].task.num_tables, time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
     obs = np.empty((count, layout.size), dtype=np.float32)
     masks = np.empty((count, layout.max_devices * layout.buckets), dtype=bool)
     with torch.inference_mode():
         while not all(ep.done for ep in episodes):
-            if deadline is not None and time.perf_counter() >= deadline:
+            now, done = time.perf_counter(), episodes[0].step_index
+            if deadline is not None and (now >= deadline or (
+                    done >= PROJECT_AFTER * steps and began + (now - began) * steps / done
+                    > deadline)):
                 raise DeadlineReached("policy decode")
             live = [i for i, ep in enumerate(episodes) if not ep.done]
             for i in live:

@@ -12,9 +12,9 @@ whole-table decode where tables dominate), with :data:`FALLBACK` the only rival.
 
 Time limit: ``time_limit`` seconds (the CLI's ``--time-limit``) for the whole run. The fallback
 is made first; a decode starts only when its estimated time fits before :data:`DECODE_SHARE`
-of the limit, and stops there (the first decode of ``ppo-policy``, which has no fallback, runs
-to its end); the polish and the search stage's steps get time guards within what is left.
-:attr:`PPOSharder.last_notes` says what the limit cut.
+of the limit, and stops at :data:`DECODE_STOP_SHARE` (the first decode of ``ppo-policy``, which
+has no fallback, runs to its end); the polish and the search stage's steps get time guards
+within what is left. :attr:`PPOSharder.last_notes` says what the limit cut.
 
 The policy is read safely: a JSON config and a plain state dict of tensors
 (``torch.load(weights_only=True)``), never a pickle. By default it is the policy committed
@@ -62,11 +62,11 @@ HUGE_TASK = 100_000
 #: On tasks over :data:`SMALL_TASK` pairs, the winner is polished on for at most this share of
 #: the time limit (and this many rounds) while its moves help.
 SETTLE_SHARE, SETTLE_ROUNDS = 0.05, 1_000_000
-#: On tasks of up to :data:`SMALL_TASK` pairs where tables dominate, the search stage's
-#: re-split and kicks run from this many of the cheapest candidates, as time allows.
+#: Where tables dominate, the re-split and kicks start from this many candidates (time allowing).
 REFINED = 2
-#: Share of the time limit the policy's decodes may run to; the rest is the search stage's.
-DECODE_SHARE = 0.6
+#: Shares of the time limit: a decode starts only if its estimate ends before the first, and
+#: stops at the second (one begun in time may overrun it: at 2,000 x 256 and 10 s it ends near 6 s).
+DECODE_SHARE, DECODE_STOP_SHARE = 0.6, 0.8
 #: A decode is started only if this estimate of its seconds per (item, device) pair (the
 #: pricing of its options and one network call per item; about 5e-6 to 8.5e-6 on this
 #: project's 2-core machine) times its pairs fits before the decodes' deadline. Past it a
@@ -206,7 +206,8 @@ class PPOSharder:
 
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
         start = time.perf_counter()
-        clock = Clock(start + DECODE_SHARE * self.time_limit, start + self.time_limit)
+        clock = Clock(*(start + share * self.time_limit
+                        for share in (DECODE_SHARE, DECODE_STOP_SHARE, 1.0)))
         self.last_notes = []
         rival_costs: dict[str, float] = {}
         rival_plans: dict[str, Plan] = {}
@@ -306,11 +307,11 @@ class PPOSharder:
         try:
             episodes = decode_choice(self._choice_net, self._multipliers, task, cost_model,
                                      geometry, samples, self.seed,
-                                     None if clock is None else clock.decodes_end)
+                                     None if clock is None else clock.decodes_stop)
         except PlannerError:  # some item fits nowhere once others are placed
             return
         except DeadlineReached:
-            self.last_notes.append(f"{name}: stopped at the decodes' deadline; dropped")
+            self.last_notes.append(f"{name}: stopped, it would not end in time; dropped")
             return
         names = [f"{name}-greedy"] + [f"{name}-sample-{i}" for i in range(samples)]
         for name, ep in zip(names, episodes, strict=True):
@@ -340,9 +341,9 @@ class PPOSharder:
             return []
         try:
             episodes = decode(self._net, self._multipliers, task, cost_model, samples,
-                              self.seed, None if clock is None else clock.decodes_end)
+                              self.seed, None if clock is None else clock.decodes_stop)
         except DeadlineReached:
-            self.last_notes.append(f"{prefix}: stopped at the decodes' deadline; dropped")
+            self.last_notes.append(f"{prefix}: stopped, it would not end in time; dropped")
             return []
         names = [f"{prefix}-greedy"] + [f"{prefix}-sample-{i}" for i in range(samples)]
         return list(zip(names, episodes, strict=True))
@@ -450,10 +451,11 @@ def _filled(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
 
 @dataclass(frozen=True)
 class Clock:
-    """A sharder's time limit: when its decodes and its whole run must end
-    (``time.perf_counter`` instants)."""
+    """A sharder's time limit: by when decodes must be estimated to end, when a running one
+    stops, and when the whole run must end (``time.perf_counter`` instants)."""
 
     decodes_end: float
+    decodes_stop: float
     end: float
 
     def left(self, until: float | None = None) -> float:
