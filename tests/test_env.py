@@ -302,9 +302,14 @@ def test_fill_settles_the_return_to_the_water_filled_plan_of_the_same_devices(
     model = AnalyticalCostModel()
     task = constrained_task(dlrm_tables(30, seed=5), 4, 0.3, reservation="torchrec")
     ends = {}
-    for fill in (False, True):
-        env = PlacementEnv(max_devices=8, split=split, fill=fill)
-        _, rewards, info = play(env, np.random.default_rng(1), seed=1, task=task)
+    for fill in (False, True):  # through the registered id, as training makes it
+        env = gym.make(ENV_ID, max_devices=8, split=split, fill=fill, report=False)
+        _, info = env.reset(seed=1, options={"task": task})
+        rng, rewards, done = np.random.default_rng(1), [], False
+        while not done:
+            action = rng.choice(np.flatnonzero(info["action_mask"]))
+            _, reward, done, _, info = env.step(action)
+            rewards.append(reward)
         ends[fill] = (sum(rewards), info)
     (plain, before), (filled, after) = ends[False], ends[True]
     assert [(p.table, p.device) for p in after["plan"].placements] == [

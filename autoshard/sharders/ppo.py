@@ -69,8 +69,9 @@ REFINED = 2
 DECODE_SHARE, DECODE_STOP_SHARE = 0.6, 0.8
 #: A decode is started only if this estimate of its seconds per (item, device) pair (the
 #: pricing of its options and one network call per item; about 5e-6 to 8.5e-6 on this
-#: project's 2-core machine) times its pairs fits before the decodes' deadline. Past it a
-#: running decode stops and its plan is dropped.
+#: project's 2-core machine in one run, more on a slower day) times its pairs fits before the
+#: decodes' deadline. A running decode stops once its pace projects its end past the decodes'
+#: stop, and its plan is dropped.
 DECODE_SECONDS_PER_PAIR = 1e-5
 #: The table-wise greedy sharders (DreamShard's baselines).
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
@@ -79,7 +80,7 @@ GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 #: the policy chooses the splits, and the decodes over the node-local, the finer and the
 #: row-only choices (:mod:`autoshard.policy.geometries`; a plan whose shards differ can come
 #: out ahead of one that cost less before the polish: on the held-out profiled-T200-D64 with
-#: TorchRec's room, the node-local split's decode, at 13.7 ms against 5.3, polished to 3.65).
+#: TorchRec's room the node-local split's decode wins, ``results/ppo/torchrec-room``).
 #: Each group's member polished is the cheapest once its HBM is water-filled.
 POLISHED_GROUPS = (("ppo-split", "split_lookup_greedy"), ("ppo-choice",), ("ppo-node-split",),
                    ("ppo-fine",), ("ppo-node-fine",), ("ppo-rows",), ("ppo-node-rows",))
@@ -369,8 +370,8 @@ class PPOSharder:
         (ranked by their cost with HBM water-filled; split pieces a polish can balance better
         than their raw cost shows, and on a task planned for TorchRec row shards stay one per
         device, which a whole-table plan's polish cannot reach; where HBM is reserved per
-        shard, whole tables reserve less); each that
-        improves competes as ``<name>+polish``. The group members are polished only while
+        shard, whole tables reserve less); each that improves competes as ``<name>+polish``.
+        The group members are polished only while
         the time limit allows (``clock``); the cheapest always is. The items' curves priced
         go into ``curves``; returns how long the cheapest's polish took."""
         # Ranked by their cost with HBM water-filled, no move (the decodes' costs are; on
@@ -434,11 +435,10 @@ class PPOSharder:
 def _refined_starts(costs: dict[str, float]) -> list[str]:
     """The :data:`REFINED` cheapest candidates, each from another decode or rival sharder (two
     can polish to the same cost and still re-split differently, their shards differing)."""
-    out: list[str] = []
+    first: dict[str, str] = {}  # decode or rival -> its cheapest candidate
     for name in sorted(costs, key=costs.__getitem__):
-        if name.split("+")[0] not in {n.split("+")[0] for n in out}:
-            out.append(name)
-    return out[:REFINED]
+        first.setdefault(name.split("+")[0], name)
+    return list(first.values())[:REFINED]
 
 
 def _filled(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
