@@ -60,7 +60,8 @@ from autoshard.machine import describe_machine
 from autoshard.model_tables import MODEL_TABLES, model_tables
 from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options, get_sharder
-from autoshard.sharders.ppo import CANDIDATES, PPOSharder
+from autoshard.sharders.ppo import PPOSharder
+from autoshard.sharders.ppo_names import CANDIDATES
 from autoshard.suites import get_suite
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
@@ -286,7 +287,9 @@ def _header(command: str, overhead: str) -> list[str]:
              "greedy sharders' plans, no sampled rollout, each decode "
              "over whole tables and, where tables dominate, over the shards of the project's "
              "split choice, and one where the policy itself chooses which dominant tables to "
-             "split (`ppo-choice-greedy`); each decode keeps the devices the policy chose, its "
+             "split (`ppo-choice-greedy`); each decode is also played in the two refill modes "
+             "the policy was not trained in, `-refill` and `-level`, "
+             "`autoshard/policy/refill.py`; each decode keeps the devices the policy chose, its "
              "HBM water-filled per device over the items placed there; the cheapest candidate, "
              "and the cheapest of each split choice, then go through the improvement stage, "
              "`autoshard/search/polish.py`, winning as `<candidate>+polish` where that "
@@ -295,8 +298,9 @@ def _header(command: str, overhead: str) -> list[str]:
              "`autoshard/search/resplit.py`, `+resplit`, and are kicked, "
              "`autoshard/search/kick.py`, `+kick`); `ppo without polish` is the "
              "same without that stage; `policy "
-             "alone` is the learned policy's own greedy decodes (whole tables and shards, each "
-             "with its HBM water-filled, the cheapest). Per-task rows: `eval.csv`.", ""]
+             "alone` is the learned policy's own greedy decodes (whole tables and shards, in "
+             "the three refill modes, each with its HBM water-filled, the cheapest). Per-task "
+             "rows: `eval.csv`.", ""]
     return lines
 
 

@@ -42,7 +42,8 @@ from autoshard.envs.sampler import TaskSampler
 from autoshard.errors import InputError, PlannerError, gib
 from autoshard.plan import Plan
 from autoshard.policy.buckets import MULTIPLIERS
-from autoshard.policy.episode import LIMIT, PlacementEpisode, nearest_legal
+from autoshard.policy.episode import LIMIT, PlacementEpisode
+from autoshard.policy.features import nearest_legal
 
 
 class BatchedPlacementEnv(VecEnv):

@@ -16,6 +16,7 @@ from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.choice import ChoiceEpisode, choice_layout, split_offer
 from autoshard.policy.episode import LIMIT, PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout
+from autoshard.policy.refill import checked_mode
 from autoshard.task import ShardingTask
 
 #: Reward added (in units of the task's lower bound) when an action that does not fit was
@@ -64,6 +65,10 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
             :func:`autoshard.search.polish.polish_plan` with ``fill_only``; no item moves):
             the last reward then settles to that plan's step cost, so the return rewards the
             devices chosen rather than the buckets.
+        refill: How each placement water-fills its device's HBM over the items there
+            (:data:`autoshard.policy.refill.MODES`): with ``device`` or ``level``, the
+            observation and the rewards show each device's load as the water-filled plan will
+            have it.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
@@ -71,7 +76,8 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     def __init__(self, sampler: TaskSampler | None = None,
                  cost_model: CostModel | str | None = None, max_devices: int | None = None,
                  multipliers: tuple[float, ...] = MULTIPLIERS, report: bool = True,
-                 sharder_name: str = "env", split: bool = False, fill: bool = False) -> None:
+                 sharder_name: str = "env", split: bool = False, fill: bool = False,
+                 refill: str = "none") -> None:
         self._sampler = sampler
         self.cost_model = (cost_model if cost_model is not None and not isinstance(cost_model, str)
                            else load_cost_model(cost_model))
@@ -82,7 +88,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.buckets = len(self.multipliers) + 1  # the value buckets, then "fill"
         self.report = report
         self.sharder_name = sharder_name
-        self.split, self.fill = split, fill
+        self.split, self.fill, self.refill = split, fill, checked_mode(refill)
         self.layout = (choice_layout(self.max_devices, self.buckets) if split
                        else ObsLayout(self.max_devices, self.buckets))
         self.action_space = spaces.Discrete(self.max_devices * self.layout.buckets)
@@ -108,10 +114,11 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         if self.split:
             base = ObsLayout(self.max_devices, self.buckets)
             priced = PricedTask.prepare(task, self.cost_model, base, self.multipliers)
-            self.episode = ChoiceEpisode(priced, self.layout, split_offer(priced, base))
+            self.episode = ChoiceEpisode(priced, self.layout, split_offer(priced, base),
+                                         self.refill)
         else:
             priced = PricedTask.prepare(task, self.cost_model, self.layout, self.multipliers)
-            self.episode = PlacementEpisode(priced, self.layout)
+            self.episode = PlacementEpisode(priced, self.layout, self.refill)
         return self.episode.bounded_obs(), {"action_mask": self.episode.mask.copy()}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:

@@ -227,9 +227,9 @@ def test_a_one_grid_policy_of_format_1_loads_and_plans_with_the_split_choice(
     torch.manual_seed(0)
     save_policy(PlacementNet(K, 16), tmp_path, MULTIPLIERS)
     doc = json.loads((tmp_path / "config.json").read_text())
-    assert doc["version"] == 2 and doc["grids"] == 1
+    assert doc["version"] == 3 and doc["grids"] == 1 and doc["refill"] == "none"
     doc["version"] = 1  # as policies were written before the split choice
-    del doc["grids"]
+    del doc["grids"], doc["refill"]
     (tmp_path / "config.json").write_text(json.dumps(doc))
     net, _, _ = load_policy(tmp_path)
     assert net.grids == 1

@@ -14,6 +14,7 @@ from autoshard.errors import InputError
 from autoshard.evaluator import evaluate
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.network import PlacementNet, save_policy
+from autoshard.policy.refill import MODES
 from autoshard.sharders import get_sharder, sharder_info
 from autoshard.sharders import ppo as ppo_module
 from autoshard.sharders.ppo import DEFAULT_POLICY, PPOSharder
@@ -62,7 +63,17 @@ def test_plans_are_valid_deterministic_and_one_batched_call_per_table(untrained:
         sharder.shard(task, MODEL)
     finally:
         handle.remove()
-    assert calls == [1 + samples] * task.num_tables  # greedy + samples, one batch per table
+    # greedy + samples, one batch per table, in each of the three refill modes
+    assert calls == [1 + samples] * task.num_tables * len(MODES)
+    one = PPOSharder(policy=untrained, samples=samples, candidates=False, split=False,
+                     polish=False, refills=False)
+    calls.clear()
+    handle = one._net.register_forward_hook(lambda _m, args, _o: calls.append(args[0].shape[0]))
+    try:
+        one.shard(task, MODEL)
+    finally:
+        handle.remove()
+    assert calls == [1 + samples] * task.num_tables  # the policy's own mode alone
 
 
 def test_best_of_candidates_is_never_behind_any_candidate(untrained: Path) -> None:
@@ -149,10 +160,13 @@ def test_policy_alone_splits_a_dominant_table_and_beats_every_whole_table_plan()
     assert "huge" in [p.table for p in plan.placements if p.is_split]
     choice = alone.last_choice
     assert choice is not None
-    # 11 tables on 4 devices: the finer split (fewer than 4 tables per device) is decoded too.
-    assert set(choice.costs) == {"ppo-greedy", "ppo-choice-greedy", "ppo-split-greedy",
-                                 "ppo-fine-greedy"}
-    assert choice.winner in ("ppo-choice-greedy", "ppo-split-greedy", "ppo-fine-greedy")
+    # 11 tables on 4 devices: the finer split (fewer than 4 tables per device) is decoded too,
+    # each in the policy's own refill mode and in the two others.
+    decodes = ("ppo", "ppo-choice", "ppo-split", "ppo-fine")
+    assert set(choice.costs) == {f"{d}{s}-greedy" for d in decodes
+                                 for s in ("", "-refill", "-level")}
+    assert choice.winner.split("-greedy")[0].removesuffix("-refill").removesuffix(
+        "-level") in decodes[1:]
     # The policy chose to split 'huge' itself: its choice decode beats every whole-table plan.
     assert choice.costs["ppo-choice-greedy"] < 0.5 * floor
     cost = evaluate(plan, task, MODEL).step_cost_ms
@@ -194,7 +208,7 @@ def test_each_decode_keeps_its_devices_with_its_hbm_water_filled(untrained: Path
 
     task = constrained_task(dlrm_tables(40, seed=3), 4, 0.3, reservation="torchrec")
     alone = PPOSharder(policy=untrained, samples=0, candidates=False, split=False,
-                       polish=False)
+                       polish=False, refills=False)
     plan = alone.shard(task, MODEL)
     (ep,) = decode(alone._net, alone._multipliers, task, MODEL, 0, 0)
     raw = ep.plan("ppo")

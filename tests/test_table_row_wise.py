@@ -173,9 +173,15 @@ def test_row_splits_planned_for_torchrec_are_one_shard_per_device_and_export(nam
         devices = sorted(s.device for s in p.shards)
         if p.sharding == ShardingKind.ROW_WISE:
             assert devices == list(range(task.num_devices))
-        else:
-            first = devices[0] // 8 * 8
-            assert devices == list(range(first, first + 8))
+            continue
+        # table_row_wise: one node's 8 devices; a grid: each column block's on one node
+        blocks = ({(s.col_start, s.col_end) for s in p.shards}
+                  if p.sharding == ShardingKind.GRID_SHARD else {None})
+        for block in blocks:
+            mine = sorted(s.device for s in p.shards
+                          if block is None or (s.col_start, s.col_end) == block)
+            first = mine[0] // 8 * 8
+            assert mine == list(range(first, first + 8))
     exported = {s.table: s for s in table_shardings(plan, task)}
     assert all(sorted(exported[p.table].ranks) == sorted(s.device for s in p.shards)
                for p in split)

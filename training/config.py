@@ -22,6 +22,7 @@ from autoshard.limits import (
     is_finite,
     is_int,
 )
+from autoshard.policy.refill import MODES as REFILL_MODES
 from autoshard.reservation import check_reservation_names
 from autoshard.task import MODES
 from autoshard.tracking import check_wandb_mode
@@ -60,6 +61,7 @@ class TrainConfig:
     cost_model: str = "analytical"  # 'analytical' or a learned cost model folder
     split: bool = False  # actions also choose which dominant tables to split
     fill: bool = False  # the last reward prices the plan with each device's HBM water-filled
+    refill: str = "none"  # 'none', 'device' (each placement water-fills its device) or 'level'
     # -- PPO -----------------------------------------------------------------------------------
     n_envs: int = 16  # episodes played at once (the batch of 'batched', else one env each)
     vec_env: str = "batched"  # 'batched' (numpy over all episodes), 'dummy' or 'subproc'
@@ -95,6 +97,13 @@ class TrainConfig:
         if self.vec_env == "batched" and self.fill:
             raise InputError("the batched environment prices the plan as the episode left it; "
                              "use vec_env 'dummy' or 'subproc'", field="fill", value=self.fill)
+        if self.refill not in REFILL_MODES:
+            raise InputError(f"must be one of {', '.join(REFILL_MODES)}", field="refill",
+                             value=self.refill)
+        if self.vec_env == "batched" and self.refill != "none":
+            raise InputError("the batched environment does not water-fill devices while it "
+                             "places; use vec_env 'dummy' or 'subproc'", field="refill",
+                             value=self.refill)
         if self.vec_env == "batched" and set(self.overheads) != {"none"}:
             raise InputError("the batched environment plays tasks without HBM reserved per "
                              "table; use vec_env 'dummy' or 'subproc'", field="overheads",

@@ -71,7 +71,7 @@ def write_back(wide: PlacementNet, narrow: PlacementNet) -> PlacementNet:
     bucket = wide.state_dict()["opt_bucket"].clone()
     bucket[:narrow.options] = state["opt_bucket"]
     state["opt_bucket"] = bucket
-    out = PlacementNet(wide.buckets, wide.hidden, wide.grids)
+    out = PlacementNet(wide.buckets, wide.hidden, wide.grids, wide.refill)
     out.load_state_dict(state)
     out.eval()
     return out

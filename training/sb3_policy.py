@@ -23,8 +23,8 @@ class PlacementExtractor(BaseFeaturesExtractor):
     """Runs :class:`PlacementNet`; features = [logits (actions), value latent (hidden)]."""
 
     def __init__(self, observation_space: spaces.Box, buckets: int = N_BUCKETS,
-                 hidden: int = 64, grids: int = 1) -> None:
-        net = PlacementNet(buckets, hidden, grids)
+                 hidden: int = 64, grids: int = 1, refill: str = "none") -> None:
+        net = PlacementNet(buckets, hidden, grids, refill)
         with torch.no_grad():
             logits, _ = net(torch.zeros(1, *observation_space.shape))
         super().__init__(observation_space, features_dim=logits.shape[1] + hidden)
@@ -60,14 +60,15 @@ class PlacementPolicy(MaskableActorCriticPolicy):
         buckets: HBM-split buckets of the environment.
         hidden: Width of the network's hidden layers.
         grids: Option grids per device (2: the environment's split choice).
+        refill: The environment's refill mode (:data:`autoshard.policy.refill.MODES`).
         *args, **kwargs: As for :class:`MaskableActorCriticPolicy`.
     """
 
     def __init__(self, *args: Any, buckets: int = N_BUCKETS, hidden: int = 64, grids: int = 1,
-                 **kwargs: Any) -> None:
+                 refill: str = "none", **kwargs: Any) -> None:
         kwargs.update(features_extractor_class=PlacementExtractor,
                       features_extractor_kwargs={"buckets": buckets, "hidden": hidden,
-                                                 "grids": grids},
+                                                 "grids": grids, "refill": refill},
                       ortho_init=False, share_features_extractor=True)
         super().__init__(*args, **kwargs)
 
@@ -89,7 +90,7 @@ class PlacementPolicy(MaskableActorCriticPolicy):
                     "share_features_extractor"):
             data.pop(key, None)
         data.update(buckets=kwargs["buckets"], hidden=kwargs["hidden"],
-                    grids=kwargs.get("grids", 1))
+                    grids=kwargs.get("grids", 1), refill=kwargs.get("refill", "none"))
         return data
 
     @property

@@ -60,12 +60,12 @@ class Inputs:
 
 
 def make_env(sampler: TaskSampler, cost_model: str, max_devices: int, split: bool = False,
-             fill: bool = False) -> gym.Env:
+             fill: bool = False, refill: str = "none") -> gym.Env:
     """One training environment through the registered id (importable in subprocesses)."""
     import autoshard.envs  # noqa: F401  (registers the id)
 
     return gym.make(ENV_ID, sampler=sampler, cost_model=cost_model, max_devices=max_devices,
-                    report=False, split=split, fill=fill)
+                    report=False, split=split, fill=fill, refill=refill)
 
 
 def make_vec(cfg: TrainConfig, sampler: TaskSampler, seed: int) -> Any:
@@ -83,7 +83,7 @@ def make_vec(cfg: TrainConfig, sampler: TaskSampler, seed: int) -> Any:
         vec.seed(seed)
         return vec
     return make_vec_env(partial(make_env, sampler, cfg.cost_model, cfg.max_devices, cfg.split,
-                                cfg.fill),
+                                cfg.fill, cfg.refill),
                         n_envs=cfg.n_envs, seed=seed,
                         vec_env_cls=SubprocVecEnv if cfg.vec_env == "subproc" else DummyVecEnv)
 
@@ -164,7 +164,7 @@ def _build_model(cfg: TrainConfig, vec: Any, resume: bool, seed: int,
         gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range, ent_coef=cfg.ent_coef,
         vf_coef=cfg.vf_coef,
         policy_kwargs={"buckets": N_BUCKETS, "hidden": cfg.hidden,
-                       "grids": GRIDS if cfg.split else 1},
+                       "grids": GRIDS if cfg.split else 1, "refill": cfg.refill},
         seed=seed, device="cpu", verbose=0)
     if resume:
         load_checkpoint(model, cfg.out_dir / "checkpoints")

@@ -36,6 +36,7 @@ from autoshard.policy.episode import (
     fill_parts,
 )
 from autoshard.policy.features import ObsLayout
+from autoshard.policy.refill import checked_mode
 from autoshard.shards import (
     ShardGeometry,
     ShardLayout,
@@ -138,10 +139,13 @@ class ChoiceEpisode(PlacementEpisode):
         priced: The task, priced.
         layout: :func:`choice_layout` (its ``max_devices`` >= the task's devices).
         offer: The splits offered (:meth:`SplitOffer.prepare`), or None.
+        refill: As :class:`~autoshard.policy.episode.PlacementEpisode`'s.
     """
 
-    def __init__(self, priced: PricedTask, layout: ObsLayout, offer: SplitOffer | None) -> None:
+    def __init__(self, priced: PricedTask, layout: ObsLayout, offer: SplitOffer | None,
+                 refill: str = "none") -> None:
         task = priced.task
+        self.refill = checked_mode(refill)
         buckets = len(priced.multipliers) + 1
         if layout.buckets != GRIDS * buckets:
             raise ValueError(f"layout has {layout.buckets} options per device; expected "
@@ -164,6 +168,9 @@ class ChoiceEpisode(PlacementEpisode):
         self._fill_rows = np.zeros((GRIDS, n_d), dtype=np.int64)
         self._fill_parts = np.zeros((GRIDS, n_d, 3))
         self._fill_total = np.zeros((GRIDS, n_d))
+        self._fill_want = np.zeros((GRIDS, n_d), dtype=np.int64)
+        self._fill_shown = np.zeros((GRIDS, n_d))
+        self._level = np.zeros(n_d)
         self._bucket_rows = np.empty((buckets, n_d), dtype=np.int64)
         self._devices = np.arange(n_d)
         self._hbm_cap = np.maximum(task.device_arrays.hbm_capacity, 1.0)
@@ -312,14 +319,20 @@ class ChoiceEpisode(PlacementEpisode):
         src, x = self._source(u)
         k = self.buckets
         per_row = self.state.task.table_arrays.memory_bytes_per_row[u]
+        shown, rows = ((self._fill_shown[grid], self._fill_want[grid]) if self.refill == "level"
+                       else (self._fill_total[grid], self._fill_rows[grid]))
         self._write_options(self._opt_view[:, grid * k:(grid + 1) * k], src.static[x],
-                            self._fill_total[grid], self._fill_rows[grid] * per_row, fits)
+                            shown, rows * per_row, fits)
 
     def _item_fits(self, u: int, grid: int) -> np.ndarray:
         """Offers item ``u``'s fill bucket in grid ``grid`` and tests every bucket on every
         device; returns where each fits, [devices, buckets]."""
         src, x = self._source(u)
-        rows = self.state.task.table_arrays.fill_rows(u, self.state.max_hbm_rows(u))
+        most = self.state.max_hbm_rows(u)
+        if self.refill == "level":
+            self._fill_want[grid], self._fill_shown[grid], rows = self._level_offer(u, most)
+        else:
+            rows = self.state.task.table_arrays.fill_rows(u, most)
         self._fill_rows[grid] = rows
         self._fill_parts[grid] = fill_parts(src, x, rows, self._devices)
         self._fill_total[grid] = self._fill_parts[grid].sum(axis=-1)

@@ -12,7 +12,7 @@ PlacementState`.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,7 +23,9 @@ from autoshard.errors import PlannerError, gib
 from autoshard.placement import PlacementState
 from autoshard.plan import Plan
 from autoshard.policy.buckets import MULTIPLIERS, bucket_rows
-from autoshard.policy.features import ObsLayout
+from autoshard.policy.features import ObsLayout, nearest_legal
+from autoshard.policy.refill import checked_mode, level_offer, refill_device
+from autoshard.search.waterfill import Curves
 from autoshard.shards import ShardGeometry, one_per_device
 from autoshard.task import ShardingTask
 
@@ -58,6 +60,9 @@ class PricedTask:
     bytes_left: np.ndarray  # [T + 1] relaxation bytes still to place from step i on
     summary: np.ndarray  # [T + 1, SUMMARY], the entries that depend on the step alone
     static: np.ndarray  # [T, D, K - 1, OPTION] option features fixed for the whole episode
+    #: Cost curves of the items a re-filling episode places, by item count (the task's tables;
+    #: a split choice's tables and offered shards), priced on first use.
+    curves: dict[int, Curves] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def prepare(cls, task: ShardingTask, cost_model: CostModel, layout: ObsLayout,
@@ -149,22 +154,6 @@ def _table_features(task: ShardingTask, layout: ObsLayout, total: np.ndarray, lb
     return feats
 
 
-def nearest_legal(action: int, mask: np.ndarray, options: np.ndarray, layout: ObsLayout) -> int:
-    """:meth:`PlacementEpisode.nearest_legal` of an episode's ``mask`` ([slots x buckets]) and
-    option features ``options`` ([devices, buckets, OPTION] of the task's devices)."""
-    buckets = options.shape[1]
-    d, k = divmod(action, buckets)
-    if d < options.shape[0]:
-        allowed = np.flatnonzero(mask[d * buckets:(d + 1) * buckets])
-        if allowed.size:
-            return int(d * buckets + allowed[np.argmin(np.abs(allowed - k))])
-    o = layout.option
-    flat = options.reshape(-1, len(o))
-    legal = np.flatnonzero(mask[:flat.shape[0]])
-    best = np.lexsort((flat[legal, o["price"]], flat[legal, o["increase"]]))[0]
-    return int(legal[best])
-
-
 class PlacementEpisode:
     """Places the tables of one priced task, costliest first, one action per table.
 
@@ -180,10 +169,13 @@ class PlacementEpisode:
     Args:
         priced: The task, priced (:meth:`PricedTask.prepare`).
         layout: The observation layout (its ``max_devices`` >= the task's devices).
+        refill: How the episode water-fills each device's HBM while it places
+            (:data:`autoshard.policy.refill.MODES`).
     """
 
-    def __init__(self, priced: PricedTask, layout: ObsLayout) -> None:
+    def __init__(self, priced: PricedTask, layout: ObsLayout, refill: str = "none") -> None:
         task = priced.task
+        self.refill = checked_mode(refill)
         if task.num_devices > layout.max_devices:
             raise ValueError(f"task has {task.num_devices} devices; this environment has "
                              f"{layout.max_devices} device slots (max_devices)")
@@ -199,6 +191,9 @@ class PlacementEpisode:
         self._fill_rows = np.zeros(n_d, dtype=np.int64)
         self._fill_parts = np.zeros((n_d, 3))
         self._fill_total = np.zeros(n_d)
+        # A re-filling episode's fill bucket: its rows and price once water-filled, shown.
+        self._fill_want, self._fill_shown = np.zeros(n_d, dtype=np.int64), np.zeros(n_d)
+        self._level = np.zeros(n_d)  # each device's water level (ms per HBM byte)
         self._bucket_rows = np.empty((self.buckets, n_d), dtype=np.int64)
         self._devices = np.arange(n_d)
         dev = task.device_arrays
@@ -314,8 +309,37 @@ class PlacementEpisode:
         raw[c["free_host"]] = state.free_host[d]
         raw[c["tables"]] += 1.0
         raw[c["max_table"]] = max(raw[c["max_table"]], price)
+        if self.refill != "none":
+            self._refill(d)
         self.top = max(self.top, raw[c["load"]])
         self._dev_view[d, self._scaled] = raw * self._dev_scale[d]
+
+    def _refill(self, d: int) -> None:
+        """Water-fills device ``d``'s HBM over its items (:mod:`autoshard.policy.refill`) and
+        refreshes its raw features; the step cost so far is then the largest load."""
+        state, raw, c = self.state, self._dev_raw[d], self._col
+        placed = int(np.flatnonzero(state.device >= 0)[0])
+        parts, self._level[d] = refill_device(state, self._item_curves(), d,
+                                              float(state.kept_back(placed)[d]))
+        if parts is None:
+            return
+        raw[[c["load_hbm"], c["load_uvm"], c["load_comm"]]] = parts
+        raw[c["load"]] = state.load_ms[d]
+        raw[c["free_hbm"]] = state.free_hbm[d]
+        raw[c["free_host"]] = state.free_host[d]
+        self.top = float(state.load_ms.max())
+
+    def _item_curves(self) -> Curves:
+        """The cost curves of the state's items (priced once per priced task)."""
+        cache, items = self.priced.curves, self.state.task
+        if items.num_tables not in cache:
+            cache[items.num_tables] = Curves.price(items, self.priced.cost_model)
+        return cache[items.num_tables]
+
+    def _level_offer(self, u: int, max_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                   np.ndarray]:
+        """A re-filling episode's fill bucket of item ``u``: :func:`level_offer`."""
+        return level_offer(self.state, self._item_curves(), self._level, u, max_rows)
 
     def _observe(self) -> None:
         """Writes the observation and the action mask for the next table."""
@@ -332,9 +356,10 @@ class PlacementEpisode:
                 fits = self._fits(t)
         if not fits.any():
             self._no_room(t)
-        self._write_options(self._opt_view, self.priced.static[t], self._fill_total,
-                            self._fill_rows * self.task.table_arrays.memory_bytes_per_row[t],
-                            fits)
+        shown, rows = ((self._fill_shown, self._fill_want) if self.refill == "level"
+                       else (self._fill_total, self._fill_rows))
+        self._write_options(self._opt_view, self.priced.static[t], shown,
+                            rows * self.task.table_arrays.memory_bytes_per_row[t], fits)
         self.mask[:self.task.num_devices * self.buckets] = fits.ravel()  # beyond: False
 
     def _write_summary(self, i: int) -> None:
@@ -428,7 +453,11 @@ class PlacementEpisode:
     def _offer_fill(self, t: int) -> np.ndarray:
         """Prices the fill bucket of table ``t`` on every device (the most hottest rows its
         free HBM holds, at most the rows ever used) and returns its HBM rows."""
-        rows = self.task.table_arrays.fill_rows(t, self.state.max_hbm_rows(t))
+        most = self.state.max_hbm_rows(t)
+        if self.refill == "level":
+            self._fill_want, self._fill_shown, rows = self._level_offer(t, most)
+        else:
+            rows = self.task.table_arrays.fill_rows(t, most)
         self._fill_rows = rows
         self._fill_parts = fill_parts(self.priced, t, rows, self._devices)
         self._fill_total = self._fill_parts.sum(axis=-1)

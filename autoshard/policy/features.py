@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 #: The next table: log10 rows / 8, dim / 256, lookups / task mean (log1p), its bytes / mean
 #: device HBM, its relaxation cost / bound, relaxation bytes / mean device HBM, cost all in HBM
 #: / bound, cost all in host memory / bound, lookup share of the hottest 1% and 10% of rows,
@@ -93,3 +95,19 @@ class ObsLayout:
         """The names of every part, as a policy's config records them."""
         return {"table": list(self.table_names), "summary": list(self.summary_names),
                 "device": list(self.device_names), "option": list(self.option_names)}
+
+
+def nearest_legal(action: int, mask: np.ndarray, options: np.ndarray, layout: ObsLayout) -> int:
+    """:meth:`PlacementEpisode.nearest_legal` of an episode's ``mask`` ([slots x buckets]) and
+    option features ``options`` ([devices, buckets, OPTION] of the task's devices)."""
+    buckets = options.shape[1]
+    d, k = divmod(action, buckets)
+    if d < options.shape[0]:
+        allowed = np.flatnonzero(mask[d * buckets:(d + 1) * buckets])
+        if allowed.size:
+            return int(d * buckets + allowed[np.argmin(np.abs(allowed - k))])
+    o = layout.option
+    flat = options.reshape(-1, len(o))
+    legal = np.flatnonzero(mask[:flat.shape[0]])
+    best = np.lexsort((flat[legal, o["price"]], flat[legal, o["increase"]]))[0]
+    return int(legal[best])

@@ -42,13 +42,16 @@ from autoshard.limits import POLICY_HIDDEN, Range, int_in
 from autoshard.policy.choice import GRIDS, ChoiceEpisode, SplitOffer, choice_layout
 from autoshard.policy.episode import LIMIT, PlacementEpisode, PricedTask
 from autoshard.policy.features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
+from autoshard.policy.refill import MODES, checked_mode
 from autoshard.shards import ShardGeometry
 from autoshard.task import ShardingTask
 
 FORMAT = "autoshard-placement-policy"
 #: 2: ``grids`` (option grids per device: 1, or 2 with the split choice). Version 1 policies
-#: (one grid) are read as they are, and :func:`regrid` maps them onto two grids.
-FORMAT_VERSION = 2
+#: (one grid) are read as they are, and :func:`regrid` maps them onto two grids. 3: ``refill``
+#: (the refill mode the policy was trained in, :mod:`autoshard.policy.refill`; absent:
+#: ``none``).
+FORMAT_VERSION = 3
 WEIGHTS, CONFIG = "weights.pt", "config.json"
 #: Logit of an option on a padded device slot.
 PADDED = -1e8
@@ -70,11 +73,15 @@ class PlacementNet(nn.Module):
         hidden: Width of every hidden layer.
         grids: Option grids per device: 1 (place the next table), or 2 (also: split it, see
             :mod:`autoshard.policy.choice`); each (grid, bucket) has its own embedding.
+        refill: The refill mode of the episodes the policy was trained on
+            (:data:`autoshard.policy.refill.MODES`); its decodes play that mode by default.
     """
 
-    def __init__(self, buckets: int, hidden: int = 64, grids: int = 1) -> None:
+    def __init__(self, buckets: int, hidden: int = 64, grids: int = 1,
+                 refill: str = "none") -> None:
         super().__init__()
         self.buckets, self.hidden, self.grids = buckets, hidden, grids
+        self.refill = checked_mode(refill)
         self.options = buckets * grids
         self.device_enc = _mlp(len(DEVICE), hidden)
         self.context = _mlp(len(TABLE) + len(SUMMARY) + 2 * hidden, hidden)
@@ -123,7 +130,8 @@ class PlacementNet(nn.Module):
         return logits.masked_fill(valid == 0, PADDED).reshape(b, -1), self.value(ctx)
 
     def config(self) -> dict[str, Any]:
-        return {"buckets": self.buckets, "hidden": self.hidden, "grids": self.grids}
+        return {"buckets": self.buckets, "hidden": self.hidden, "grids": self.grids,
+                "refill": self.refill}
 
 
 def regrid(net: PlacementNet, grids: int) -> PlacementNet:
@@ -135,7 +143,7 @@ def regrid(net: PlacementNet, grids: int) -> PlacementNet:
         return net
     if net.grids != 1 and grids != 1:
         raise ValueError(f"cannot map a policy of {net.grids} grids onto {grids}")
-    out = PlacementNet(net.buckets, net.hidden, grids)
+    out = PlacementNet(net.buckets, net.hidden, grids, net.refill)
     state = net.state_dict()
     bucket = state["opt_bucket"]
     state["opt_bucket"] = (bucket.repeat(grids, 1) if net.grids == 1
@@ -178,7 +186,11 @@ def load_policy(folder: str | Path) -> tuple[PlacementNet, tuple[float, ...], di
             raise InputError("policy file missing", source=str(path))
     doc = _read_config(config_path)
     buckets, hidden, grids, multipliers = _policy_shape(doc, str(config_path))
-    net = PlacementNet(buckets, hidden, grids)
+    refill = doc.get("refill", "none")
+    if refill not in MODES:
+        raise InputError(f"expected one of {', '.join(MODES)}", source=str(config_path),
+                         field="refill", value=refill)
+    net = PlacementNet(buckets, hidden, grids, refill)
     expected = net.state_dict()
     state = read_tensors(weights_path, allowed_bytes(expected))
     check_state_dict(state, expected, str(weights_path))
@@ -305,18 +317,22 @@ def check_state_dict(state: Any, expected: Mapping[str, torch.Tensor], source: s
 
 def decode(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,
            cost_model: CostModel, samples: int = 0, seed: int = 0,
-           deadline: float | None = None) -> list[PlacementEpisode]:
+           deadline: float | None = None, refill: str | None = None
+           ) -> list[PlacementEpisode]:
     """The policy's greedy episode on ``task``, then ``samples`` sampled ones (see
     :func:`rollouts`), over one pricing of the task. Past ``deadline`` (a
-    ``time.perf_counter`` instant): :class:`autoshard.bounds.DeadlineReached`."""
+    ``time.perf_counter`` instant): :class:`autoshard.bounds.DeadlineReached`. ``refill``: the
+    episodes' refill mode (default: the policy's)."""
     layout = ObsLayout(task.num_devices, len(multipliers) + 1)
     priced = PricedTask.prepare(task, cost_model, layout, multipliers)
-    return rollouts(regrid(net, 1), priced, samples, greedy=True, seed=seed, deadline=deadline)
+    return rollouts(regrid(net, 1), priced, samples, greedy=True, seed=seed, deadline=deadline,
+                    refill=refill)
 
 
 def decode_choice(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,
                   cost_model: CostModel, geometry: ShardGeometry, samples: int = 0,
-                  seed: int = 0, deadline: float | None = None) -> list[ChoiceEpisode]:
+                  seed: int = 0, deadline: float | None = None,
+                  refill: str | None = None) -> list[ChoiceEpisode]:
     """Like :func:`decode`, with the split choice: the policy may split each table that
     ``geometry`` splits, as it splits it (:mod:`autoshard.policy.choice`). A policy of
     one grid is widened (:func:`regrid`)."""
@@ -327,17 +343,20 @@ def decode_choice(net: PlacementNet, multipliers: tuple[float, ...], task: Shard
     offer = SplitOffer.prepare(priced, geometry, base)
     wide = regrid(net, GRIDS)
     count = 1 + samples
-    episodes = [ChoiceEpisode(priced, layout, offer) for _ in range(count)]
+    mode = wide.refill if refill is None else refill
+    episodes = [ChoiceEpisode(priced, layout, offer, mode) for _ in range(count)]
     _play(wide, episodes, layout, samples, True, seed, deadline)
     return episodes
 
 
 def rollouts(net: PlacementNet, priced: PricedTask, samples: int = 0, greedy: bool = True,
-             seed: int = 0, deadline: float | None = None) -> list[PlacementEpisode]:
+             seed: int = 0, deadline: float | None = None, refill: str | None = None
+             ) -> list[PlacementEpisode]:
     """Plays the policy over ``priced``: one greedy episode (the most likely allowed action at
     every step) if ``greedy``, and ``samples`` episodes that sample each action from the
-    policy's masked distribution (seeded by ``seed``). The episodes run in lockstep, so each
-    step is one batched call of the network for all of them.
+    policy's masked distribution (seeded by ``seed``), in refill mode ``refill`` (default: the
+    policy's). The episodes run in lockstep, so each step is one batched call of the network
+    for all of them.
 
     Returns:
         The finished episodes, the greedy one first.
@@ -349,7 +368,8 @@ def rollouts(net: PlacementNet, priced: PricedTask, samples: int = 0, greedy: bo
     count = int(greedy) + samples
     if count < 1:
         raise ValueError("need the greedy episode or at least one sample")
-    episodes = [PlacementEpisode(priced, layout) for _ in range(count)]
+    mode = net.refill if refill is None else refill
+    episodes = [PlacementEpisode(priced, layout, mode) for _ in range(count)]
     _play(net, episodes, layout, samples, greedy, seed, deadline)
     return episodes
 

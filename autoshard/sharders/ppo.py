@@ -38,11 +38,18 @@ from autoshard.evaluator import plan_cost_ms, step_cost_ms
 from autoshard.limits import SEED, THREADS, TIME_LIMIT_S, Range
 from autoshard.plan import Plan
 from autoshard.policy.geometries import split_geometries
-from autoshard.provenance import Provenance
+from autoshard.policy.refill import decode_modes
 from autoshard.search.enforce import enforce
 from autoshard.search.polish import budget, polish_plan
 from autoshard.search.stage import refine
 from autoshard.search.waterfill import Curves
+from autoshard.sharders.ppo_names import (
+    CANDIDATES,
+    FALLBACK,
+    POLISHED_GROUPS,
+    WHOLE_GROUP,
+    provenance,
+)
 from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.task import ShardingTask
 
@@ -73,28 +80,6 @@ DECODE_SHARE, DECODE_STOP_SHARE = 0.6, 0.8
 #: decodes' deadline. A running decode stops once its pace projects its end past the decodes'
 #: stop, and its plan is dropped.
 DECODE_SECONDS_PER_PAIR = 1e-5
-#: The table-wise greedy sharders (DreamShard's baselines).
-GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
-#: Candidates whose cheapest is polished besides the cheapest of all, by split choice: the
-#: plans over the split choice (the decodes and the greedy sharder over it), the decode where
-#: the policy chooses the splits, and the decodes over the node-local, the finer and the
-#: row-only choices (:mod:`autoshard.policy.geometries`; a plan whose shards differ can come
-#: out ahead of one that cost less before the polish: on the held-out profiled-T200-D64 with
-#: TorchRec's room the node-local split's decode wins, ``results/ppo/torchrec-room``).
-#: Each group's member polished is the cheapest once its HBM is water-filled.
-POLISHED_GROUPS = (("ppo-split", "split_lookup_greedy"), ("ppo-choice",), ("ppo-node-split",),
-                   ("ppo-fine",), ("ppo-node-fine",), ("ppo-rows",), ("ppo-node-rows",))
-#: One more such group on tasks of up to :data:`SMALL_TASK` pairs: the whole-table plans (the
-#: policy's and the table-wise greedy sharders'). With HBM reserved per table or shard, a
-#: whole-table plan can polish to below a split one that cost less before.
-WHOLE_GROUP = ("ppo-greedy", "ppo-sample", *GREEDY)
-#: The greedy family whose plans are candidates: the table-wise four, and, for tasks of up to
-#: :data:`SMALL_TASK` (table, device) pairs, the variant that splits dominant tables (the
-#: policy's own actions are table-wise; the split variant takes 0.8 s at 856 x 128).
-CANDIDATES = (*GREEDY, "split_lookup_greedy")
-#: The one candidate on tasks over :data:`SMALL_TASK` pairs: made first, it is the plan kept
-#: where no decode ends before its deadline.
-FALLBACK = "lookup_greedy"
 
 
 def _small(task: ShardingTask) -> bool:
@@ -164,6 +149,9 @@ class PPOSharder:
             which to split).
         polish: Whether the cheapest candidates go through the improvement stage.
         time_limit: Seconds for the whole run (module docstring).
+        refills: On tasks of up to :data:`SMALL_TASK` pairs, also decode the policy in the
+            refill modes it was not trained in (:func:`autoshard.policy.refill.decode_modes`;
+            ``ppo-refill-greedy``, ``ppo-split-level-greedy``, ...).
     """
 
     name: ClassVar[str] = "ppo"
@@ -175,13 +163,15 @@ class PPOSharder:
 
     def __init__(self, policy: str | Path | None = None, threads: int = 1,
                  samples: int | None = None, candidates: bool = True, seed: int = 0,
-                 split: bool = True, polish: bool = True, time_limit: float = 60.0) -> None:
+                 split: bool = True, polish: bool = True, time_limit: float = 60.0,
+                 refills: bool = True) -> None:
         if samples is not None and samples < 0:
             raise InputError("must be >= 0", field="samples", value=samples)
         TIME_LIMIT_S.check(time_limit, "time_limit", "sharder options")
         self.policy = Path(policy) if policy is not None else DEFAULT_POLICY
         self.threads, self.samples, self.candidates, self.seed = threads, samples, candidates, seed
         self.split, self.polish, self.time_limit = split, polish, float(time_limit)
+        self.refills = refills
         self.last_choice: Choice | None = None
         self.last_notes: list[str] = []
         self._net: Any = None
@@ -267,18 +257,19 @@ class PPOSharder:
             def timed() -> Clock | None:
                 return clock if fallback or costs else None
 
-            decoded = self._decode(task, cost_model, samples, "ppo", timed()) if whole else []
+            decoded = (self._decode(task, cost_model, samples, "ppo", timed(), clock) if whole
+                       else [])
             for name, ep in decoded:
                 plans[name] = ep.plan(self.name)
                 costs[name] = step_cost_ms(task, cost_model, ep.state.device, ep.state.hbm_rows)
             if "ppo-split" in geometries:
                 self._choose_splits(task, cost_model, geometries["ppo-split"], samples, costs,
-                                    plans, timed())
+                                    plans, timed(), clock)
             for prefix, geometry in geometries.items():
                 shards = pricing_task(task, geometry)
                 try:
                     episodes = self._decode_or_greedy(shards, cost_model, samples, prefix,
-                                                      timed())
+                                                      timed(), clock)
                 except PlannerError:  # some shard fits nowhere once others are placed
                     continue
                 for name, ep in episodes:
@@ -297,57 +288,69 @@ class PPOSharder:
 
     def _choose_splits(self, task: ShardingTask, cost_model: CostModel, geometry: ShardGeometry,
                        samples: int, costs: dict[str, float], plans: dict[str, Plan],
-                       clock: Clock | None) -> None:
+                       clock: Clock | None, later: Clock) -> None:
         """Adds the decodes in which the policy chooses which tables of ``geometry``'s split to
-        split (``ppo-choice-greedy``, ``ppo-choice-sample-i``)."""
+        split (``ppo-choice-greedy``, ``ppo-choice-sample-i``; those in the other refill modes
+        on ``later``'s clock)."""
         from autoshard.policy.network import decode_choice
 
-        name = "ppo-choice"
-        if not self._in_time(clock, name, geometry.num_shards, task.num_devices, samples):
-            return
-        try:
-            episodes = decode_choice(self._choice_net, self._multipliers, task, cost_model,
-                                     geometry, samples, self.seed,
-                                     None if clock is None else clock.decodes_stop)
-        except PlannerError:  # some item fits nowhere once others are placed
-            return
-        except DeadlineReached:
-            self.last_notes.append(f"{name}: stopped, it would not end in time; dropped")
-            return
-        names = [f"{name}-greedy"] + [f"{name}-sample-{i}" for i in range(samples)]
-        for name, ep in zip(names, episodes, strict=True):
-            layout = ep.shard_layout().even_shares(task)
-            plans[name] = layout.to_plan(task, self.name)
-            costs[name] = step_cost_ms(pricing_task(task, layout.geometry), cost_model,
-                                       layout.device, layout.hbm_rows)
+        for mode, suffix in decode_modes(self._net.refill, self.refills and _small(task)):
+            name, timed = f"ppo-choice{suffix}", later if suffix else clock
+            if not self._in_time(timed, name, geometry.num_shards, task.num_devices, samples):
+                return
+            try:
+                episodes = decode_choice(self._choice_net, self._multipliers, task, cost_model,
+                                         geometry, samples, self.seed,
+                                         None if timed is None else timed.decodes_stop, mode)
+            except PlannerError:  # some item fits nowhere once others are placed
+                continue
+            except DeadlineReached:
+                self.last_notes.append(f"{name}: stopped, it would not end in time; dropped")
+                return
+            names = [f"{name}-greedy"] + [f"{name}-sample-{i}" for i in range(samples)]
+            for name, ep in zip(names, episodes, strict=True):
+                layout = ep.shard_layout().even_shares(task)
+                plans[name] = layout.to_plan(task, self.name)
+                costs[name] = step_cost_ms(pricing_task(task, layout.geometry), cost_model,
+                                           layout.device, layout.hbm_rows)
 
     def _decode_or_greedy(self, task: ShardingTask, cost_model: CostModel, samples: int,
-                          prefix: str, clock: Clock | None) -> list[tuple[str, Any]]:
+                          prefix: str, clock: Clock | None, later: Clock
+                          ) -> list[tuple[str, Any]]:
         """:meth:`_decode`, or its greedy decode alone where a sampled rollout places some
         item nowhere (the samples run in lockstep: one failure ends them all)."""
         try:
-            return self._decode(task, cost_model, samples, prefix, clock)
+            return self._decode(task, cost_model, samples, prefix, clock, later)
         except PlannerError:
             if samples == 0:
                 raise
-            return self._decode(task, cost_model, 0, prefix, clock)
+            return self._decode(task, cost_model, 0, prefix, clock, later)
 
     def _decode(self, task: ShardingTask, cost_model: CostModel, samples: int, prefix: str,
-                clock: Clock | None) -> list[tuple[str, Any]]:
+                clock: Clock | None, later: Clock) -> list[tuple[str, Any]]:
         """The policy's greedy and ``samples`` sampled episodes on ``task``, named; none when
-        ``clock`` says they would not end in time, or they do not."""
+        ``clock`` says they would not end in time, or they do not. On small tasks the same in
+        the other refill modes, on ``later``'s clock."""
         from autoshard.policy.network import decode
 
-        if not self._in_time(clock, prefix, task.num_tables, task.num_devices, samples):
-            return []
-        try:
-            episodes = decode(self._net, self._multipliers, task, cost_model, samples,
-                              self.seed, None if clock is None else clock.decodes_stop)
-        except DeadlineReached:
-            self.last_notes.append(f"{prefix}: stopped, it would not end in time; dropped")
-            return []
-        names = [f"{prefix}-greedy"] + [f"{prefix}-sample-{i}" for i in range(samples)]
-        return list(zip(names, episodes, strict=True))
+        out: list[tuple[str, Any]] = []
+        for mode, suffix in decode_modes(self._net.refill, self.refills and _small(task)):
+            name, timed = f"{prefix}{suffix}", later if suffix else clock
+            if not self._in_time(timed, name, task.num_tables, task.num_devices, samples):
+                break
+            try:
+                episodes = decode(self._net, self._multipliers, task, cost_model, samples,
+                                  self.seed, None if timed is None else timed.decodes_stop, mode)
+            except DeadlineReached:
+                self.last_notes.append(f"{name}: stopped, it would not end in time; dropped")
+                break
+            except PlannerError:  # the policy's own mode raises; another is left out
+                if not suffix:
+                    raise
+                continue
+            names = [f"{name}-greedy"] + [f"{name}-sample-{i}" for i in range(samples)]
+            out += zip(names, episodes, strict=True)
+        return out
 
     def _in_time(self, clock: Clock | None, name: str, items: int, devices: int,
                  samples: int) -> bool:
@@ -479,20 +482,6 @@ class PPOPolicySharder(PPOSharder):
 
     def __init__(self, policy: str | Path | None = None, threads: int = 1,
                  samples: int | None = None, seed: int = 0, split: bool = True,
-                 time_limit: float = 60.0) -> None:
+                 time_limit: float = 60.0, refills: bool = True) -> None:
         super().__init__(policy, threads, samples, candidates=False, seed=seed, split=split,
-                         polish=False, time_limit=time_limit)
-
-
-def provenance(winner: str, costs: dict[str, float]) -> Provenance:
-    """How the winning candidate ``winner`` (``<candidate>+<step>+...``) was found, from every
-    candidate's step cost (each step's result is a candidate of its own name)."""
-    base, *stages = winner.split("+")
-    steps, name = [], base
-    for stage in stages:
-        name = f"{name}+{stage}"
-        steps.append((stage, costs[name]))
-    source = ("rival sharder" if base in CANDIDATES else
-              "policy" if base.startswith(("ppo-greedy", "ppo-sample")) else
-              "policy over splits")
-    return Provenance(base, source, costs[base], tuple(steps), tuple(costs.items()))
+                         polish=False, time_limit=time_limit, refills=refills)
