@@ -41,16 +41,18 @@ class PlacementState:
         self._pending = float(task.table_arrays.hbm_reserved_bytes.sum())
         self._share = dev.hbm_capacity / max(float(dev.hbm_capacity.sum()), 1.0)
 
-    def kept_back(self, table: int) -> np.ndarray:
-        """Per device, HBM that ``table``'s rows leave free for the reservations of the other
-        tables not yet placed: their sum shared in proportion to capacity, and at least the
-        largest of them (so that every device can still take one)."""
+    def kept_back(self, table: int | None = None) -> np.ndarray:
+        """Per device, HBM that ``table``'s rows (None: rows already placed) leave free for the
+        reservations of the other tables not yet placed: their sum shared in proportion to
+        capacity, and at least the largest of them (so that every device can still take
+        one)."""
         reserved = self.task.table_arrays.hbm_reserved_bytes
-        own = reserved[table] if self.device[table] < 0 else 0.0
+        own = reserved[table] if table is not None and self.device[table] < 0 else 0.0
         if self._pending - own <= 0:
             return np.zeros(self.task.num_devices)
         others = (self.device < 0) & self.active
-        others[table] = False
+        if table is not None:
+            others[table] = False
         largest = float(reserved[others].max()) if others.any() else 0.0
         return np.maximum(max(self._pending - own, 0.0) * self._share, largest)
 

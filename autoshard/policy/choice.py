@@ -319,23 +319,18 @@ class ChoiceEpisode(PlacementEpisode):
         src, x = self._source(u)
         k = self.buckets
         per_row = self.state.task.table_arrays.memory_bytes_per_row[u]
-        shown, rows = ((self._fill_shown[grid], self._fill_want[grid]) if self.refill == "level"
-                       else (self._fill_total[grid], self._fill_rows[grid]))
         self._write_options(self._opt_view[:, grid * k:(grid + 1) * k], src.static[x],
-                            shown, rows * per_row, fits)
+                            self._fill_shown[grid], self._fill_want[grid] * per_row, fits)
 
     def _item_fits(self, u: int, grid: int) -> np.ndarray:
         """Offers item ``u``'s fill bucket in grid ``grid`` and tests every bucket on every
         device; returns where each fits, [devices, buckets]."""
         src, x = self._source(u)
-        most = self.state.max_hbm_rows(u)
-        if self.refill == "level":
-            self._fill_want[grid], self._fill_shown[grid], rows = self._level_offer(u, most)
-        else:
-            rows = self.state.task.table_arrays.fill_rows(u, most)
+        rows, self._fill_want[grid], shown = self._fill_offer(u)
         self._fill_rows[grid] = rows
         self._fill_parts[grid] = fill_parts(src, x, rows, self._devices)
         self._fill_total[grid] = self._fill_parts[grid].sum(axis=-1)
+        self._fill_shown[grid] = self._fill_total[grid] if shown is None else shown
         hbm_rows = self._bucket_rows
         hbm_rows[:-1] = src.rows[x][:, None]
         hbm_rows[-1] = rows

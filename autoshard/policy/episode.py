@@ -191,7 +191,7 @@ class PlacementEpisode:
         self._fill_rows = np.zeros(n_d, dtype=np.int64)
         self._fill_parts = np.zeros((n_d, 3))
         self._fill_total = np.zeros(n_d)
-        # A re-filling episode's fill bucket: its rows and price once water-filled, shown.
+        # The fill bucket's rows and price as the observation shows them (:meth:`_fill_offer`).
         self._fill_want, self._fill_shown = np.zeros(n_d, dtype=np.int64), np.zeros(n_d)
         self._level = np.zeros(n_d)  # each device's water level (ms per HBM byte)
         self._bucket_rows = np.empty((self.buckets, n_d), dtype=np.int64)
@@ -318,9 +318,8 @@ class PlacementEpisode:
         """Water-fills device ``d``'s HBM over its items (:mod:`autoshard.policy.refill`) and
         refreshes its raw features; the step cost so far is then the largest load."""
         state, raw, c = self.state, self._dev_raw[d], self._col
-        placed = int(np.flatnonzero(state.device >= 0)[0])
         parts, self._level[d] = refill_device(state, self._item_curves(), d,
-                                              float(state.kept_back(placed)[d]))
+                                              float(state.kept_back()[d]))
         if parts is None:
             return
         raw[[c["load_hbm"], c["load_uvm"], c["load_comm"]]] = parts
@@ -336,10 +335,18 @@ class PlacementEpisode:
             cache[items.num_tables] = Curves.price(items, self.priced.cost_model)
         return cache[items.num_tables]
 
-    def _level_offer(self, u: int, max_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                                   np.ndarray]:
-        """A re-filling episode's fill bucket of item ``u``: :func:`level_offer`."""
-        return level_offer(self.state, self._item_curves(), self._level, u, max_rows)
+    def _fill_offer(self, u: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Item ``u``'s fill bucket on every device: the HBM rows placed with it, the rows the
+        observation shows, and the price it shows (None: the placed rows' price). In the
+        ``level`` mode those shown are what the item holds once the device is water-filled
+        (:func:`level_offer`); else the rows placed: the most hottest rows the free HBM
+        holds, at most the rows ever used."""
+        most = self.state.max_hbm_rows(u)
+        if self.refill != "level":
+            rows = self.state.task.table_arrays.fill_rows(u, most)
+            return rows, rows, None
+        want, shown, rows = level_offer(self.state, self._item_curves(), self._level, u, most)
+        return rows, want, shown
 
     def _observe(self) -> None:
         """Writes the observation and the action mask for the next table."""
@@ -356,10 +363,9 @@ class PlacementEpisode:
                 fits = self._fits(t)
         if not fits.any():
             self._no_room(t)
-        shown, rows = ((self._fill_shown, self._fill_want) if self.refill == "level"
-                       else (self._fill_total, self._fill_rows))
-        self._write_options(self._opt_view, self.priced.static[t], shown,
-                            rows * self.task.table_arrays.memory_bytes_per_row[t], fits)
+        self._write_options(self._opt_view, self.priced.static[t], self._fill_shown,
+                            self._fill_want * self.task.table_arrays.memory_bytes_per_row[t],
+                            fits)
         self.mask[:self.task.num_devices * self.buckets] = fits.ravel()  # beyond: False
 
     def _write_summary(self, i: int) -> None:
@@ -453,14 +459,11 @@ class PlacementEpisode:
     def _offer_fill(self, t: int) -> np.ndarray:
         """Prices the fill bucket of table ``t`` on every device (the most hottest rows its
         free HBM holds, at most the rows ever used) and returns its HBM rows."""
-        most = self.state.max_hbm_rows(t)
-        if self.refill == "level":
-            self._fill_want, self._fill_shown, rows = self._level_offer(t, most)
-        else:
-            rows = self.task.table_arrays.fill_rows(t, most)
+        rows, self._fill_want, shown = self._fill_offer(t)
         self._fill_rows = rows
         self._fill_parts = fill_parts(self.priced, t, rows, self._devices)
         self._fill_total = self._fill_parts.sum(axis=-1)
+        self._fill_shown = self._fill_total if shown is None else shown
         return rows
 
 

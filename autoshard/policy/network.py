@@ -317,16 +317,24 @@ def check_state_dict(state: Any, expected: Mapping[str, torch.Tensor], source: s
 
 def decode(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,
            cost_model: CostModel, samples: int = 0, seed: int = 0,
-           deadline: float | None = None, refill: str | None = None
-           ) -> list[PlacementEpisode]:
+           deadline: float | None = None, refill: str | None = None,
+           priced: PricedTask | None = None) -> list[PlacementEpisode]:
     """The policy's greedy episode on ``task``, then ``samples`` sampled ones (see
-    :func:`rollouts`), over one pricing of the task. Past ``deadline`` (a
-    ``time.perf_counter`` instant): :class:`autoshard.bounds.DeadlineReached`. ``refill``: the
-    episodes' refill mode (default: the policy's)."""
-    layout = ObsLayout(task.num_devices, len(multipliers) + 1)
-    priced = PricedTask.prepare(task, cost_model, layout, multipliers)
+    :func:`rollouts`), over one pricing of the task (``priced``: one made by
+    :func:`price_task` and shared, e.g. by the decodes in each refill mode). Past
+    ``deadline`` (a ``time.perf_counter`` instant): :class:`autoshard.bounds.DeadlineReached`.
+    ``refill``: the episodes' refill mode (default: the policy's)."""
+    if priced is None:
+        priced = price_task(task, cost_model, multipliers)
     return rollouts(regrid(net, 1), priced, samples, greedy=True, seed=seed, deadline=deadline,
                     refill=refill)
+
+
+def price_task(task: ShardingTask, cost_model: CostModel, multipliers: tuple[float, ...]
+               ) -> PricedTask:
+    """``task`` priced for :func:`decode` over the buckets of ``multipliers``."""
+    layout = ObsLayout(task.num_devices, len(multipliers) + 1)
+    return PricedTask.prepare(task, cost_model, layout, multipliers)
 
 
 def decode_choice(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,

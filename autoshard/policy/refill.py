@@ -67,7 +67,8 @@ def refill_device(state: PlacementState, curves: Curves, d: int, kept_back: floa
     """
     a = state.task.table_arrays
     on = np.flatnonzero(state.device == d)
-    free = on[a.hbm_least[on] < a.hbm_most[on]]
+    changed = a.hbm_least[on] < a.hbm_most[on]  # the others' rows are fixed by their bounds
+    free = on[changed]
     if not free.size:
         return None, 0.0
     per_row = a.hbm_bytes_per_row[free]
@@ -88,8 +89,10 @@ def refill_device(state: PlacementState, curves: Curves, d: int, kept_back: floa
     host = float((moved * a.memory_bytes_per_row[free]).sum())
     if not moved.any() or host > state.free_host[d] + 1e-6:
         return None, level
-    p = state.cost_model.price(state.task, free, np.full(free.size, d), rows)
-    new = float(p.total_ms.sum())
+    all_rows = state.hbm_rows[on].copy()
+    all_rows[changed] = rows
+    p = state.cost_model.price(state.task, on, np.full(on.size, d), all_rows)
+    new = float(p.total_ms[changed].sum())
     old = float(state.price_ms[free].sum())
     if not new < old * (1 - 1e-9):
         return None, level
@@ -97,13 +100,8 @@ def refill_device(state: PlacementState, curves: Curves, d: int, kept_back: floa
     state.free_host[d] -= host
     state.hbm_rows[free] = rows
     state.load_ms[d] += new - old
-    state.price_ms[free] = p.total_ms
-    keep = on[a.hbm_least[on] >= a.hbm_most[on]]
-    parts = np.array([p.hbm_ms.sum(), p.uvm_ms.sum(), p.comm_ms.sum()])
-    if keep.size:
-        q = state.cost_model.price(state.task, keep, np.full(keep.size, d), state.hbm_rows[keep])
-        parts += np.array([q.hbm_ms.sum(), q.uvm_ms.sum(), q.comm_ms.sum()])
-    return parts, level
+    state.price_ms[free] = p.total_ms[changed]
+    return np.array([p.hbm_ms.sum(), p.uvm_ms.sum(), p.comm_ms.sum()]), level
 
 
 def level_fill(curves: Curves, item: int, level: np.ndarray, room: np.ndarray

@@ -330,17 +330,20 @@ class PPOSharder:
                 clock: Clock | None, later: Clock) -> list[tuple[str, Any]]:
         """The policy's greedy and ``samples`` sampled episodes on ``task``, named; none when
         ``clock`` says they would not end in time, or they do not. On small tasks the same in
-        the other refill modes, on ``later``'s clock."""
-        from autoshard.policy.network import decode
+        the other refill modes, on ``later``'s clock, over one pricing of the task."""
+        from autoshard.policy.network import decode, price_task
 
         out: list[tuple[str, Any]] = []
+        priced = None
         for mode, suffix in decode_modes(self._net.refill, self.refills and _small(task)):
             name, timed = f"{prefix}{suffix}", later if suffix else clock
             if not self._in_time(timed, name, task.num_tables, task.num_devices, samples):
                 break
+            priced = priced or price_task(task, cost_model, self._multipliers)
             try:
                 episodes = decode(self._net, self._multipliers, task, cost_model, samples,
-                                  self.seed, None if timed is None else timed.decodes_stop, mode)
+                                  self.seed, None if timed is None else timed.decodes_stop, mode,
+                                  priced)
             except DeadlineReached:
                 self.last_notes.append(f"{name}: stopped, it would not end in time; dropped")
                 break

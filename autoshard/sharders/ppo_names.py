@@ -24,10 +24,12 @@ GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 #: Each group's member polished is the cheapest once its HBM is water-filled.
 POLISHED_GROUPS = (("ppo-split", "split_lookup_greedy"), ("ppo-choice",), ("ppo-node-split",),
                    ("ppo-fine",), ("ppo-node-fine",), ("ppo-rows",), ("ppo-node-rows",))
+#: The policy's whole-table decodes, in every refill mode (name prefixes).
+POLICY_WHOLE = ("ppo-greedy", "ppo-sample", *(f"ppo-{s}-" for s in SUFFIX.values()))
 #: One more such group on tasks of up to ``SMALL_TASK`` pairs: the whole-table plans (the
 #: policy's and the table-wise greedy sharders'). With HBM reserved per table or shard, a
 #: whole-table plan can polish to below a split one that cost less before.
-WHOLE_GROUP = ("ppo-greedy", "ppo-sample", *(f"ppo-{s}-" for s in SUFFIX.values()), *GREEDY)
+WHOLE_GROUP = (*POLICY_WHOLE, *GREEDY)
 #: The greedy family whose plans are candidates: the table-wise four, and, for tasks of up to
 #: ``SMALL_TASK`` (table, device) pairs, the variant that splits dominant tables (the
 #: policy's own actions are table-wise; the split variant takes 0.8 s at 856 x 128).
@@ -46,5 +48,5 @@ def provenance(winner: str, costs: dict[str, float]) -> Provenance:
         name = f"{name}+{stage}"
         steps.append((stage, costs[name]))
     source = ("rival sharder" if base in CANDIDATES else
-              "policy" if base.startswith(WHOLE_GROUP[:-len(GREEDY)]) else "policy over splits")
+              "policy" if base.startswith(POLICY_WHOLE) else "policy over splits")
     return Provenance(base, source, costs[base], tuple(steps), tuple(costs.items()))
