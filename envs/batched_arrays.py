@@ -19,8 +19,8 @@ import numpy as np
 
 from autoshard.access import GRID
 from autoshard.cost import CostModel
-from autoshard.policy.episode import _SCALED, CLIP, PlacementEpisode, PricedTask
-from autoshard.policy.features import ObsLayout
+from autoshard.policy.episode import _SCALED, PlacementEpisode, PricedTask
+from autoshard.policy.features import CLIP, ObsLayout
 from autoshard.task import ShardingTask, curve_share
 
 # Columns of the float sequence array: per-row memory bytes, lookups per step, row bytes,
@@ -249,7 +249,7 @@ class EpisodeArrays:
         for n in np.flatnonzero(live).tolist():
             p, t, d = self.priced[n], tables[n], devices[n]
             assert p is not None
-            options[n, :d, :-1] = p.static[t]
+            p.static.write(options[n, :d, :-1], t, self.layout)
             parts[n, :d] = p.parts[t]
 
     def offer_fill(self, live: np.ndarray) -> None:

@@ -26,8 +26,8 @@ from autoshard.envs.batched_arrays import (
     EpisodeArrays,
 )
 from autoshard.policy.choice import GRIDS, ChoiceEpisode, SplitOffer
-from autoshard.policy.episode import CLIP, PlacementEpisode, PricedTask, fill_parts
-from autoshard.policy.features import ObsLayout
+from autoshard.policy.episode import PlacementEpisode, PricedTask, fill_parts
+from autoshard.policy.features import CLIP, ObsLayout, StaticOptions
 from autoshard.shards import ShardGeometry, ShardLayout, whole_tables
 
 
@@ -59,7 +59,7 @@ class ChoiceArrays(EpisodeArrays):
         self._items_i: list[np.ndarray] = [np.zeros((0, 3), dtype=np.int64)] * n
         self._items_curves: list[np.ndarray] = [np.zeros((0, 1))] * n
         self._items_feats: list[np.ndarray] = [np.zeros((0, 1))] * n
-        self._items_static: list[np.ndarray] = [np.zeros((0, 1))] * n
+        self._items_static: list[StaticOptions | None] = [None] * n
         self._items_parts: list[np.ndarray] = [np.zeros((0, 1))] * n
 
     def _option_grid(self) -> np.ndarray:
@@ -94,7 +94,7 @@ class ChoiceArrays(EpisodeArrays):
         feats[p.order] = p.table_feats
         self._items_feats[n] = (feats if offer is None
                                 else np.concatenate([feats, offer.pieces.table_feats]))
-        self._items_static[n] = np.concatenate([s.static for s in sources])
+        self._items_static[n] = StaticOptions.concat([s.static for s in sources])
         self._items_parts[n] = np.concatenate([s.parts for s in sources])
         super().load(n, ep)
         self.tables[n] = len(ep.order)
@@ -150,7 +150,9 @@ class ChoiceArrays(EpisodeArrays):
         items, devices = self.current_table.tolist(), self.devices.tolist()
         for n in np.flatnonzero(live).tolist():
             u, d = items[n], devices[n]
-            options[n, :d, :-1] = self._items_static[n][u]
+            static = self._items_static[n]
+            assert static is not None
+            static.write(options[n, :d, :-1], u, self.layout)
             parts[n, :d] = self._items_parts[n][u]
 
     def _source(self, n: int, u: int) -> tuple[PricedTask, int]:
@@ -211,7 +213,8 @@ class ChoiceArrays(EpisodeArrays):
             fits = ((hbm_rows * per_row <= self.free_hbm[n, :d] + 1e-6)
                     & ((a.rows[x] - hbm_rows) * per_row <= self.free_host[n, :d] + 1e-6))
             self.split_fits[n, :d] = fits.T
-            self.options[n, :d, self.buckets:2 * self.buckets - 1] = src.static[x]
+            src.static.write(self.options[n, :d, self.buckets:2 * self.buckets - 1], x,
+                             self.layout)
 
     def observe_options(self, fits: np.ndarray) -> None:
         """The option features of both grids, and the mask (grid 1 zero where not offered)."""

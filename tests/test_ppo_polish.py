@@ -17,7 +17,7 @@ from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.network import PlacementNet, save_policy
 from autoshard.search.polish import polish_plan
 from autoshard.search.polisher import Polisher
-from autoshard.search.waterfill import Curves
+from autoshard.search.waterfill import Curves, SegmentLists
 from autoshard.sharders import get_sharder
 from autoshard.sharders.ppo import PPOSharder
 from autoshard.shards import check_layout
@@ -155,6 +155,35 @@ def test_few_tables_per_device_get_a_finer_split(tmp_path: Path) -> None:
     plain.shard(other, MODEL)
     assert plain.last_choice is not None
     assert not any(n.startswith("ppo-fine") for n in plain.last_choice.costs)
+
+
+@pytest.mark.parametrize("reservation", ["none", "torchrec"])
+def test_an_arrival_is_priced_at_the_items_best_grid_point(reservation: str) -> None:
+    """The bisection over an arriving item's grid points finds what pricing every one finds:
+    the device's load with the item's best split of its HBM (devices of two kinds, HBM reserved
+    per table or not)."""
+    task = constrained_task(dlrm_tables(40, seed=13), 6, hbm_fraction=0.3,
+                            reservation=reservation)
+    hw = task.hardware
+    small = [replace(d, hbm=replace(d.hbm, capacity_bytes=d.hbm.capacity_bytes // 3))
+             if i % 2 else d for i, d in enumerate(hw.devices)]
+    task = replace(task, hardware=replace(hw, devices=tuple(small)))
+    polisher = Polisher(task, MODEL, Curves.price(task, MODEL),
+                        *get_sharder("lookup_greedy").shard(task, MODEL).arrays(task))
+    lists = SegmentLists.build(polisher.curves, polisher.device, polisher.hbm_cap)
+    sel, devices = np.arange(task.num_tables), np.arange(task.num_devices)
+    got = polisher._arrival(lists, sel, devices)
+    for i in sel:
+        for d in devices:
+            k = polisher.kind[d]
+            room = polisher.hbm_cap[d] - polisher.reserved[i] - polisher.used[k, i]
+            fits = room >= 0
+            if not fits.any():
+                assert got[i, d] == np.inf
+                continue
+            cost = polisher.cost[k, i]
+            every = (cost[0] - cost[fits]) + lists.saving_at(np.full(fits.sum(), d), room[fits])
+            assert got[i, d] == pytest.approx(lists.base[d] + cost[0] - every.max(), rel=1e-12)
 
 
 def test_devices_of_several_kinds() -> None:

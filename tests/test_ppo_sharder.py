@@ -193,11 +193,34 @@ def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_task
     best.shard(task, MODEL)
     assert best.last_choice is not None
     names = set(best.last_choice.costs)
-    # Large tasks: the main split choice and the policy's own choice over it, the fallback as
-    # the only rival, and no whole-table decode where tables dominate.
-    assert {"ppo-split-greedy", "ppo-choice-greedy", "lookup_greedy"} <= names
-    assert not any(n.startswith(("ppo-greedy", "ppo-node", "ppo-fine", "ppo-rows",
+    # Large tasks: the policy's own choice over the main split choice, the fallback as the
+    # only rival, and no whole-table decode where tables dominate; the plain decode over the
+    # split only where the choice decode made no plan.
+    assert {"ppo-choice-greedy", "lookup_greedy"} <= names
+    assert not any(n.startswith(("ppo-greedy", "ppo-split", "ppo-node", "ppo-fine", "ppo-rows",
                                  "split_lookup_greedy", "size_greedy")) for n in names)
+    monkeypatch.setattr(PPOSharder, "_choose_splits", lambda *args: None)
+    best.shard(task, MODEL)
+    assert best.last_choice is not None
+    names = set(best.last_choice.costs)
+    assert {"ppo-split-greedy", "lookup_greedy"} <= names
+    assert not any(n.startswith("ppo-choice") for n in names)
+
+
+def test_large_tasks_on_several_nodes_are_offered_the_node_local_split() -> None:
+    """The one split choice of a large task is the one ``recshard`` makes first there: with
+    row shards kept on one node offered (on 16 devices of 8 per node it differs from the
+    choice without them)."""
+    from autoshard.policy.geometries import split_geometries
+    from autoshard.shards import same_split
+    from autoshard.splitting import split_heavy_tables
+
+    task = constrained_task(_dominated_task().tables, 16, hbm_fraction=0.3)
+    assert task.hardware.devices_per_node < task.num_devices
+    local = split_heavy_tables(task, MODEL, node_local=True).geometry
+    assert not same_split(local, split_heavy_tables(task, MODEL).geometry)
+    (only,) = split_geometries(task, MODEL, variants=False).values()
+    assert same_split(only, local)
 
 
 def test_each_decode_keeps_its_devices_with_its_hbm_water_filled(untrained: Path) -> None:

@@ -88,7 +88,7 @@ class SplitOffer:
         shards = shard_task(task, geometry.take(idx))
         rank = np.argsort(full.order)  # full.table_feats is in placement order
         pieces = replace(full, task=shards, rows=full.rows[idx], parts=full.parts[idx],
-                         total=full.total[idx], static=full.static[idx],
+                         total=full.total[idx], static=full.static.take(idx),
                          table_feats=full.table_feats[rank[idx]], order=np.arange(idx.size))
         return cls(geometry.take(idx), pieces, _union(task, shards), np.arange(idx.size))
 
@@ -319,7 +319,7 @@ class ChoiceEpisode(PlacementEpisode):
         src, x = self._source(u)
         k = self.buckets
         per_row = self.state.task.table_arrays.memory_bytes_per_row[u]
-        self._write_options(self._opt_view[:, grid * k:(grid + 1) * k], src.static[x],
+        self._write_options(self._opt_view[:, grid * k:(grid + 1) * k], src.static, x,
                             self._fill_shown[grid], self._fill_want[grid] * per_row, fits)
 
     def _item_fits(self, u: int, grid: int) -> np.ndarray:

@@ -23,15 +23,12 @@ from autoshard.errors import PlannerError, gib
 from autoshard.placement import PlacementState
 from autoshard.plan import Plan
 from autoshard.policy.buckets import MULTIPLIERS, bucket_rows
-from autoshard.policy.features import ObsLayout, nearest_legal
+from autoshard.policy.features import CLIP, ObsLayout, StaticOptions, nearest_legal
 from autoshard.policy.refill import checked_mode, level_offer, refill_device
 from autoshard.search.waterfill import Curves
 from autoshard.shards import ShardGeometry, one_per_device
 from autoshard.task import ShardingTask
 
-#: Costs and bytes in the observation are clipped to this magnitude (in units of the bound or
-#: of a device's capacity), so that one huge table cannot dominate a policy's input.
-CLIP = 10.0
 #: Bound of every observation entry (the observation space's box).
 LIMIT = 100.0
 #: Device features kept unnormalised and scaled at each update (all but ``slack``).
@@ -59,7 +56,7 @@ class PricedTask:
     table_feats: np.ndarray  # [T, TABLE] in placement order
     bytes_left: np.ndarray  # [T + 1] relaxation bytes still to place from step i on
     summary: np.ndarray  # [T + 1, SUMMARY], the entries that depend on the step alone
-    static: np.ndarray  # [T, D, K - 1, OPTION] option features fixed for the whole episode
+    static: StaticOptions  # option features fixed for the whole episode
     #: Cost curves of the items a re-filling episode places, by item count (the task's tables;
     #: a split choice's tables and offered shards), priced on first use.
     curves: dict[int, Curves] = field(default_factory=dict, compare=False, repr=False)
@@ -112,20 +109,15 @@ class PricedTask:
         summary[:, s["progress"]] = step / n_t
         return cls(task, cost_model, tuple(multipliers), rows, parts, total, lb, order,
                    np.minimum(feats[order], CLIP), bytes_left, summary,
-                   _static_options(task, layout, rows, total, lb))
+                   _static_options(task, rows, total, lb))
 
 
-def _static_options(task: ShardingTask, layout: ObsLayout, rows: np.ndarray, total: np.ndarray,
-                    lb: float) -> np.ndarray:
-    """The option features of the value buckets that do not change during an episode: each
-    (table, device, bucket)'s price and HBM bytes, normalised."""
-    o = layout.option
-    hbm_cap = np.maximum(task.device_arrays.hbm_capacity, 1.0)
-    static = np.zeros((*total.shape, len(o)), dtype=np.float32)
-    static[..., o["price"]] = np.minimum(total / lb, CLIP)
-    bytes_k = rows * task.table_arrays.memory_bytes_per_row[:, None]
-    static[..., o["hbm_bytes"]] = np.clip(bytes_k[:, None, :] / hbm_cap[None, :, None], 0, CLIP)
-    return static
+def _static_options(task: ShardingTask, rows: np.ndarray, total: np.ndarray,
+                    lb: float) -> StaticOptions:
+    """The option features of the value buckets that do not change during an episode."""
+    return StaticOptions(np.minimum(total / lb, CLIP),
+                         rows * task.table_arrays.memory_bytes_per_row[:, None],
+                         np.maximum(task.device_arrays.hbm_capacity, 1.0))
 
 
 def _table_features(task: ShardingTask, layout: ObsLayout, total: np.ndarray, lb: float,
@@ -363,7 +355,7 @@ class PlacementEpisode:
                 fits = self._fits(t)
         if not fits.any():
             self._no_room(t)
-        self._write_options(self._opt_view, self.priced.static[t], self._fill_shown,
+        self._write_options(self._opt_view, self.priced.static, t, self._fill_shown,
                             self._fill_want * self.task.table_arrays.memory_bytes_per_row[t],
                             fits)
         self.mask[:self.task.num_devices * self.buckets] = fits.ravel()  # beyond: False
@@ -399,14 +391,14 @@ class PlacementEpisode:
                            f"{gib(state.free_hbm.max())}, largest free host memory "
                            f"{gib(state.free_host.max())})")
 
-    def _write_options(self, ov: np.ndarray, static: np.ndarray, fill_total: np.ndarray,
-                       fill_bytes: np.ndarray, fits: np.ndarray) -> None:
-        """Writes the option features of one item ([devices, buckets, OPTION] view ``ov``):
+    def _write_options(self, ov: np.ndarray, static: StaticOptions, item: int,
+                       fill_total: np.ndarray, fill_bytes: np.ndarray, fits: np.ndarray) -> None:
+        """Writes the option features of ``item`` ([devices, buckets, OPTION] view ``ov``):
         its value buckets' ``static`` features, its fill bucket (price ``fill_total`` ms,
         ``fill_bytes`` of HBM per device) and what each option does to the devices."""
         lb, o = self.lower_bound, self.layout.option
         dv, dn = self._dev_view, self.layout.device
-        ov[:, :-1] = static
+        static.write(ov[:, :-1], item, self.layout)
         ov[:, -1] = 0.0
         ov[:, -1, o["price"]] = np.minimum(fill_total / lb, CLIP)
         ov[:, -1, o["hbm_bytes"]] = np.minimum(fill_bytes / self._hbm_cap, CLIP)

@@ -14,9 +14,13 @@ never by a literal position, so the order of a name tuple is the only place posi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+#: Costs and bytes in the observation are clipped to this magnitude (in units of the bound or
+#: of a device's capacity), so that one huge table cannot dominate a policy's input.
+CLIP = 10.0
 
 #: The next table: log10 rows / 8, dim / 256, lookups / task mean (log1p), its bytes / mean
 #: device HBM, its relaxation cost / bound, relaxation bytes / mean device HBM, cost all in HBM
@@ -111,3 +115,39 @@ def nearest_legal(action: int, mask: np.ndarray, options: np.ndarray, layout: Ob
     legal = np.flatnonzero(mask[:flat.shape[0]])
     best = np.lexsort((flat[legal, o["price"]], flat[legal, o["increase"]]))[0]
     return int(legal[best])
+
+
+@dataclass(frozen=True)
+class StaticOptions:
+    """The option features of the value buckets that do not change during an episode: each
+    (item, device, bucket)'s price / bound and HBM bytes / the device's capacity, written into
+    an item's option block when its turn comes (as one array every feature of every option of
+    every item would be, 30 MB at 856 x 128, zeroed and filled for one decode).
+
+    Args:
+        price: [T, D, buckets]: each option's price over the bound, clipped at :data:`CLIP`.
+        hbm: [T, buckets]: each bucket's HBM bytes.
+        hbm_cap: [D]: each device's HBM capacity (at least 1 byte).
+    """
+
+    price: np.ndarray
+    hbm: np.ndarray
+    hbm_cap: np.ndarray
+
+    @classmethod
+    def concat(cls, parts: list[StaticOptions]) -> StaticOptions:
+        """The items of ``parts`` in turn (on the same devices)."""
+        return cls(np.concatenate([p.price for p in parts]),
+                   np.concatenate([p.hbm for p in parts]), parts[0].hbm_cap)
+
+    def take(self, items: np.ndarray) -> StaticOptions:
+        """Those of ``items`` only, in their order."""
+        return replace(self, price=self.price[items], hbm=self.hbm[items])
+
+    def write(self, out: np.ndarray, item: int, layout: ObsLayout) -> None:
+        """Writes ``item``'s into ``out`` ([D, buckets, OPTION]); its other features zero."""
+        o = layout.option
+        out[...] = 0.0
+        out[..., o["price"]] = self.price[item]
+        out[..., o["hbm_bytes"]] = np.clip(self.hbm[item][None, :] / self.hbm_cap[:, None], 0,
+                                           CLIP)

@@ -23,17 +23,20 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
     are offered too (the episode keeps such a table's shards on one node, one per device).
     Each, and every table whole, also as ``<prefix>-replicas`` where light tables' replicas
     pay (:func:`autoshard.splitting.replicate_tables`: one per device, every row in HBM).
-    Without ``variants`` (large tasks) only ``ppo-split``.
+    Without ``variants`` (large tasks) only ``ppo-split``, node-local on hardware of several
+    nodes: the choice ``recshard`` makes there first (row shards kept on one node pay
+    intra-node links only; on the 856 x 128 tasks of ``benchmarks/bench_large.py`` it brought
+    ``ppo`` within 2% of ``recshard`` on each, ``results/large``).
     """
     from autoshard.bounds import relax
     from autoshard.shards import same_split, whole_tables
     from autoshard.splitting import replicate_tables, split_heavy_tables
 
     relaxed = relax(task, cost_model)
-    if not variants:
-        choice = split_heavy_tables(task, cost_model, relaxed=relaxed)
-        return {"ppo-split": choice.geometry} if choice.split_tables.size else {}
     nodes = task.hardware.devices_per_node < task.num_devices
+    if not variants:
+        choice = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=nodes)
+        return {"ppo-split": choice.geometry} if choice.split_tables.size else {}
     out: dict[str, ShardGeometry] = {}
     for local in (False, True) if nodes else (False,):
         tag = "ppo-node" if local else "ppo"

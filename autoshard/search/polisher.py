@@ -276,16 +276,38 @@ class Polisher:
     def _arrival(self, lists: SegmentLists, sel: np.ndarray, devices: np.ndarray) -> np.ndarray:
         """[n, len(devices)]: curve-level load of each device with item ``sel[i]`` added, HBM
         split between the item's grid points and the device's water-filled segments (at most
-        the best split: an upper bound of the load)."""
-        k = self.kind[devices][None, :]
-        used = self.used[k, sel[:, None]]  # [n, d, G]
-        cost = self.cost[k, sel[:, None]]
-        room = (self.hbm_cap[devices][None, :, None] - self.reserved[sel][:, None, None]) - used
-        ask = (room >= 0) & self.vertex[k, sel[:, None]]
-        dev = np.broadcast_to(devices[None, :, None], room.shape)
-        total = np.full(room.shape, -np.inf)
-        total[ask] = (cost[..., 0:1] - cost)[ask] + lists.saving_at(dev[ask], room[ask])
-        return lists.base[devices][None, :] + cost[..., 0] - total.max(axis=2)
+        the best split: an upper bound of the load).
+
+        The saving of a split is concave in the item's bytes (its hull's saving plus the
+        device's water-filled saving of the bytes left, both concave), so the best grid point
+        is found by bisection on its slope: about log2(G) points priced, not G."""
+        k = np.broadcast_to(self.kind[devices][None, :], (sel.size, devices.size))
+        item = np.broadcast_to(sel[:, None], k.shape)
+        cap = self.hbm_cap[devices][None, :] - self.reserved[sel][:, None]  # [n, d]
+        used, cost = self.used[k, item], self.cost[k, item]  # [n, d, G]
+        dev = np.broadcast_to(devices[None, :], k.shape)
+        # Grid points that fit: a prefix (used grows along the curve); none where cap < 0.
+        last = (used <= cap[..., None]).sum(axis=2) - 1
+        lo, hi = np.zeros(k.shape, dtype=np.int64), np.maximum(last, 0)
+
+        def value(a: np.ndarray, b: np.ndarray, at: np.ndarray) -> np.ndarray:
+            """The saving of pairs (``a``, ``b``) with the item at grid point ``at``."""
+            room = cap[a, b] - used[a, b, at]
+            return cost[a, b, 0] - cost[a, b, at] + lists.saving_at(dev[a, b], room)
+
+        while True:
+            a, b = np.nonzero(lo < hi)
+            if not a.size:
+                break
+            mid = (lo[a, b] + hi[a, b]) // 2
+            both = value(np.tile(a, 2), np.tile(b, 2), np.concatenate((mid + 1, mid)))
+            rise = both[:a.size] > both[a.size:]
+            lo[a, b] = np.where(rise, mid + 1, lo[a, b])
+            hi[a, b] = np.where(rise, hi[a, b], mid)
+        total = np.full(k.shape, -np.inf)
+        a, b = np.nonzero(last >= 0)
+        total[a, b] = value(a, b, lo[a, b])
+        return lists.base[devices][None, :] + cost[..., 0] - total
 
     def _allowed(self, sel: np.ndarray, home: int | np.ndarray) -> np.ndarray:
         """[n, D]: where each item of ``sel`` may go (node-bound items: their node only; fixed

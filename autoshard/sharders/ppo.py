@@ -7,8 +7,10 @@ as items (each shard priced like a table through the cost model); its split deco
 its whole-table ones. In one more decode the policy chooses the splits itself
 (:mod:`autoshard.policy.choice`): at each dominant table it either places the table whole
 or splits it as the heuristic would and places its shards (``ppo-choice-greedy``). On tasks
-over :data:`SMALL_TASK` (table, device) pairs only the main split choice is decoded (and no
-whole-table decode where tables dominate), with :data:`FALLBACK` the only rival.
+over :data:`SMALL_TASK` (table, device) pairs only the main split choice is offered (node-local
+on hardware of several nodes, as ``recshard`` splits), through the policy's choice decode (its
+plain decode only where that made no plan), with no whole-table decode where tables dominate
+and :data:`FALLBACK` the only rival.
 
 Time limit: ``time_limit`` seconds (the CLI's ``--time-limit``) for the whole run. The fallback
 is made first; a decode starts only when its estimated time fits before :data:`DECODE_SHARE`
@@ -60,15 +62,15 @@ DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_polic
 #: more planning time (``benchmarks/bench_ppo.py --samples 1``, ``results/ppo/README.md``).
 SAMPLES = 0
 #: Tasks of up to this many (table, device) pairs get every split decode and candidate; larger
-#: ones the main split choice only (``ppo-split`` and the policy's own choice over it), and
-#: ``lookup_greedy`` alone of the greedy family (its plan is also the fallback).
+#: ones the main split choice only (the policy's own choice over it; ``ppo-split`` where that
+#: fails), and ``lookup_greedy`` alone of the greedy family (its plan is also the fallback).
 SMALL_TASK = 20_000
 #: Over this many pairs (856 x 128 has 109,568) the search stage runs the re-split's quick
 #: mode only and no kicks: on the 856 x 128 tasks they took 1.2 of its 3.3 s for under 1%.
 HUGE_TASK = 100_000
 #: On tasks over :data:`SMALL_TASK` pairs, the winner is polished on for at most this share of
 #: the time limit (and this many rounds) while its moves help.
-SETTLE_SHARE, SETTLE_ROUNDS = 0.05, 1_000_000
+SETTLE_SHARE, SETTLE_ROUNDS = 0.03, 1_000_000
 #: Where tables dominate, the re-split and kicks start from this many candidates (time allowing).
 REFINED = 2
 #: Shares of the time limit: a decode starts only if its estimate ends before the first, and
@@ -266,6 +268,8 @@ class PPOSharder:
                 self._choose_splits(task, cost_model, geometries["ppo-split"], samples, costs,
                                     plans, timed(), clock)
             for prefix, geometry in geometries.items():
+                if not _small(task) and any(n.startswith("ppo-choice") for n in plans):
+                    break  # large tasks: the policy's own split choice stands for this decode
                 shards = pricing_task(task, geometry)
                 try:
                     episodes = self._decode_or_greedy(shards, cost_model, samples, prefix,
