@@ -25,8 +25,8 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
     pay (:func:`autoshard.splitting.replicate_tables`: one per device, every row in HBM).
     Without ``variants`` (large tasks) only ``ppo-split``, node-local on hardware of several
     nodes: the choice ``recshard`` makes there first (row shards kept on one node pay
-    intra-node links only; on the 856 x 128 tasks of ``benchmarks/bench_large.py`` it brought
-    ``ppo`` within 2% of ``recshard`` on each, ``results/large``).
+    intra-node links only; ``results/large`` measures it on the 856 x 128 tasks of
+    ``benchmarks/bench_large.py``).
     """
     from autoshard.bounds import relax
     from autoshard.shards import same_split, whole_tables

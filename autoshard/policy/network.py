@@ -337,22 +337,31 @@ def price_task(task: ShardingTask, cost_model: CostModel, multipliers: tuple[flo
     return PricedTask.prepare(task, cost_model, layout, multipliers)
 
 
+def price_choice(task: ShardingTask, cost_model: CostModel, multipliers: tuple[float, ...],
+                 geometry: ShardGeometry) -> tuple[PricedTask, SplitOffer | None]:
+    """``task`` priced for :func:`decode_choice`, with the offer of ``geometry``'s splits."""
+    priced = price_task(task, cost_model, multipliers)
+    base = ObsLayout(task.num_devices, len(multipliers) + 1)
+    return priced, SplitOffer.prepare(priced, geometry, base)
+
+
 def decode_choice(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask,
                   cost_model: CostModel, geometry: ShardGeometry, samples: int = 0,
                   seed: int = 0, deadline: float | None = None,
-                  refill: str | None = None) -> list[ChoiceEpisode]:
+                  refill: str | None = None,
+                  priced: tuple[PricedTask, SplitOffer | None] | None = None
+                  ) -> list[ChoiceEpisode]:
     """Like :func:`decode`, with the split choice: the policy may split each table that
-    ``geometry`` splits, as it splits it (:mod:`autoshard.policy.choice`). A policy of
-    one grid is widened (:func:`regrid`)."""
-    buckets = len(multipliers) + 1
-    base = ObsLayout(task.num_devices, buckets)
-    layout = choice_layout(task.num_devices, buckets)
-    priced = PricedTask.prepare(task, cost_model, base, multipliers)
-    offer = SplitOffer.prepare(priced, geometry, base)
+    ``geometry`` splits, as it splits it (:mod:`autoshard.policy.choice`), over one pricing
+    of the task and its offer (``priced``: one made by :func:`price_choice` and shared). A
+    policy of one grid is widened (:func:`regrid`)."""
+    layout = choice_layout(task.num_devices, len(multipliers) + 1)
+    task_priced, offer = (price_choice(task, cost_model, multipliers, geometry)
+                          if priced is None else priced)
     wide = regrid(net, GRIDS)
     count = 1 + samples
     mode = wide.refill if refill is None else refill
-    episodes = [ChoiceEpisode(priced, layout, offer, mode) for _ in range(count)]
+    episodes = [ChoiceEpisode(task_priced, layout, offer, mode) for _ in range(count)]
     _play(wide, episodes, layout, samples, True, seed, deadline)
     return episodes
 

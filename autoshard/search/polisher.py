@@ -69,9 +69,6 @@ class Polisher:
         self.kind = curves.kind
         self.cost, self.used, self.worth = curves.cost, curves.used, curves.worth
         self.extra = curves.extra
-        # Distinct vertices of each curve (the padding repeats the last one).
-        self.vertex = np.ones(self.used.shape, dtype=bool)
-        self.vertex[..., 1:] = self.used[..., 1:] > self.used[..., :-1]
         self.segments = curves.segments
         self.price = self._price(np.arange(n), self.device, self.rows)
         self.load = np.bincount(self.device, weights=self.price, minlength=items.num_devices)

@@ -296,16 +296,19 @@ class PPOSharder:
         """Adds the decodes in which the policy chooses which tables of ``geometry``'s split to
         split (``ppo-choice-greedy``, ``ppo-choice-sample-i``; those in the other refill modes
         on ``later``'s clock)."""
-        from autoshard.policy.network import decode_choice
+        from autoshard.policy.network import decode_choice, price_choice
 
+        priced = None  # one pricing of the task and its offer for every mode
         for mode, suffix in decode_modes(self._net.refill, self.refills and _small(task)):
             name, timed = f"ppo-choice{suffix}", later if suffix else clock
             if not self._in_time(timed, name, geometry.num_shards, task.num_devices, samples):
                 return
             try:
+                priced = priced or price_choice(task, cost_model, self._multipliers, geometry)
                 episodes = decode_choice(self._choice_net, self._multipliers, task, cost_model,
                                          geometry, samples, self.seed,
-                                         None if timed is None else timed.decodes_stop, mode)
+                                         None if timed is None else timed.decodes_stop, mode,
+                                         priced)
             except PlannerError:  # some item fits nowhere once others are placed
                 continue
             except DeadlineReached:
