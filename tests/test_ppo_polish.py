@@ -186,6 +186,45 @@ def test_an_arrival_is_priced_at_the_items_best_grid_point(reservation: str) -> 
             assert got[i, d] == pytest.approx(lists.base[d] + cost[0] - every.max(), rel=1e-12)
 
 
+@pytest.mark.parametrize("reservation", ["none", "torchrec"])
+def test_the_segment_lists_after_a_move_are_those_a_whole_build_makes(reservation: str) -> None:
+    """After items change devices, laying out only the two devices' segments again gives the
+    lists a whole build gives (devices of two kinds; moves, swaps, a device emptied)."""
+    task = constrained_task(dlrm_tables(40, seed=13), 6, hbm_fraction=0.3,
+                            reservation=reservation)
+    hw = task.hardware
+    small = [replace(d, hbm=replace(d.hbm, capacity_bytes=d.hbm.capacity_bytes // 3))
+             if i % 2 else d for i, d in enumerate(hw.devices)]
+    task = replace(task, hardware=replace(hw, devices=tuple(small)))
+    polisher = Polisher(task, MODEL, Curves.price(task, MODEL),
+                        *get_sharder("lookup_greedy").shard(task, MODEL).arrays(task))
+    device = polisher.device.copy()
+    lists = SegmentLists.build(polisher.curves, device, polisher._caps(device))
+    rng = np.random.default_rng(3)
+    for step in range(30):
+        i, j = rng.choice(task.num_tables, 2, replace=False)
+        a, b = int(device[i]), int(rng.integers(task.num_devices))
+        if step == 29:  # every item of one device leaves it
+            b = (a + 1) % task.num_devices
+            device[device == a] = b
+        elif step % 3 == 0:  # a swap
+            b = int(device[j])
+            device[i], device[j] = b, a
+        else:
+            device[i] = b
+        caps = polisher._caps(device)
+        lists = lists.moved(polisher.curves, device, caps, np.array([a, b]))
+        whole = SegmentLists.build(polisher.curves, device, caps)
+        for name in ("start", "end", "owner", "extra", "worth", "saving", "base"):
+            np.testing.assert_array_equal(getattr(lists, name), getattr(whole, name))
+        for name in ("bytes_in", "saved_in", "load"):
+            np.testing.assert_allclose(getattr(lists, name), getattr(whole, name), rtol=1e-12)
+        dev = np.repeat(np.arange(task.num_devices), 50)
+        budget = rng.uniform(0, 1.2, dev.size) * caps.max()
+        np.testing.assert_allclose(lists.saving_at(dev, budget), whole.saving_at(dev, budget),
+                                   rtol=1e-12)
+
+
 def test_devices_of_several_kinds() -> None:
     task = constrained_task(dlrm_tables(40, seed=13), 4, hbm_fraction=0.3)
     hw = task.hardware

@@ -73,7 +73,7 @@ class Polisher:
         self.price = self._price(np.arange(n), self.device, self.rows)
         self.load = np.bincount(self.device, weights=self.price, minlength=items.num_devices)
         self.level = np.zeros(items.num_devices)  # each device's water level, ms per byte
-        self._lists: SegmentLists | None = None  # segments by device, until the next change
+        self._lists: SegmentLists | None = None  # segments by device (re-laid where items move)
 
     # -- rows ----------------------------------------------------------------------------------
 
@@ -364,8 +364,8 @@ class Polisher:
         self.rows[sel] = rows
         self.price[sel] = self._price(sel, device[sel], rows)
         self.load = np.bincount(device, weights=self.price, minlength=n_d)
-        self._lists = None  # the devices' segments changed
         touched = np.unique(device[sel])
+        self._lists = lists.moved(self.curves, device, self.hbm_cap, touched)
         self.level[touched] = level[touched]
         return True
 

@@ -5,7 +5,8 @@ cost against HBM bytes (:func:`autoshard.milp.curves.cost_curves`, vertices at w
 where the access curve bends). Water-filling a device's HBM takes its items' hull segments by
 worth (saving per byte), the largest first; :class:`SegmentLists` keeps every device's
 segments in that order with running sums, so that a device's best saving for any HBM budget is
-one search. The polish (:mod:`autoshard.search.polish`) works on these.
+one search; after a move only the two devices' segments are laid out again
+(:meth:`SegmentLists.moved`). The polish (:mod:`autoshard.search.polish`) works on these.
 """
 
 from __future__ import annotations
@@ -131,6 +132,46 @@ class SegmentLists:
                     base, base)
         full = lists.saving_at(np.arange(n_d), hbm_cap)
         return replace(lists, load=base - full)
+
+    def moved(self, curves: Curves, device: np.ndarray, hbm_cap: np.ndarray,
+              devs: np.ndarray) -> SegmentLists:
+        """These lists after items moved between devices ``devs`` only (as :meth:`build` of
+        ``device`` and ``hbm_cap``): those devices' segments laid out again, the others' kept;
+        a whole build where a device's segments outgrow the room its keys have."""
+        devs = np.unique(devs)
+        blocks = []
+        for d in devs:
+            owner, extra, worth, saving = curves.segments[curves.kind[d]]
+            at = np.flatnonzero(device[owner] == d)
+            blocks.append((owner[at], extra[at], worth[at], saving[at]))
+        width = self.offset[1] if self.offset.size > 1 else np.inf
+        sizes = [float(np.sum(b[1])) for b in blocks]
+        if max(sizes, default=0.0) * 2.0 + 1.0 > width:
+            return SegmentLists.build(curves, device, hbm_cap)
+        counts = self.end - self.start
+        cuts = [0]
+        pieces: list[tuple[np.ndarray, ...]] = []
+        for d, (o, e, w, g) in zip(devs, blocks, strict=True):
+            kept = slice(cuts[-1], self.start[d])
+            pieces.append((self.owner[kept], self.extra[kept], self.worth[kept],
+                           self.saving[kept], self.bytes_in[kept], self.saved_in[kept]))
+            x = np.cumsum(e)
+            pieces.append((o, e, w, g, x, np.cumsum(g)))
+            cuts.append(self.end[d])
+            counts[d] = o.size
+        kept = slice(cuts[-1], None)
+        pieces.append((self.owner[kept], self.extra[kept], self.worth[kept], self.saving[kept],
+                       self.bytes_in[kept], self.saved_in[kept]))
+        o, e, w, g, x, v = (np.concatenate(a) for a in zip(*pieces, strict=True))
+        end = np.cumsum(counts)
+        start = end - counts
+        d = np.repeat(np.arange(counts.size), counts)
+        index = np.arange(device.size)
+        base = np.bincount(device, weights=curves.cost[curves.kind[device], index, 0],
+                           minlength=counts.size)
+        lists = SegmentLists(start, end, o, e, w, g, x, v, x + self.offset[d], self.offset,
+                             base, base)
+        return replace(lists, load=base - lists.saving_at(np.arange(counts.size), hbm_cap))
 
     def saving_at(self, dev: np.ndarray, budget: np.ndarray) -> np.ndarray:
         """Best saving (ms) of devices ``dev`` with ``budget`` bytes of HBM (same shapes)."""
