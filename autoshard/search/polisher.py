@@ -278,33 +278,36 @@ class Polisher:
         The saving of a split is concave in the item's bytes (its hull's saving plus the
         device's water-filled saving of the bytes left, both concave), so the best grid point
         is found by bisection on its slope: about log2(G) points priced, not G."""
-        k = np.broadcast_to(self.kind[devices][None, :], (sel.size, devices.size))
-        item = np.broadcast_to(sel[:, None], k.shape)
-        cap = self.hbm_cap[devices][None, :] - self.reserved[sel][:, None]  # [n, d]
-        used, cost = self.used[k, item], self.cost[k, item]  # [n, d, G]
-        dev = np.broadcast_to(devices[None, :], k.shape)
+        shape = (sel.size, devices.size)
+        k = np.broadcast_to(self.kind[devices][None, :], shape)
+        item = np.broadcast_to(sel[:, None], shape)
+        # One row per (item, device) pair, flat.
+        cap = (self.hbm_cap[devices][None, :] - self.reserved[sel][:, None]).ravel()
+        width = self.used.shape[2]
+        used = self.used[k, item].reshape(-1, width)
+        cost = self.cost[k, item].reshape(-1, width)
+        dev = np.broadcast_to(devices[None, :], shape).ravel()
         # Grid points that fit: a prefix (used grows along the curve); none where cap < 0.
-        last = (used <= cap[..., None]).sum(axis=2) - 1
-        lo, hi = np.zeros(k.shape, dtype=np.int64), np.maximum(last, 0)
+        last = (used <= cap[:, None]).sum(axis=1) - 1
+        lo, hi = np.zeros(cap.size, dtype=np.int64), np.maximum(last, 0)
 
-        def value(a: np.ndarray, b: np.ndarray, at: np.ndarray) -> np.ndarray:
-            """The saving of pairs (``a``, ``b``) with the item at grid point ``at``."""
-            room = cap[a, b] - used[a, b, at]
-            return cost[a, b, 0] - cost[a, b, at] + lists.saving_at(dev[a, b], room)
+        def value(p: np.ndarray, at: np.ndarray) -> np.ndarray:
+            """The saving of pairs ``p`` with the item at grid point ``at``."""
+            room = cap[p] - used[p, at]
+            return cost[p, 0] - cost[p, at] + lists.saving_at(dev[p], room)
 
-        while True:
-            a, b = np.nonzero(lo < hi)
-            if not a.size:
-                break
-            mid = (lo[a, b] + hi[a, b]) // 2
-            both = value(np.tile(a, 2), np.tile(b, 2), np.concatenate((mid + 1, mid)))
-            rise = both[:a.size] > both[a.size:]
-            lo[a, b] = np.where(rise, mid + 1, lo[a, b])
-            hi[a, b] = np.where(rise, hi[a, b], mid)
-        total = np.full(k.shape, -np.inf)
-        a, b = np.nonzero(last >= 0)
-        total[a, b] = value(a, b, lo[a, b])
-        return lists.base[devices][None, :] + cost[..., 0] - total
+        pairs = np.flatnonzero(lo < hi)
+        while pairs.size:
+            mid = (lo[pairs] + hi[pairs]) // 2
+            both = value(np.concatenate((pairs, pairs)), np.concatenate((mid + 1, mid)))
+            rise = both[:pairs.size] > both[pairs.size:]
+            lo[pairs] = np.where(rise, mid + 1, lo[pairs])
+            hi[pairs] = np.where(rise, hi[pairs], mid)
+            pairs = pairs[lo[pairs] < hi[pairs]]
+        total = np.full(cap.size, -np.inf)
+        fit = np.flatnonzero(last >= 0)
+        total[fit] = value(fit, lo[fit])
+        return lists.base[devices][None, :] + cost[:, 0].reshape(shape) - total.reshape(shape)
 
     def _allowed(self, sel: np.ndarray, home: int | np.ndarray) -> np.ndarray:
         """[n, D]: where each item of ``sel`` may go (node-bound items: their node only; fixed
