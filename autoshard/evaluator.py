@@ -105,6 +105,12 @@ def step_cost_ms(items: ShardingTask, cost_model: CostModel, device: np.ndarray,
     return float((hbm + uvm + comm).max())
 
 
+def task_bound_ms(task: ShardingTask, cost_model: CostModel) -> float:
+    """The lower bound :func:`evaluate` reports for plans of ``task`` (with no bound given):
+    counting the HBM its reservation keeps, replicas included."""
+    return lower_bound_ms(task, cost_model, reserved=task.reservation.keeps_room, replicas=True)
+
+
 def plan_cost_ms(plan: Plan, task: ShardingTask, cost_model: CostModel) -> float:
     """A plan's step cost as :func:`evaluate` prices it, without its capacity checks and lower
     bound (for plans valid by construction)."""
@@ -136,8 +142,7 @@ def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
     uvm_lookups = np.array([d.uvm_lookups for d in devices])
     step = float(total.max())
     weights = lower_bound_ms(task, cost_model, replicas=True)
-    bound = (lower_bound_ms(task, cost_model, reserved=True, replicas=True)
-             if task.reservation.keeps_room else weights)
+    bound = task_bound_ms(task, cost_model) if task.reservation.keeps_room else weights
     if bound_ms is not None:
         bound = max(bound, bound_ms)
     mean = float(total.mean())

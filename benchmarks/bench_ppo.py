@@ -28,6 +28,8 @@ policy alone against the best greedy per task (worst case and share of tasks at 
 against both ``recshard`` (mean of per-task ratios; the worst against ``recshard``), which
 candidate won, and the mean time to plan.
 
+Every sharder (``ppo`` in each form too) plans under the same ``--time-limit``.
+
 Speed (process CPU time, pinned to one core): ``ppo`` (default and policy alone) planning 856
 tables on 128 devices, and ``ppo`` against ``recshard`` on the ``constrained-200x8`` suite at
 the same ``--time-limit``.
@@ -88,9 +90,9 @@ def ppo(**options: object) -> PPOSharder:
     return sharder
 
 
-def policy_alone() -> PPOSharder:
+def policy_alone(**options: object) -> PPOSharder:
     """The policy alone (the ``ppo-policy`` sharder): its greedy decodes, nothing else."""
-    sharder = get_sharder("ppo-policy", **POLICY, samples=0)
+    sharder = get_sharder("ppo-policy", **POLICY, samples=0, **options)
     assert isinstance(sharder, PPOSharder)
     return sharder
 
@@ -162,7 +164,9 @@ def run(items: list[Item], time_limit: float, samples: int | None = None
         ) -> tuple[list[CompareRow], list[dict]]:
     """Every item with ppo (``samples`` sampled rollouts; None: its default), ppo without
     polish, the policy alone, the greedy sharders and recshard."""
-    main, plain, alone = ppo(samples=samples), ppo(samples=samples, polish=False), policy_alone()
+    limit = {"time_limit": time_limit}  # every sharder at the same limit
+    main, plain = ppo(samples=samples, **limit), ppo(samples=samples, polish=False, **limit)
+    alone = policy_alone(**limit)
     rows, choices = [], []
     for item in items:
         fixed = FixedTask(item.name, item.task)
@@ -246,7 +250,9 @@ def cpu_seconds(fn: object, repeats: int = 3) -> float:
 def speed(time_limit: float, samples: int | None = None) -> dict[str, float]:
     """CPU seconds: ppo at 856 x 128, and ppo vs recshard on the 200-table suite."""
     big = constrained_task(dlrm_tables(POOL_SIZE, seed=0), 128, hbm_fraction=0.5)
-    main, plain, alone = ppo(samples=samples), ppo(samples=samples, polish=False), policy_alone()
+    limit = {"time_limit": time_limit}  # every sharder at the same limit
+    main, plain = ppo(samples=samples, **limit), ppo(samples=samples, polish=False, **limit)
+    alone = policy_alone(**limit)
     recshard = get_sharder("recshard", time_limit=time_limit)
     main.shard(big, MODEL)  # warm-up
     out = {f"ppo, {POOL_SIZE} x 128": cpu_seconds(lambda: main.shard(big, MODEL)),

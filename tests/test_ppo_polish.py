@@ -314,3 +314,39 @@ def test_the_steps_after_the_polish_get_a_time_guard_that_grows_with_the_task() 
     assert step_seconds(10, 2) == pytest.approx(0.1)
     assert step_seconds(200, 8) < step_seconds(300, 16) < step_seconds(5000, 128)
     assert step_seconds(5000, 128) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(("seconds", "over_bound", "resplit", "kick"), [
+    (10.0, 1.5, 2.5, 2.5),  # a gap of 0.5: GAP_SECONDS x 0.5 each, within its share
+    (10.0, 6.0, 5.0, 10.0),  # a gap of 5: each step its share of what is left
+    (10.0, 1.02, None, None),  # near the bound: each step's own guard
+    (10.0, None, None, None),  # no bound given: the same
+    (0.4, 1.5, 0.2, 0.4),  # little time left: the share, whatever the gap
+])
+def test_the_steps_after_the_polish_get_more_time_where_the_gap_to_the_bound_is_large(
+        monkeypatch: pytest.MonkeyPatch, seconds: float, over_bound: float | None,
+        resplit: float | None, kick: float | None) -> None:
+    import autoshard.search.stage as stage
+
+    guards: dict[str, float | None] = {}
+
+    def step(name: str) -> object:
+        def run(plan: Plan, task: object, cost_model: object, cost: float,
+                seconds: float | None = None, **_: object) -> tuple[Plan, float]:
+            guards[name] = seconds
+            return plan, cost
+        return run
+
+    monkeypatch.setattr(stage, "resplit_plan", step("resplit"))
+    monkeypatch.setattr(stage, "kick_plan", step("kick"))
+    assert stage.GAP_SECONDS == 5.0
+    task = constrained_task(dlrm_tables(20, seed=1), 2, hbm_fraction=0.3)
+    plan = get_sharder("lookup_greedy").shard(task, MODEL)
+    cost = 2.0
+    stage.refine(plan, task, MODEL, cost, seconds=seconds,
+                 bound_ms=None if over_bound is None else cost / over_bound)
+    for name, want in (("resplit", resplit), ("kick", kick)):
+        if want is None:
+            assert guards[name] is None
+        else:
+            assert guards[name] == pytest.approx(want, rel=0.01)

@@ -26,6 +26,10 @@ from autoshard.search.polish import STEP_MAX_SECONDS, polish_plan
 from autoshard.search.resplit import resplit_plan
 from autoshard.task import ShardingTask
 
+#: Seconds a step after the polish may take per unit of the plan's gap to the task's lower bound
+#: (within its share of the time left; :func:`refine`).
+GAP_SECONDS = 5.0
+
 
 @dataclass(frozen=True)
 class Searched:
@@ -43,11 +47,15 @@ class Searched:
 
 
 def refine(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float, *,
-           large: bool = False, seed: int = 0, seconds: float | None = None) -> Searched:
+           large: bool = False, seed: int = 0, seconds: float | None = None,
+           bound_ms: float | None = None) -> Searched:
     """Steps 2 and 3 of the module docstring on a polished plan; on a ``large`` task only the
     re-split's quick mode. With ``seconds``, a step whose share of what is left of them (half
     for the re-split, all for the kicks) is shorter than any step's own time guard
-    (:data:`autoshard.search.polish.STEP_MAX_SECONDS`) gets that share as its guard."""
+    (:data:`autoshard.search.polish.STEP_MAX_SECONDS`) gets that share as its guard; with
+    ``bound_ms`` too (the task's lower bound), a step gets up to :data:`GAP_SECONDS` per unit
+    of the plan's gap to it (its cost over the bound, less 1) where that is longer, within
+    its share: the time goes where the bound says the gap is."""
     stop = None if seconds is None else time.perf_counter() + seconds
     steps = [("resplit", partial(resplit_plan, quick=large))]
     if not large:
@@ -60,7 +68,9 @@ def refine(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float, *
             if left <= 0:
                 break
             share = left / (len(steps) - i)
-            guard = share if share < STEP_MAX_SECONDS else None
+            gap = GAP_SECONDS * (cost / bound_ms - 1.0) if bound_ms else 0.0
+            guard = (share if share < STEP_MAX_SECONDS else
+                     min(gap, share) if gap > STEP_MAX_SECONDS else None)
         better, better_cost = step(plan, task, cost_model, cost, seconds=guard)
         if better_cost < cost:
             plan, cost = better, better_cost

@@ -36,7 +36,7 @@ import autoshard
 from autoshard.bounds import DeadlineReached
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import plan_cost_ms, step_cost_ms
+from autoshard.evaluator import plan_cost_ms, step_cost_ms, task_bound_ms
 from autoshard.limits import SEED, THREADS, TIME_LIMIT_S, Range
 from autoshard.plan import Plan
 from autoshard.policy.geometries import split_geometries
@@ -68,9 +68,9 @@ SMALL_TASK = 20_000
 #: Over this many pairs (856 x 128 has 109,568) the search stage runs the re-split's quick
 #: mode only and no kicks: on the 856 x 128 tasks they took 1.2 of its 3.3 s for under 1%.
 HUGE_TASK = 100_000
-#: On tasks over :data:`SMALL_TASK` pairs, the winner is polished on for at most this share of
-#: the time limit (and this many rounds) while its moves help.
-SETTLE_SHARE, SETTLE_ROUNDS = 0.03, 1_000_000
+#: On tasks over :data:`SMALL_TASK` pairs, the winner is polished on while its moves help, for
+#: at most this share of the time limit and this many rounds (moves) per device.
+SETTLE_SHARE, SETTLE_ROUNDS_PER_DEVICE = 0.03, 1
 #: Where tables dominate, the re-split and kicks start from this many candidates (time allowing).
 REFINED = 2
 #: Shares of the time limit: a decode starts only if its estimate ends before the first, and
@@ -214,12 +214,13 @@ class PPOSharder:
         first_s = self._polish(task, cost_model, costs, plans, clock, curves) if self.polish else 0
         winner = min(costs, key=costs.__getitem__)
         if self.polish and (dominated or (not _small(task) and self.split)):
+            bound = task_bound_ms(task, cost_model)  # the steps' time goes where the gap is
             for name in _refined_starts(costs) if _small(task) else [winner]:
                 if name != winner and not clock.left():
                     break
                 refined = refine(plans[name], task, cost_model, costs[name],
                                  large=task.num_tables * task.num_devices > HUGE_TASK,
-                                 seed=self.seed, seconds=clock.left())
+                                 seed=self.seed, seconds=clock.left(), bound_ms=bound)
                 for tag, cost in refined.steps:
                     name = f"{name}+{tag}"
                     costs[name], plans[name] = cost, refined.plan
@@ -412,16 +413,17 @@ class PPOSharder:
     def _settle(self, task: ShardingTask, cost_model: CostModel, winner: str,
                 costs: dict[str, float], plans: dict[str, Plan], clock: Clock,
                 curves: dict[bytes, Curves], first_s: float) -> str:
-        """On a large task, the winner's polish run on (``+settle``) while its moves help: the
-        polish's usual budget stops it after a round per device, far from where they stop
-        helping on hundreds of devices. For at most :data:`SETTLE_SHARE` of the time limit,
-        and only when what is left also covers another polish's set-up (``first_s``, the
-        first polish's time; the items' ``curves`` are reused); returns the winner's name."""
+        """On a large task, the winner's polish run on (``+settle``) while its moves help (its
+        time guard stops it long before its round per device there): for
+        :data:`SETTLE_ROUNDS_PER_DEVICE` rounds per device within :data:`SETTLE_SHARE` of the
+        limit, when what is left also covers another polish's set-up (``first_s``, the first
+        polish's time; the items' ``curves`` are reused); returns the winner's name."""
         seconds = min(SETTLE_SHARE * self.time_limit, clock.left() - first_s)
         if seconds <= 0:
             return winner
+        rounds = SETTLE_ROUNDS_PER_DEVICE * task.num_devices
         plan, cost = polish_plan(plans[winner], task, cost_model, costs[winner],
-                                 limit=(SETTLE_ROUNDS, seconds), curves=curves)
+                                 limit=(rounds, seconds), curves=curves)
         if not cost < costs[winner]:
             return winner
         name = f"{winner}+settle"
