@@ -21,6 +21,7 @@ from autoshard.search.waterfill import Curves, SegmentLists
 from autoshard.sharders import get_sharder
 from autoshard.sharders.ppo import PPOSharder
 from autoshard.shards import check_layout
+from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
@@ -157,19 +158,25 @@ def test_few_tables_per_device_get_a_finer_split(tmp_path: Path) -> None:
     assert not any(n.startswith("ppo-fine") for n in plain.last_choice.costs)
 
 
-@pytest.mark.parametrize("reservation", ["none", "torchrec"])
-def test_an_arrival_is_priced_at_the_items_best_grid_point(reservation: str) -> None:
-    """The bisection over an arriving item's grid points finds what pricing every one finds:
-    the device's load with the item's best split of its HBM (devices of two kinds, HBM reserved
-    per table or not)."""
+def _two_kinds(reservation: str) -> tuple[ShardingTask, Polisher]:
+    """40 tables on 6 devices of two kinds (every other one with a third of the HBM), HBM
+    reserved as ``reservation`` says, and a polisher of ``lookup_greedy``'s plan of them."""
     task = constrained_task(dlrm_tables(40, seed=13), 6, hbm_fraction=0.3,
                             reservation=reservation)
     hw = task.hardware
     small = [replace(d, hbm=replace(d.hbm, capacity_bytes=d.hbm.capacity_bytes // 3))
              if i % 2 else d for i, d in enumerate(hw.devices)]
     task = replace(task, hardware=replace(hw, devices=tuple(small)))
-    polisher = Polisher(task, MODEL, Curves.price(task, MODEL),
-                        *get_sharder("lookup_greedy").shard(task, MODEL).arrays(task))
+    return task, Polisher(task, MODEL, Curves.price(task, MODEL),
+                          *get_sharder("lookup_greedy").shard(task, MODEL).arrays(task))
+
+
+@pytest.mark.parametrize("reservation", ["none", "torchrec"])
+def test_an_arrival_is_priced_at_the_items_best_grid_point(reservation: str) -> None:
+    """The bisection over an arriving item's grid points finds what pricing every one finds:
+    the device's load with the item's best split of its HBM (devices of two kinds, HBM reserved
+    per table or not)."""
+    task, polisher = _two_kinds(reservation)
     lists = SegmentLists.build(polisher.curves, polisher.device, polisher.hbm_cap)
     sel, devices = np.arange(task.num_tables), np.arange(task.num_devices)
     got = polisher._arrival(lists, sel, devices)
@@ -190,14 +197,7 @@ def test_an_arrival_is_priced_at_the_items_best_grid_point(reservation: str) -> 
 def test_the_segment_lists_after_a_move_are_those_a_whole_build_makes(reservation: str) -> None:
     """After items change devices, laying out only the two devices' segments again gives the
     lists a whole build gives (devices of two kinds; moves, swaps, a device emptied)."""
-    task = constrained_task(dlrm_tables(40, seed=13), 6, hbm_fraction=0.3,
-                            reservation=reservation)
-    hw = task.hardware
-    small = [replace(d, hbm=replace(d.hbm, capacity_bytes=d.hbm.capacity_bytes // 3))
-             if i % 2 else d for i, d in enumerate(hw.devices)]
-    task = replace(task, hardware=replace(hw, devices=tuple(small)))
-    polisher = Polisher(task, MODEL, Curves.price(task, MODEL),
-                        *get_sharder("lookup_greedy").shard(task, MODEL).arrays(task))
+    task, polisher = _two_kinds(reservation)
     device = polisher.device.copy()
     lists = SegmentLists.build(polisher.curves, device, polisher._caps(device))
     rng = np.random.default_rng(3)
