@@ -79,7 +79,7 @@ class AnalyticalCostModel:
         hw = task.hardware
         a2a, reduce = comm_scales(task, t)
         sync, update = replica_terms(task, t)
-        ring = hw.inter_node_gbps if task.num_devices > hw.devices_per_node else hw.intra_node_gbps
+        ring = hw.inter_node_gbps if hw.spans_nodes else hw.intra_node_gbps
         return self.price_terms(
             hbm_share=task.hbm_share(t, hbm_rows), row_bytes=a.row_bytes[t], dim=a.dim[t],
             optimizer_bytes=a.optimizer_bytes[t], lookups=a.lookups[t],

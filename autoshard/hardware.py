@@ -95,6 +95,12 @@ class HardwareProfile:
     def num_devices(self) -> int:
         return len(self.devices)
 
+    @property
+    def spans_nodes(self) -> bool:
+        """Whether the devices fill more than one node of ``devices_per_node`` (so that some
+        links between them are inter-node ones)."""
+        return self.num_devices > self.devices_per_node
+
     def with_devices(self, count: int) -> HardwareProfile:
         """The same kind of device, ``count`` of them, filling nodes of ``devices_per_node``."""
         check_count("devices", count, MAX_DEVICES)

@@ -105,7 +105,7 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int, node_local:
     if not allowed.allows(split_kind(rows=True, node_local=True)):
         over_node = []
     out += [even_split(task, table, split_kind(rows=True), k) for k in over_world]
-    if node_local and local < task.num_devices:
+    if node_local and task.hardware.spans_nodes:
         out += [even_split(task, table, split_kind(rows=True, node_local=True), k)
                 for k in over_node]
         out += grid_splits(task, table, max_parts)

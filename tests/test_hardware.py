@@ -116,3 +116,12 @@ def test_scaled_bundled_names_load() -> None:
     assert load_hardware(p.name) == p
     with pytest.raises(InputError, match="unknown hardware profile"):
         load_hardware("0xH100-80GB")
+
+
+@pytest.mark.parametrize(("devices", "spans"), [(4, False), (8, False), (9, True), (128, True)])
+def test_the_devices_span_nodes_once_they_outgrow_one(devices: int, spans: bool) -> None:
+    """One node holds ``devices_per_node`` devices (8 on the bundled profile); past that, some
+    links are inter-node: what node-local splits and the ring's bandwidth ask."""
+    profile = load_hardware("8xH100-80GB", devices=devices)
+    assert profile.devices_per_node == 8
+    assert profile.spans_nodes is spans

@@ -33,12 +33,11 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
     from autoshard.splitting import replicate_tables, split_heavy_tables
 
     relaxed = relax(task, cost_model)
-    nodes = task.hardware.devices_per_node < task.num_devices
     if not variants:
-        choice = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=nodes)
+        choice = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=True)
         return {"ppo-split": choice.geometry} if choice.split_tables.size else {}
     out: dict[str, ShardGeometry] = {}
-    for local in (False, True) if nodes else (False,):
+    for local in (False, True) if task.hardware.spans_nodes else (False,):
         tag = "ppo-node" if local else "ppo"
         choice = split_heavy_tables(task, cost_model, relaxed=relaxed, node_local=local)
         found = [("split", choice.geometry)] if choice.split_tables.size else []

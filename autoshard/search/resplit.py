@@ -128,14 +128,13 @@ def _variants(plan: Plan, task: ShardingTask, cost_model: CostModel, quick: bool
     if not quick:
         tables += [t for t in np.argsort(-per_table, kind="stable")[:TABLES].tolist()
                    if heavy[t]]
-    nodes = task.hardware.devices_per_node < n_d
     out = []
     for t in dict.fromkeys(tables):
         mine = g.table == t
         rest = np.flatnonzero(~mine)
         base = load - np.bincount(layout.device[mine], weights=price[mine], minlength=n_d)
         current = (int(g.kind[mine][0]), int(mine.sum()))
-        for v in [*candidate_splits(task, t, n_d, node_local=nodes),
+        for v in [*candidate_splits(task, t, n_d, node_local=True),
                   whole_tables(task, np.array([t]))]:
             if (int(v.kind[0]), v.num_shards) == current or not _worth_trying(v, n_d):
                 continue

@@ -115,7 +115,7 @@ def offered_sharding_types(task: ShardingTask, cost_model: CostModel,
     devices and the search with them.
     """
     types = list(sharding_types)
-    if task.hardware.devices_per_node >= task.num_devices:
+    if not task.hardware.spans_nodes:
         types = [x for x in types if x not in NAMED_ONLY]
     full = task.num_tables * task.num_devices <= full_strength_cells or WHOLE_TYPE not in types
     if full and not any(x in NAMED_ONLY for x in types):
