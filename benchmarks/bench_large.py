@@ -7,7 +7,9 @@ Tasks (analytical cost model, HBM for 30% of the tables' bytes, 8xH100-80GB devi
   (:func:`autoshard.workloads.dlrm_tables`, seeds 1-3), with and without the room;
 - **2,000 x 256, 5,000 x 64, 20,000 x 64**: generated tables (seed 0), no room.
 
-Every sharder of ``--sharders`` runs on every task with each ``--limits`` time limit (seconds).
+Every sharder of ``--sharders`` runs on every task with each ``--limits`` time limit (seconds),
+all in one process; before the first row each plans one small task, untimed and not recorded
+(:func:`warm_up`), so that the first task's row does not carry the process's start-up costs.
 A row: wall seconds of the ``shard`` call (the task's per-table arrays are built first, untimed,
 as every sharder reads them), step cost, the reservation-aware lower bound of the evaluator and
 their ratio, which candidate won (``ppo``) or how the solve ended (``recshard``), and what the
@@ -24,6 +26,7 @@ change to them; the header then counts the rows kept from the earlier run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -41,11 +44,15 @@ from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, default_pools, dlrm_tables
 
 MODEL = AnalyticalCostModel()
+OUT = Path("results/large")
 SHARDERS = "lookup_greedy,ppo,recshard,torchrec"
 #: The 856 x 128 tasks: (name, pool or generator seed, whether TorchRec's room is kept).
 TASKS_856 = [("suite", "pool", True), ("pool", "pool", False),
              *((f"s{s}", s, room) for s in (1, 2, 3) for room in (True, False))]
 BIG = [(2000, 256), (5000, 64), (20000, 64)]
+#: The warm-up task (:func:`warm_up`): this many generated tables of this seed (no task of the
+#: benchmark's), on the first task's device count.
+WARM_UP_TABLES, WARM_UP_SEED = 200, 99
 
 
 def build(name: str) -> ShardingTask:
@@ -96,6 +103,20 @@ def measure(task: ShardingTask, name: str, sharder_name: str, limit: float) -> d
             "notes": list(getattr(sharder, "last_notes", []))}
 
 
+def warm_up(sharders: list[str], devices: int) -> None:
+    """Plans one small task (:data:`WARM_UP_TABLES` generated tables on ``devices`` devices,
+    TorchRec's room kept) with each sharder, untimed and not recorded, so that no timed row
+    carries this process's one-off start-up costs (first calls into torch, the solver and
+    numpy's allocations at that device count), which only the first task measured would
+    otherwise pay."""
+    task = constrained_task(dlrm_tables(WARM_UP_TABLES, seed=WARM_UP_SEED), devices, 0.3,
+                            reservation="torchrec")
+    for name in sharders:
+        sharder = get_sharder(name, **({} if name == "lookup_greedy" else {"time_limit": 10.0}))
+        with contextlib.suppress(PlannerError):  # a warm-up without a plan still warmed up
+            sharder.shard(task, MODEL)
+
+
 def summary(rows: list[dict], limits: list[float]) -> list[str]:
     """The comparisons of the module docstring, as markdown lines."""
     by = {(r["task"], r["sharder"], r["limit_s"]): r for r in rows}
@@ -122,7 +143,7 @@ def summary(rows: list[dict], limits: list[float]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("results/large"))
+    parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--limits", default="10,60")
     parser.add_argument("--sharders", default=SHARDERS)
     parser.add_argument("--tasks", default=None, help="comma-separated task names (default: all)")
@@ -142,6 +163,9 @@ def main() -> None:
     done = {(r["task"], r["sharder"], r["limit_s"]) for r in rows}
     load_start = os.getloadavg()[0]
     kept = len(rows)
+    todo = [s for s in sharders if any((n, s, lim) not in done for n in names for lim in limits)]
+    if todo:
+        warm_up(todo, build(names[0]).num_devices)
     for name in names:
         task = None
         for limit in limits:
@@ -162,10 +186,13 @@ def main() -> None:
              f"{time.strftime('%Y-%m-%d')}. Command: `python benchmarks/bench_large.py --limits "
              f"{args.limits} --sharders {args.sharders}"
              + (f" --rerun {args.rerun}" if args.rerun else "")
+             + (f" --tasks {args.tasks}" if args.tasks else "")
+             + (f" --out {args.out}" if args.out != OUT else "")
              + f"`. {len(rows) - kept} rows measured in "
              f"the run that wrote this file (load average, 1 min, at its start and end: "
              f"{load_start:.1f}, {os.getloadavg()[0]:.1f}), {kept} kept from an earlier run "
-             "(large.jsonl).\n",
+             "(large.jsonl). Each sharder planned one small task first, untimed (warm_up: "
+             f"{WARM_UP_TABLES} generated tables, seed {WARM_UP_SEED}, TorchRec's room).\n",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
     lines += summary(rows, limits)
