@@ -96,6 +96,12 @@ class HardwareProfile:
         return len(self.devices)
 
     @property
+    def node_devices(self) -> int:
+        """Devices of one node as these devices fill it: ``devices_per_node``, or all of them
+        where they fill less than one node (TorchRec's local world size)."""
+        return min(self.devices_per_node, self.num_devices)
+
+    @property
     def spans_nodes(self) -> bool:
         """Whether the devices fill more than one node of ``devices_per_node`` (so that some
         links between them are inter-node ones)."""

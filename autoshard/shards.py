@@ -133,7 +133,7 @@ def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
     for t in np.unique(g.table[rw]):
         idx = np.flatnonzero(g.table == t)
         pins[idx] = np.arange(idx.size) % task.num_devices
-    local = min(task.hardware.devices_per_node, task.num_devices)
+    local = task.hardware.node_devices
     nodes = max(task.num_devices // local, 1)
     taken = np.zeros(nodes, dtype=np.int64)  # shards pinned to each node so far
     block = column_blocks(g)
@@ -375,7 +375,7 @@ def shard_task(task: ShardingTask, geometry: ShardGeometry, named: bool = True) 
     g = geometry
     t = g.table
     rows = g.rows
-    local = min(task.hardware.devices_per_node, task.num_devices)
+    local = task.hardware.node_devices
     ids = kinds.id_share(g.kind, task.num_devices, local)
     rep = kinds.replicated(g.kind)
     share = np.where(rep, ids, rows / a.rows[t])  # of the table's lookups

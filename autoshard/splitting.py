@@ -94,7 +94,7 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int, node_local:
         if dim % k == 0 and cols_allowed(allowed, dim, k):
             out.append(even_split(task, table, split_kind(rows=False), k))
         k *= 2
-    local = min(task.hardware.devices_per_node, task.num_devices)
+    local = task.hardware.node_devices
     over_world = list(range(2, min(rows, max_parts) + 1))
     over_node = list(range(2, min(rows, max_parts, local) + 1))
     if task.reservation.fixed_row_blocks:
@@ -120,7 +120,7 @@ def grid_splits(task: ShardingTask, table: int, max_parts: int) -> list[ShardGeo
     a = task.table_arrays
     dim, rows = int(a.dim[table]), int(a.rows[table])
     allowed = task.constraints.of(task.tables[table].name)
-    local = min(task.hardware.devices_per_node, task.num_devices)
+    local = task.hardware.node_devices
     if not allowed.allows(split_kind(rows=True, cols=True, node_local=True)) or rows < local:
         return []
     out = []

@@ -118,10 +118,14 @@ def test_scaled_bundled_names_load() -> None:
         load_hardware("0xH100-80GB")
 
 
-@pytest.mark.parametrize(("devices", "spans"), [(4, False), (8, False), (9, True), (128, True)])
-def test_the_devices_span_nodes_once_they_outgrow_one(devices: int, spans: bool) -> None:
+@pytest.mark.parametrize(("devices", "spans", "local"),
+                         [(4, False, 4), (8, False, 8), (9, True, 8), (128, True, 8)])
+def test_the_devices_span_nodes_once_they_outgrow_one(devices: int, spans: bool,
+                                                      local: int) -> None:
     """One node holds ``devices_per_node`` devices (8 on the bundled profile); past that, some
-    links are inter-node: what node-local splits and the ring's bandwidth ask."""
+    links are inter-node: what node-local splits and the ring's bandwidth ask. A node's devices
+    (TorchRec's local world size) are all of them where they fill less than one node."""
     profile = load_hardware("8xH100-80GB", devices=devices)
     assert profile.devices_per_node == 8
     assert profile.spans_nodes is spans
+    assert profile.node_devices == local

@@ -164,7 +164,7 @@ def _devices(task: ShardingTask, v: ShardGeometry, load: np.ndarray) -> np.ndarr
     if one_per_device(task, v).all() and k > 1:
         if not kinds.node_local(v.kind[0]):
             return np.arange(k) % n_d
-        local = min(task.hardware.devices_per_node, n_d)
+        local = task.hardware.node_devices
         nodes = np.argsort(load[:n_d // local * local].reshape(-1, local).sum(axis=1),
                            kind="stable")
         block = column_blocks(v)

@@ -176,7 +176,7 @@ def _grid(task: ShardingTask, rows: int, dim: int, blocks: int) -> tuple[ShardSp
     """A grid of ``blocks`` near-equal column blocks as TorchRec lays it out: each block its
     even row blocks over the ranks of a node in rank order, block b on node b (mod the
     nodes)."""
-    local = min(task.hardware.devices_per_node, task.num_devices)
+    local = task.hardware.node_devices
     nodes = max(task.num_devices // local, 1)
     edges = [b * dim // blocks for b in range(blocks + 1)]
     sizes = even_blocks(rows, local)

@@ -249,7 +249,7 @@ def torchrec_topology(task: ShardingTask) -> Any:
         return Topology(
             world_size=task.num_devices, compute_device="cuda",
             hbm_cap=int(dev.hbm_capacity.min()), ddr_cap=int(dev.host_capacity.min()),
-            local_world_size=min(hw.devices_per_node, task.num_devices),
+            local_world_size=hw.node_devices,
             hbm_mem_bw=float(dev.hbm_gbps.min()) * _BYTES_PER_MS_PER_GBPS,
             ddr_mem_bw=host_bw, hbm_to_ddr_mem_bw=host_bw,
             intra_host_bw=hw.intra_node_gbps * _BYTES_PER_MS_PER_GBPS,

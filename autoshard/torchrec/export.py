@@ -42,7 +42,7 @@ def export_doc(plan: Plan, task: ShardingTask) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION, "kind": "torchrec_sharding_plan",
         "sharder": plan.sharder, "world_size": task.num_devices,
-        "local_world_size": min(task.hardware.devices_per_node, task.num_devices),
+        "local_world_size": task.hardware.node_devices,
         "device_type": "cuda", "module_path": "", "pipeline": pipeline_of(task.reservation),
         "tables": [{"table": s.table, "rows": s.rows, "dim": s.dim, "data_type": s.data_type,
                     "sharding_type": s.sharding_type, "compute_kernel": s.compute_kernel,

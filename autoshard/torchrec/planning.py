@@ -37,7 +37,7 @@ def predicted_shards(task: ShardingTask, offered: dict[str, list[str]],
     a row split or replicas (one kernel), one per 128 columns for a column split, one per rank
     of a node for each of a grid's column blocks (TorchRec's block width,
     :func:`autoshard.torchrec.mapping.column_block_cols`)."""
-    per_node = min(task.hardware.devices_per_node, task.num_devices)
+    per_node = task.hardware.node_devices
     total = 0
     for t in task.tables:
         for sharding_type in offered[t.name]:

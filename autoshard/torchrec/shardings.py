@@ -122,7 +122,7 @@ def table_shardings(plan: Plan, task: ShardingTask) -> list[TableSharding]:
     layout = check_layout(plan, task)
     g = layout.geometry
     by_place = {p.table: p for p in plan.placements}
-    local = min(task.hardware.devices_per_node, task.num_devices)
+    local = task.hardware.node_devices
     out = []
     for i, t in enumerate(task.tables):
         dtype = data_type(t)

@@ -91,7 +91,7 @@ def _buffers(s: TableSharding, x: ShardSpec, table: Table, task: ShardingTask) -
     world = task.num_devices
     batch = max(task.workload.batch_size // world, 1)
     lookups = table.lookups_per_sample * batch
-    local = min(task.hardware.devices_per_node, world)
+    local = task.hardware.node_devices
     lookups /= int(id_parts(np.asarray(s.kind.code), world, local))
     outputs = min(1.0, table.lookups_per_sample) * batch
     senders = 1 if s.kind.replicated else world  # a replica writes its own rank's samples
