@@ -69,6 +69,8 @@ def test_wheel_ships_the_policy_and_cost_model(tmp_path: Path) -> None:
     data = ROOT / "autoshard" / "data"
     shipped = {str(p.relative_to(ROOT)) for p in data.rglob("*") if p.is_file()}
     assert {"autoshard/data/ppo_policy/weights.pt", "autoshard/data/ppo_policy/config.json",
+            "autoshard/data/ppo_policy_tuned/weights.pt",
+            "autoshard/data/ppo_policy_tuned/config.json",
             "autoshard/data/cost_model/model.txt"} <= shipped
     assert shipped <= names
     for package in ("autoshard/cli/__init__.py", "autoshard/cost_models/model.py",

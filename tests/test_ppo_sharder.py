@@ -18,6 +18,7 @@ from autoshard.policy.refill import MODES
 from autoshard.sharders import get_sharder, sharder_info
 from autoshard.sharders import ppo as ppo_module
 from autoshard.sharders.ppo import DEFAULT_POLICY, PPOSharder
+from autoshard.sharders.ppo_stage import refined_starts
 from autoshard.shards import check_layout
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
@@ -161,7 +162,8 @@ def test_policy_alone_splits_a_dominant_table_and_beats_every_whole_table_plan()
     choice = alone.last_choice
     assert choice is not None
     # 11 tables on 4 devices: the finer split (fewer than 4 tables per device) is decoded too,
-    # each in the policy's own refill mode and in the two others.
+    # each in the policy's own refill mode and in the two others (no HBM room is kept: the
+    # first policy alone).
     decodes = ("ppo", "ppo-choice", "ppo-split", "ppo-fine")
     assert set(choice.costs) == {f"{d}{s}-greedy" for d in decodes
                                  for s in ("", "-refill", "-level")}
@@ -248,6 +250,50 @@ def test_each_decode_keeps_its_devices_with_its_hbm_water_filled(untrained: Path
 def test_the_search_stage_runs_from_the_two_cheapest_candidates_of_distinct_decodes() -> None:
     costs = {"ppo-split-greedy": 5.0, "ppo-split-greedy+polish": 3.0,
              "ppo-choice-greedy+polish": 3.0, "ppo-choice-greedy": 4.0, "lookup_greedy": 3.5}
-    assert ppo_module._refined_starts(costs) == ["ppo-split-greedy+polish",
-                                                 "ppo-choice-greedy+polish"]
-    assert ppo_module._refined_starts({"lookup_greedy": 1.0}) == ["lookup_greedy"]
+    assert refined_starts(costs) == ["ppo-split-greedy+polish", "ppo-choice-greedy+polish"]
+    assert refined_starts({"lookup_greedy": 1.0}) == ["lookup_greedy"]
+    # The tuned policy's cheapest comes after the starts there would be without it.
+    tuned = {"ppo-split-greedy-tuned+polish": 0.5, "ppo-choice-greedy-tuned": 0.6,
+             "ppo-split-greedy": 2.0, "ppo-greedy+polish": 3.0, "lookup_greedy": 4.0}
+    assert refined_starts(tuned) == ["ppo-split-greedy", "ppo-greedy+polish",
+                                     "ppo-split-greedy-tuned+polish"]
+
+
+def test_the_default_decodes_both_committed_policies_on_tasks_up_to_the_small_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no policy is named, the tuned policy's decodes compete too (named ``-tuned``), on
+    tasks of up to ``SMALL_TASK`` pairs that keep HBM room per table only; so the policy alone
+    is never dearer there than the first policy's decodes alone, and a named policy decodes
+    alone."""
+    task = constrained_task(dlrm_tables(24, seed=5), 4, 0.3, reservation="torchrec")
+    both = get_sharder("ppo-policy")
+    first = get_sharder("ppo-policy", policy=str(DEFAULT_POLICY))
+    assert both.tuned and not first.tuned  # type: ignore[attr-defined]
+    cost_both = evaluate(both.shard(task, MODEL), task, MODEL).step_cost_ms
+    cost_first = evaluate(first.shard(task, MODEL), task, MODEL).step_cost_ms
+    names, own = set(both.last_choice.costs), set(first.last_choice.costs)  # type: ignore
+    tuned = {n for n in names if n.endswith(ppo_module.TUNED_SUFFIX)}
+    assert tuned == {n + ppo_module.TUNED_SUFFIX for n in own} and names == own | tuned
+    assert cost_both <= cost_first
+    bare = constrained_task(dlrm_tables(24, seed=5), 4, 0.3)  # no room kept
+    both.shard(bare, MODEL)
+    assert not any(n.endswith(ppo_module.TUNED_SUFFIX) for n in both.last_choice.costs)  # type: ignore
+    monkeypatch.setattr(ppo_module, "SMALL_TASK", task.num_tables * task.num_devices - 1)
+    both.shard(task, MODEL)
+    assert not any(n.endswith(ppo_module.TUNED_SUFFIX) for n in both.last_choice.costs)  # type: ignore
+
+
+def test_the_tuned_policy_must_share_the_first_ones_buckets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import shutil
+
+    other = tmp_path / "tuned"
+    shutil.copytree(ppo_module.TUNED_POLICY, other)
+    config = json.loads((other / "config.json").read_text())
+    config["multipliers"] = [m if m != "2.0" else "2.5" for m in config["multipliers"]]
+    (other / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(ppo_module, "TUNED_POLICY", other)
+    with pytest.raises(InputError, match="bucket multipliers") as info:
+        PPOSharder()
+    assert str(other) in str(info.value)

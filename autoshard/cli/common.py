@@ -66,7 +66,7 @@ SharderOpt = Annotated[str, typer.Option(
     "`autoshard sharders` says which can run here).")]
 PolicyOpt = Annotated[Path | None, typer.Option(
     "--policy", help="Folder of a trained PPO policy (config.json, weights.pt) for the ppo "
-    "sharder (default: the one shipped with autoshard).")]
+    "sharder, decoded alone (default: the two shipped with autoshard).")]
 
 
 def ranged(rng: Range, help: str, *names: str, **options: Any) -> Any:

@@ -20,8 +20,11 @@ within what is left. :attr:`PPOSharder.last_notes` says what the limit cut.
 
 The policy is read safely: a JSON config and a plain state dict of tensors
 (``torch.load(weights_only=True)``), never a pickle. By default it is the policy committed
-as package data under ``autoshard/data/ppo_policy``; ``policy=`` names another folder (e.g. the
-``policy`` folder of an ``autoshard train`` run).
+as package data under ``autoshard/data/ppo_policy``, with its fine-tuned second
+(:data:`TUNED_POLICY`) decoded beside it on tasks of up to :data:`SMALL_TASK` pairs that keep
+HBM room per table;
+``policy=`` names another folder (e.g. the ``policy`` folder of an ``autoshard train`` run),
+decoded alone.
 """
 
 from __future__ import annotations
@@ -42,21 +45,21 @@ from autoshard.plan import Plan
 from autoshard.policy.geometries import split_geometries
 from autoshard.policy.refill import decode_modes
 from autoshard.search.enforce import enforce
-from autoshard.search.polish import budget, polish_plan
 from autoshard.search.stage import refine
 from autoshard.search.waterfill import Curves
-from autoshard.sharders.ppo_names import (
-    CANDIDATES,
-    FALLBACK,
-    POLISHED_GROUPS,
-    WHOLE_GROUP,
-    provenance,
-)
+from autoshard.sharders.ppo_names import CANDIDATES, FALLBACK, TUNED_SUFFIX, provenance
+from autoshard.sharders.ppo_stage import Clock, filled, polish_candidates, refined_starts, settle
 from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.task import ShardingTask
 
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).
 DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_policy"
+#: A second committed policy, fine-tuned from the first on up to 32 devices with TorchRec's
+#: room drawn and the water-filled reward (``results/ppo-tuned-train``). Where no policy is
+#: named, ``ppo`` decodes it beside the first on tasks of up to :data:`SMALL_TASK` pairs that
+#: keep HBM room per table, its candidates named with :data:`TUNED_SUFFIX`
+#: (``ppo-split-greedy-tuned``, ...).
+TUNED_POLICY = DEFAULT_POLICY.parent / "ppo_policy_tuned"
 #: Sampled rollouts by default: none. With the improvement stage polishing the cheapest
 #: candidate, one rollout lowers the held-out families' mean cost by under 1% for about a third
 #: more planning time (``benchmarks/bench_ppo.py --samples 1``, ``results/ppo/README.md``).
@@ -68,14 +71,13 @@ SMALL_TASK = 20_000
 #: Over this many pairs (856 x 128 has 109,568) the search stage runs the re-split's quick
 #: mode only and no kicks: on the 856 x 128 tasks they took 1.2 of its 3.3 s for under 1%.
 HUGE_TASK = 100_000
-#: On tasks over :data:`SMALL_TASK` pairs, the winner is polished on while its moves help, for
-#: at most this share of the time limit and this many rounds (moves) per device.
-SETTLE_SHARE, SETTLE_ROUNDS_PER_DEVICE = 0.03, 1
-#: Where tables dominate, the re-split and kicks start from this many candidates (time allowing).
-REFINED = 2
 #: Shares of the time limit: a decode starts only if its estimate ends before the first, and
 #: stops at the second (one begun in time may overrun it: at 2,000 x 256 and 10 s it ends near 6 s).
 DECODE_SHARE, DECODE_STOP_SHARE = 0.6, 0.8
+#: With the search stage (``polish``), the tuned policy's decodes start only if their estimate
+#: ends before this share of the limit, so that they do not take the search's time where the
+#: first policy's decodes already filled most of theirs.
+TUNED_SHARE = 0.3
 #: A decode is started only if this estimate of its seconds per (item, device) pair (the
 #: pricing of its options and one network call per item; about 5e-6 to 8.5e-6 on this
 #: project's 2-core machine in one run, more on a slower day) times its pairs fits before the
@@ -89,7 +91,7 @@ def _small(task: ShardingTask) -> bool:
     return task.num_tables * task.num_devices <= SMALL_TASK
 
 
-def _missing(folder: Path) -> str | None:
+def policy_missing(folder: Path) -> str | None:
     """Why no policy can be loaded from ``folder`` (None if the files are there)."""
     if importlib.util.find_spec("torch") is None:
         return "the 'torch' package is not installed"
@@ -142,7 +144,9 @@ class PPOSharder:
     decode in which it chooses the splits), each with its HBM water-filled.
 
     Args:
-        policy: Folder with ``config.json`` and ``weights.pt`` (default: the committed one).
+        policy: Folder with ``config.json`` and ``weights.pt`` (default: the committed one,
+            and :data:`TUNED_POLICY` beside it on tasks of up to :data:`SMALL_TASK` pairs
+            that keep HBM room per table).
         threads: torch threads for the policy (1: one CPU core).
         samples: Sampled rollouts (K of best-of-K); None: :data:`SAMPLES`.
         candidates: Whether the greedy sharders' plans compete.
@@ -171,36 +175,48 @@ class PPOSharder:
             raise InputError("must be >= 0", field="samples", value=samples)
         TIME_LIMIT_S.check(time_limit, "time_limit", "sharder options")
         self.policy = Path(policy) if policy is not None else DEFAULT_POLICY
+        self.tuned = policy is None  # the second committed policy decodes too
         self.threads, self.samples, self.candidates, self.seed = threads, samples, candidates, seed
         self.split, self.polish, self.time_limit = split, polish, float(time_limit)
         self.refills = refills
         self.last_choice: Choice | None = None
         self.last_notes: list[str] = []
-        self._net: Any = None
-        self._choice_net: Any = None
+        self._net: Any = None  # the first policy (its refill mode names the decodes' modes)
+        self._tuned_end = 0.0  # by when the tuned policy's decodes must be estimated to end
+        self._nets: list[tuple[Any, Any]] = []  # each policy on one grid and on two
         self._multipliers: tuple[float, ...] = ()
         self._load()  # load (and import torch) now, so that shard() is planning only
 
     @classmethod
     def unavailable(cls, policy: str | Path | None = None) -> str | None:
-        """Why the policy in ``policy`` (default: the committed one) cannot be loaded here."""
-        return _missing(Path(policy) if policy is not None else DEFAULT_POLICY)
+        """Why the policy in ``policy`` (default: the committed ones) cannot be loaded here."""
+        folders = [Path(policy)] if policy is not None else [DEFAULT_POLICY, TUNED_POLICY]
+        return next(filter(None, map(policy_missing, folders)), None)
 
     def _load(self) -> None:
-        reason = _missing(self.policy)
-        if reason:
-            raise InputError(reason, field="policy", value=str(self.policy))
         from autoshard.policy.choice import GRIDS
         from autoshard.policy.network import load_policy, regrid
 
-        net, self._multipliers, _ = load_policy(self.policy)
-        # The policy on one option grid (whole tables) and on two (with the split choice).
-        self._net, self._choice_net = regrid(net, 1), regrid(net, GRIDS)
+        for folder in [self.policy, *([TUNED_POLICY] if self.tuned else [])]:
+            reason = policy_missing(folder)
+            if reason:
+                raise InputError(reason, field="policy", value=str(folder))
+            net, multipliers, _ = load_policy(folder)
+            if self._nets and (multipliers, net.refill) != (self._multipliers,
+                                                             self._nets[0][0].refill):
+                raise InputError(f"bucket multipliers {multipliers} or refill mode "
+                                 f"{net.refill!r} differ from the first policy's",
+                                 field="policy", value=str(folder))
+            # The policy on one option grid (whole tables) and on two (with the split choice).
+            self._multipliers = multipliers
+            self._nets.append((regrid(net, 1), regrid(net, GRIDS)))
+        self._net = self._nets[0][0]
 
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
         start = time.perf_counter()
         clock = Clock(*(start + share * self.time_limit
                         for share in (DECODE_SHARE, DECODE_STOP_SHARE, 1.0)))
+        self._tuned_end = start + (TUNED_SHARE if self.polish else DECODE_SHARE) * self.time_limit
         self.last_notes = []
         rival_costs: dict[str, float] = {}
         rival_plans: dict[str, Plan] = {}
@@ -211,11 +227,12 @@ class PPOSharder:
                                                      curves)
         costs.update(rival_costs)
         plans.update(rival_plans)
-        first_s = self._polish(task, cost_model, costs, plans, clock, curves) if self.polish else 0
+        first_s = (polish_candidates(task, cost_model, costs, plans, clock, curves, _small(task))
+                   if self.polish else 0)
         winner = min(costs, key=costs.__getitem__)
         if self.polish and (dominated or (not _small(task) and self.split)):
             bound = task_bound_ms(task, cost_model)  # the steps' time goes where the gap is
-            for name in _refined_starts(costs) if _small(task) else [winner]:
+            for name in refined_starts(costs) if _small(task) else [winner]:
                 if name != winner and not clock.left():
                     break
                 refined = refine(plans[name], task, cost_model, costs[name],
@@ -226,7 +243,8 @@ class PPOSharder:
                     costs[name], plans[name] = cost, refined.plan
             winner = min(costs, key=costs.__getitem__)
         if self.polish and not _small(task):
-            winner = self._settle(task, cost_model, winner, costs, plans, clock, curves, first_s)
+            winner = settle(task, cost_model, winner, costs, plans, clock, curves, first_s,
+                            self.time_limit)
         self.last_choice = Choice(winner, costs)
         return replace(plans[winner], sharder=self.name,
                        provenance=provenance(winner, costs))
@@ -234,13 +252,13 @@ class PPOSharder:
     def _policy_plans(self, task: ShardingTask, cost_model: CostModel, clock: Clock,
                       fallback: bool, curves: dict[bytes, Curves]
                       ) -> tuple[dict[str, float], dict[str, Plan], bool]:
-        """The policy's decodes, named, with their step costs; and whether some table dominates
-        (the split decodes ran). Each decode's HBM rows are water-filled over the items it
-        placed on each device (:func:`_filled`; the curves priced go into ``curves``). Once
-        some plan exists (``fallback``: a rival's; else the first decode's, which runs to its
-        end) a decode runs only if ``clock`` says it can end before the decodes' deadline
-        (:data:`DECODE_SECONDS_PER_PAIR`); one that does not is dropped, and
-        :attr:`last_notes` says so."""
+        """The policies' decodes (:meth:`_policies`), named, with their step costs; and whether
+        some table dominates (the split decodes ran). Each decode's HBM rows are water-filled
+        over the items it placed on each device (:func:`~autoshard.sharders.ppo_stage.filled`;
+        the curves priced go into ``curves``). Once some plan exists (``fallback``: a rival's;
+        else the first decode's, which runs to its end) a decode runs only if ``clock`` says it
+        can end before the decodes' deadline (:data:`DECODE_SECONDS_PER_PAIR`); one that does
+        not is dropped, and :attr:`last_notes` says so."""
         import torch
 
         samples = SAMPLES if self.samples is None else self.samples
@@ -287,7 +305,7 @@ class PPOSharder:
         finally:
             torch.set_num_threads(before)
         for name in plans:
-            plans[name], costs[name] = _filled(plans[name], task, cost_model, costs[name], curves)
+            plans[name], costs[name] = filled(plans[name], task, cost_model, costs[name], curves)
         # Some table dominates where a split ran (replicas alone do not say so).
         return costs, plans, any(name != "ppo-replicas" for name in geometries)
 
@@ -300,22 +318,24 @@ class PPOSharder:
         from autoshard.policy.network import decode_choice, price_choice
 
         priced = None  # one pricing of the task and its offer for every mode
-        for mode, suffix in decode_modes(self._net.refill, self.refills and _small(task)):
-            name, timed = f"ppo-choice{suffix}", later if suffix else clock
-            if not self._in_time(timed, name, geometry.num_shards, task.num_devices, samples):
+        for (mode, suffix), (_, choice_net, tag) in self._policies(task):
+            name, timed = f"ppo-choice{suffix}", self._timed(clock, later, suffix, tag)
+            if not self._in_time(timed, name + tag, geometry.num_shards, task.num_devices,
+                                 samples):
                 return
             try:
                 priced = priced or price_choice(task, cost_model, self._multipliers, geometry)
-                episodes = decode_choice(self._choice_net, self._multipliers, task, cost_model,
+                episodes = decode_choice(choice_net, self._multipliers, task, cost_model,
                                          geometry, samples, self.seed,
                                          None if timed is None else timed.decodes_stop, mode,
                                          priced)
             except PlannerError:  # some item fits nowhere once others are placed
                 continue
             except DeadlineReached:
-                self.last_notes.append(f"{name}: stopped, it would not end in time; dropped")
+                self.last_notes.append(f"{name}{tag}: stopped, it would not end in time; "
+                                       "dropped")
                 return
-            names = [f"{name}-greedy"] + [f"{name}-sample-{i}" for i in range(samples)]
+            names = [f"{name}-greedy{tag}"] + [f"{name}-sample-{i}{tag}" for i in range(samples)]
             for name, ep in zip(names, episodes, strict=True):
                 layout = ep.shard_layout().even_shares(task)
                 plans[name] = layout.to_plan(task, self.name)
@@ -343,25 +363,46 @@ class PPOSharder:
 
         out: list[tuple[str, Any]] = []
         priced = None
-        for mode, suffix in decode_modes(self._net.refill, self.refills and _small(task)):
-            name, timed = f"{prefix}{suffix}", later if suffix else clock
-            if not self._in_time(timed, name, task.num_tables, task.num_devices, samples):
+        for (mode, suffix), (net, _, tag) in self._policies(task):
+            name, timed = f"{prefix}{suffix}", self._timed(clock, later, suffix, tag)
+            if not self._in_time(timed, name + tag, task.num_tables, task.num_devices, samples):
                 break
             priced = priced or price_task(task, cost_model, self._multipliers)
             try:
-                episodes = decode(self._net, self._multipliers, task, cost_model, samples,
+                episodes = decode(net, self._multipliers, task, cost_model, samples,
                                   self.seed, None if timed is None else timed.decodes_stop, mode,
                                   priced)
             except DeadlineReached:
-                self.last_notes.append(f"{name}: stopped, it would not end in time; dropped")
+                self.last_notes.append(f"{name}{tag}: stopped, it would not end in time; "
+                                       "dropped")
                 break
-            except PlannerError:  # the policy's own mode raises; another is left out
-                if not suffix:
+            except PlannerError:  # the first policy's own mode raises; another is left out
+                if not suffix and not tag:
                     raise
                 continue
-            names = [f"{name}-greedy"] + [f"{name}-sample-{i}" for i in range(samples)]
+            names = [f"{name}-greedy{tag}"] + [f"{name}-sample-{i}{tag}" for i in range(samples)]
             out += zip(names, episodes, strict=True)
         return out
+
+    def _policies(self, task: ShardingTask) -> list[tuple[tuple[str, str], tuple[Any, Any, str]]]:
+        """The decodes to play, in order: each refill mode (its name suffix) by each policy
+        (whole-table network, split-choice network, name tag); the tuned policy
+        (:data:`TUNED_POLICY`, tag :data:`TUNED_SUFFIX`) on tasks of up to :data:`SMALL_TASK`
+        pairs that keep HBM room per table (TorchRec's buffers), right after the first in each
+        mode, so that both get the modes that fit. On the validation tasks it was better than
+        the first with the room and no better without (``results/ppo-tuned-train``)."""
+        nets = [(*self._nets[0], "")]
+        if _small(task) and task.reservation.keeps_room:
+            nets += [(*pair, TUNED_SUFFIX) for pair in self._nets[1:]]
+        return [(m, n) for m in decode_modes(self._net.refill, self.refills and _small(task))
+                for n in nets]
+
+    def _timed(self, clock: Clock | None, later: Clock, suffix: str, tag: str) -> Clock | None:
+        """The clock of a decode: ``clock`` for the first policy's own mode, ``later`` for its
+        other modes, and ``later`` ending by :data:`TUNED_SHARE` for the tuned policy's."""
+        if tag:
+            return replace(later, decodes_end=min(later.decodes_end, self._tuned_end))
+        return later if suffix else clock
 
     def _in_time(self, clock: Clock | None, name: str, items: int, devices: int,
                  samples: int) -> bool:
@@ -375,60 +416,6 @@ class PPOSharder:
         self.last_notes.append(f"{name}: not decoded, its estimated {need:.1f} s exceeds the "
                                f"{clock.left(clock.decodes_end):.1f} s left to the decodes")
         return False
-
-    @staticmethod
-    def _polish(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
-                plans: dict[str, Plan], clock: Clock, curves: dict[bytes, Curves]) -> float:
-        """Polishes the cheapest candidate (:func:`autoshard.search.polish.polish_plan`)
-        and the cheapest of each group of :data:`POLISHED_GROUPS` and :data:`WHOLE_GROUP`
-        (ranked by their cost with HBM water-filled; split pieces a polish can balance better
-        than their raw cost shows, and on a task planned for TorchRec row shards stay one per
-        device, which a whole-table plan's polish cannot reach; where HBM is reserved per
-        shard, whole tables reserve less); each that improves competes as ``<name>+polish``.
-        The group members are polished only while
-        the time limit allows (``clock``); the cheapest always is. The items' curves priced
-        go into ``curves``; returns how long the cheapest's polish took."""
-        # Ranked by their cost with HBM water-filled, no move (the decodes' costs are; on
-        # large tasks the fallback's is not, its curves would be priced for this alone).
-        filled = {n: c if n.startswith("ppo") or not _small(task) else
-                  _filled(plans[n], task, cost_model, c, curves)[1] for n, c in costs.items()}
-        ranked = sorted(costs, key=filled.__getitem__)
-        chosen = ranked[:1]
-        first_s = 0.0
-        for group in (*POLISHED_GROUPS, WHOLE_GROUP) if _small(task) else POLISHED_GROUPS:
-            chosen += [n for n in ranked if n.startswith(group) and n not in chosen][:1]
-        for i, name in enumerate(chosen):
-            rounds, seconds = budget(len(plans[name].placements), task.num_devices)
-            if i and clock.left() < 2 * seconds:
-                break
-            began = time.perf_counter()
-            plan, cost = polish_plan(plans[name], task, cost_model, costs[name],
-                                     limit=(rounds, min(seconds, max(clock.left(), 0.01))),
-                                     curves=curves)
-            first_s = first_s or time.perf_counter() - began
-            if cost < costs[name]:
-                costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
-        return first_s
-
-    def _settle(self, task: ShardingTask, cost_model: CostModel, winner: str,
-                costs: dict[str, float], plans: dict[str, Plan], clock: Clock,
-                curves: dict[bytes, Curves], first_s: float) -> str:
-        """On a large task, the winner's polish run on (``+settle``) while its moves help (its
-        time guard stops it long before its round per device there): for
-        :data:`SETTLE_ROUNDS_PER_DEVICE` rounds per device within :data:`SETTLE_SHARE` of the
-        limit, when what is left also covers another polish's set-up (``first_s``, the first
-        polish's time; the items' ``curves`` are reused); returns the winner's name."""
-        seconds = min(SETTLE_SHARE * self.time_limit, clock.left() - first_s)
-        if seconds <= 0:
-            return winner
-        rounds = SETTLE_ROUNDS_PER_DEVICE * task.num_devices
-        plan, cost = polish_plan(plans[winner], task, cost_model, costs[winner],
-                                 limit=(rounds, seconds), curves=curves)
-        if not cost < costs[winner]:
-            return winner
-        name = f"{winner}+settle"
-        costs[name], plans[name] = cost, plan
-        return name
 
     @staticmethod
     def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
@@ -445,37 +432,6 @@ class PPOSharder:
                 continue
             costs[name] = plan_cost_ms(plan, task, cost_model)
             plans[name] = plan
-
-
-def _refined_starts(costs: dict[str, float]) -> list[str]:
-    """The :data:`REFINED` cheapest candidates, each from another decode or rival sharder (two
-    can polish to the same cost and still re-split differently, their shards differing)."""
-    first: dict[str, str] = {}  # decode or rival -> its cheapest candidate
-    for name in sorted(costs, key=costs.__getitem__):
-        first.setdefault(name.split("+")[0], name)
-    return list(first.values())[:REFINED]
-
-
-def _filled(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
-            curves: dict[bytes, Curves]) -> tuple[Plan, float]:
-    """``plan`` with each device's HBM water-filled over the items it holds, and its step cost
-    (the plan as it is where that is no cheaper): the HBM split the policy's buckets
-    approximate, exact for the devices it chose (no item moves)."""
-    return polish_plan(plan, task, cost_model, cost, curves=curves, fill_only=True)
-
-
-@dataclass(frozen=True)
-class Clock:
-    """A sharder's time limit: by when decodes must be estimated to end, when a running one
-    stops, and when the whole run must end (``time.perf_counter`` instants)."""
-
-    decodes_end: float
-    decodes_stop: float
-    end: float
-
-    def left(self, until: float | None = None) -> float:
-        """Seconds left before ``until`` (default: the end), at least 0."""
-        return max((self.end if until is None else until) - time.perf_counter(), 0.0)
 
 
 class PPOPolicySharder(PPOSharder):

@@ -37,6 +37,10 @@ CANDIDATES = (*GREEDY, "split_lookup_greedy")
 #: The one candidate on tasks over ``SMALL_TASK`` pairs: made first, it is the plan kept
 #: where no decode ends before its deadline.
 FALLBACK = "lookup_greedy"
+#: Appended to the names of the tuned policy's decodes (``ppo-split-greedy-tuned``; the
+#: second committed policy, :data:`autoshard.sharders.ppo.TUNED_POLICY`).
+TUNED_SUFFIX = "-tuned"
+
 
 
 def provenance(winner: str, costs: dict[str, float]) -> Provenance:

@@ -1,0 +1,117 @@
+"""The ``ppo`` sharder's improvement stage over its candidates
+(:class:`autoshard.sharders.ppo.PPOSharder`): its time limit (:class:`Clock`), which candidates
+are polished (:func:`polish_candidates`), which start the re-split and kicks
+(:func:`refined_starts`), and the settle on large tasks (:func:`settle`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from autoshard.cost import CostModel
+from autoshard.plan import Plan
+from autoshard.search.polish import budget, polish_plan
+from autoshard.search.waterfill import Curves
+from autoshard.sharders.ppo_names import POLISHED_GROUPS, TUNED_SUFFIX, WHOLE_GROUP
+from autoshard.task import ShardingTask
+
+#: On tasks over ``SMALL_TASK`` pairs, the winner is polished on while its moves help, for
+#: at most this share of the time limit and this many rounds (moves) per device.
+SETTLE_SHARE, SETTLE_ROUNDS_PER_DEVICE = 0.03, 1
+#: Where tables dominate, the re-split and kicks start from this many candidates (time allowing).
+REFINED = 2
+
+
+def polish_candidates(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
+                      plans: dict[str, Plan], clock: Clock, curves: dict[bytes, Curves],
+                      small: bool) -> float:
+    """Polishes the cheapest candidate (:func:`autoshard.search.polish.polish_plan`), the
+    tuned policy's cheapest (:data:`~autoshard.sharders.ppo_names.TUNED_SUFFIX`), and the
+    cheapest of each group of :data:`POLISHED_GROUPS` and :data:`WHOLE_GROUP`
+    (ranked by their cost with HBM water-filled; split pieces a polish can balance better
+    than their raw cost shows, and on a task planned for TorchRec row shards stay one per
+    device, which a whole-table plan's polish cannot reach; where HBM is reserved per
+    shard, whole tables reserve less); each that improves competes as ``<name>+polish``.
+    The group members are polished only while
+    the time limit allows (``clock``); the cheapest always is. The items' curves priced
+    go into ``curves``; ``small``: whether the task has at most ``SMALL_TASK`` pairs of
+    :mod:`autoshard.sharders.ppo`; returns how long the cheapest's polish took."""
+    # Ranked by their cost with HBM water-filled, no move (the decodes' costs are; on
+    # large tasks the fallback's is not, its curves would be priced for this alone).
+    water = {n: c if n.startswith("ppo") or not small else
+             filled(plans[n], task, cost_model, c, curves)[1] for n, c in costs.items()}
+    ranked = sorted(costs, key=water.__getitem__)
+    own = [n for n in ranked if not n.endswith(TUNED_SUFFIX)]  # the first policy's, rivals'
+    chosen = own[:1] + [n for n in ranked if n.endswith(TUNED_SUFFIX)][:1]
+    first_s = 0.0
+    for group in (*POLISHED_GROUPS, WHOLE_GROUP) if small else POLISHED_GROUPS:
+        chosen += [n for n in own if n.startswith(group) and n not in chosen][:1]
+    for i, name in enumerate(chosen):
+        rounds, seconds = budget(len(plans[name].placements), task.num_devices)
+        if i and clock.left() < 2 * seconds:
+            break
+        began = time.perf_counter()
+        plan, cost = polish_plan(plans[name], task, cost_model, costs[name],
+                                 limit=(rounds, min(seconds, max(clock.left(), 0.01))),
+                                 curves=curves)
+        first_s = first_s or time.perf_counter() - began
+        if cost < costs[name]:
+            costs[f"{name}+polish"], plans[f"{name}+polish"] = cost, plan
+    return first_s
+
+
+def settle(task: ShardingTask, cost_model: CostModel, winner: str, costs: dict[str, float],
+           plans: dict[str, Plan], clock: Clock, curves: dict[bytes, Curves], first_s: float,
+           time_limit: float) -> str:
+    """On a large task, the winner's polish run on (``+settle``) while its moves help (its
+    time guard stops it long before its round per device there): for
+    :data:`SETTLE_ROUNDS_PER_DEVICE` rounds per device within :data:`SETTLE_SHARE` of the
+    limit, when what is left also covers another polish's set-up (``first_s``, the first
+    polish's time; the items' ``curves`` are reused); returns the winner's name."""
+    seconds = min(SETTLE_SHARE * time_limit, clock.left() - first_s)
+    if seconds <= 0:
+        return winner
+    rounds = SETTLE_ROUNDS_PER_DEVICE * task.num_devices
+    plan, cost = polish_plan(plans[winner], task, cost_model, costs[winner],
+                             limit=(rounds, seconds), curves=curves)
+    if not cost < costs[winner]:
+        return winner
+    name = f"{winner}+settle"
+    costs[name], plans[name] = cost, plan
+    return name
+
+
+def refined_starts(costs: dict[str, float]) -> list[str]:
+    """The :data:`REFINED` cheapest candidates, each from another decode or rival sharder (two
+    can polish to the same cost and still re-split differently, their shards differing), then
+    the tuned policy's cheapest: the first policy's and the rivals' starts are those they would
+    be without the tuned policy."""
+    first: dict[str, str] = {}  # decode or rival -> its cheapest candidate
+    for name in sorted(costs, key=costs.__getitem__):
+        first.setdefault(name.split("+")[0], name)
+    tuned = [n for n in first.values() if n.split("+")[0].endswith(TUNED_SUFFIX)]
+    own = [n for n in first.values() if n not in tuned]
+    return own[:REFINED] + tuned[:1]
+
+
+def filled(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
+           curves: dict[bytes, Curves]) -> tuple[Plan, float]:
+    """``plan`` with each device's HBM water-filled over the items it holds, and its step cost
+    (the plan as it is where that is no cheaper): the HBM split the policy's buckets
+    approximate, exact for the devices it chose (no item moves)."""
+    return polish_plan(plan, task, cost_model, cost, curves=curves, fill_only=True)
+
+
+@dataclass(frozen=True)
+class Clock:
+    """A sharder's time limit: by when decodes must be estimated to end, when a running one
+    stops, and when the whole run must end (``time.perf_counter`` instants)."""
+
+    decodes_end: float
+    decodes_stop: float
+    end: float
+
+    def left(self, until: float | None = None) -> float:
+        """Seconds left before ``until`` (default: the end), at least 0."""
+        return max((self.end if until is None else until) - time.perf_counter(), 0.0)
