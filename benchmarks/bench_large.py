@@ -39,6 +39,7 @@ from autoshard.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
 from autoshard.sharders import get_sharder
+from autoshard.sharders.base import Sharder
 from autoshard.suites import get_suite
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, default_pools, dlrm_tables
@@ -78,9 +79,13 @@ def task_names() -> list[str]:
     return names + [f"{t}x{d}" for t, d in BIG]
 
 
+def limited(name: str, limit: float) -> Sharder:
+    """Sharder ``name`` under the time limit ``limit`` (``lookup_greedy`` takes none)."""
+    return get_sharder(name, **({} if name == "lookup_greedy" else {"time_limit": limit}))
+
+
 def measure(task: ShardingTask, name: str, sharder_name: str, limit: float) -> dict[str, object]:
-    sharder = get_sharder(sharder_name, **({} if sharder_name == "lookup_greedy"
-                                          else {"time_limit": limit}))
+    sharder = limited(sharder_name, limit)
     gc.collect()
     start = time.perf_counter()
     base = {"task": name, "tables": task.num_tables, "devices": task.num_devices,
@@ -112,9 +117,8 @@ def warm_up(sharders: list[str], devices: int) -> None:
     task = constrained_task(dlrm_tables(WARM_UP_TABLES, seed=WARM_UP_SEED), devices, 0.3,
                             reservation="torchrec")
     for name in sharders:
-        sharder = get_sharder(name, **({} if name == "lookup_greedy" else {"time_limit": 10.0}))
         with contextlib.suppress(PlannerError):  # a warm-up without a plan still warmed up
-            sharder.shard(task, MODEL)
+            limited(name, 10.0).shard(task, MODEL)
 
 
 def summary(rows: list[dict], limits: list[float]) -> list[str]:

@@ -91,6 +91,12 @@ def _small(task: ShardingTask) -> bool:
     return task.num_tables * task.num_devices <= SMALL_TASK
 
 
+def policy_folders(policy: str | Path | None) -> list[Path]:
+    """The policy folders a sharder given ``policy`` loads: that one alone, or, for None, the
+    committed policy and the tuned one (:data:`TUNED_POLICY`)."""
+    return [Path(policy)] if policy is not None else [DEFAULT_POLICY, TUNED_POLICY]
+
+
 def policy_missing(folder: Path) -> str | None:
     """Why no policy can be loaded from ``folder`` (None if the files are there)."""
     if importlib.util.find_spec("torch") is None:
@@ -174,15 +180,15 @@ class PPOSharder:
         if samples is not None and samples < 0:
             raise InputError("must be >= 0", field="samples", value=samples)
         TIME_LIMIT_S.check(time_limit, "time_limit", "sharder options")
-        self.policy = Path(policy) if policy is not None else DEFAULT_POLICY
-        self.tuned = policy is None  # the second committed policy decodes too
+        self._folders = policy_folders(policy)
+        self.policy = self._folders[0]
+        self.tuned = len(self._folders) > 1  # the second committed policy decodes too
         self.threads, self.samples, self.candidates, self.seed = threads, samples, candidates, seed
         self.split, self.polish, self.time_limit = split, polish, float(time_limit)
         self.refills = refills
         self.last_choice: Choice | None = None
         self.last_notes: list[str] = []
         self._net: Any = None  # the first policy (its refill mode names the decodes' modes)
-        self._tuned_end = 0.0  # by when the tuned policy's decodes must be estimated to end
         self._nets: list[tuple[Any, Any]] = []  # each policy on one grid and on two
         self._multipliers: tuple[float, ...] = ()
         self._load()  # load (and import torch) now, so that shard() is planning only
@@ -190,14 +196,13 @@ class PPOSharder:
     @classmethod
     def unavailable(cls, policy: str | Path | None = None) -> str | None:
         """Why the policy in ``policy`` (default: the committed ones) cannot be loaded here."""
-        folders = [Path(policy)] if policy is not None else [DEFAULT_POLICY, TUNED_POLICY]
-        return next(filter(None, map(policy_missing, folders)), None)
+        return next(filter(None, map(policy_missing, policy_folders(policy))), None)
 
     def _load(self) -> None:
         from autoshard.policy.choice import GRIDS
         from autoshard.policy.network import load_policy, regrid
 
-        for folder in [self.policy, *([TUNED_POLICY] if self.tuned else [])]:
+        for folder in self._folders:
             reason = policy_missing(folder)
             if reason:
                 raise InputError(reason, field="policy", value=str(folder))
@@ -215,8 +220,8 @@ class PPOSharder:
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
         start = time.perf_counter()
         clock = Clock(*(start + share * self.time_limit
-                        for share in (DECODE_SHARE, DECODE_STOP_SHARE, 1.0)))
-        self._tuned_end = start + (TUNED_SHARE if self.polish else DECODE_SHARE) * self.time_limit
+                        for share in (DECODE_SHARE, DECODE_STOP_SHARE, 1.0,
+                                      TUNED_SHARE if self.polish else DECODE_SHARE)))
         self.last_notes = []
         rival_costs: dict[str, float] = {}
         rival_plans: dict[str, Plan] = {}
@@ -397,11 +402,12 @@ class PPOSharder:
         return [(m, n) for m in decode_modes(self._net.refill, self.refills and _small(task))
                 for n in nets]
 
-    def _timed(self, clock: Clock | None, later: Clock, suffix: str, tag: str) -> Clock | None:
+    @staticmethod
+    def _timed(clock: Clock | None, later: Clock, suffix: str, tag: str) -> Clock | None:
         """The clock of a decode: ``clock`` for the first policy's own mode, ``later`` for its
         other modes, and ``later`` ending by :data:`TUNED_SHARE` for the tuned policy's."""
         if tag:
-            return replace(later, decodes_end=min(later.decodes_end, self._tuned_end))
+            return replace(later, decodes_end=min(later.decodes_end, later.tuned_end))
         return later if suffix else clock
 
     def _in_time(self, clock: Clock | None, name: str, items: int, devices: int,

@@ -42,6 +42,11 @@ FALLBACK = "lookup_greedy"
 TUNED_SUFFIX = "-tuned"
 
 
+def is_tuned(name: str) -> bool:
+    """Whether candidate ``name`` (``<candidate>+<step>+...``) comes from a tuned policy's
+    decode."""
+    return name.split("+")[0].endswith(TUNED_SUFFIX)
+
 
 def provenance(winner: str, costs: dict[str, float]) -> Provenance:
     """How the winning candidate ``winner`` (``<candidate>+<step>+...``) was found, from every

@@ -13,7 +13,7 @@ from autoshard.cost import CostModel
 from autoshard.plan import Plan
 from autoshard.search.polish import budget, polish_plan
 from autoshard.search.waterfill import Curves
-from autoshard.sharders.ppo_names import POLISHED_GROUPS, TUNED_SUFFIX, WHOLE_GROUP
+from autoshard.sharders.ppo_names import POLISHED_GROUPS, WHOLE_GROUP, is_tuned
 from autoshard.task import ShardingTask
 
 #: On tasks over ``SMALL_TASK`` pairs, the winner is polished on while its moves help, for
@@ -27,7 +27,7 @@ def polish_candidates(task: ShardingTask, cost_model: CostModel, costs: dict[str
                       plans: dict[str, Plan], clock: Clock, curves: dict[bytes, Curves],
                       small: bool) -> float:
     """Polishes the cheapest candidate (:func:`autoshard.search.polish.polish_plan`), the
-    tuned policy's cheapest (:data:`~autoshard.sharders.ppo_names.TUNED_SUFFIX`), and the
+    tuned policy's cheapest (:func:`~autoshard.sharders.ppo_names.is_tuned`), and the
     cheapest of each group of :data:`POLISHED_GROUPS` and :data:`WHOLE_GROUP`
     (ranked by their cost with HBM water-filled; split pieces a polish can balance better
     than their raw cost shows, and on a task planned for TorchRec row shards stay one per
@@ -42,8 +42,8 @@ def polish_candidates(task: ShardingTask, cost_model: CostModel, costs: dict[str
     water = {n: c if n.startswith("ppo") or not small else
              filled(plans[n], task, cost_model, c, curves)[1] for n, c in costs.items()}
     ranked = sorted(costs, key=water.__getitem__)
-    own = [n for n in ranked if not n.endswith(TUNED_SUFFIX)]  # the first policy's, rivals'
-    chosen = own[:1] + [n for n in ranked if n.endswith(TUNED_SUFFIX)][:1]
+    own = [n for n in ranked if not is_tuned(n)]  # the first policy's, the rivals'
+    chosen = own[:1] + [n for n in ranked if is_tuned(n)][:1]
     first_s = 0.0
     for group in (*POLISHED_GROUPS, WHOLE_GROUP) if small else POLISHED_GROUPS:
         chosen += [n for n in own if n.startswith(group) and n not in chosen][:1]
@@ -90,8 +90,8 @@ def refined_starts(costs: dict[str, float]) -> list[str]:
     first: dict[str, str] = {}  # decode or rival -> its cheapest candidate
     for name in sorted(costs, key=costs.__getitem__):
         first.setdefault(name.split("+")[0], name)
-    tuned = [n for n in first.values() if n.split("+")[0].endswith(TUNED_SUFFIX)]
-    own = [n for n in first.values() if n not in tuned]
+    tuned = [n for n in first.values() if is_tuned(n)]
+    own = [n for n in first.values() if not is_tuned(n)]
     return own[:REFINED] + tuned[:1]
 
 
@@ -106,11 +106,13 @@ def filled(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
 @dataclass(frozen=True)
 class Clock:
     """A sharder's time limit: by when decodes must be estimated to end, when a running one
-    stops, and when the whole run must end (``time.perf_counter`` instants)."""
+    stops, when the whole run must end, and by when a tuned policy's decodes must be estimated
+    to end (``time.perf_counter`` instants)."""
 
     decodes_end: float
     decodes_stop: float
     end: float
+    tuned_end: float
 
     def left(self, until: float | None = None) -> float:
         """Seconds left before ``until`` (default: the end), at least 0."""
