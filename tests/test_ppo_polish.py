@@ -173,24 +173,69 @@ def _two_kinds(reservation: str) -> tuple[ShardingTask, Polisher]:
 
 @pytest.mark.parametrize("reservation", ["none", "torchrec"])
 def test_an_arrival_is_priced_at_the_items_best_grid_point(reservation: str) -> None:
-    """The bisection over an arriving item's grid points finds what pricing every one finds:
-    the device's load with the item's best split of its HBM (devices of two kinds, HBM reserved
-    per table or not)."""
+    """The bisection over an arriving item's grid points, up to the last that the lower bound
+    leaves (:meth:`Polisher._least`), finds what pricing every one finds: the device's load
+    with the item's best split of its HBM; and the bound is at most what the item adds there
+    (devices of two kinds, HBM reserved per table or not)."""
     task, polisher = _two_kinds(reservation)
     lists = SegmentLists.build(polisher.curves, polisher.device, polisher.hbm_cap)
     sel, devices = np.arange(task.num_tables), np.arange(task.num_devices)
-    got = polisher._arrival(lists, sel, devices)
+    least, last = polisher._least(lists, sel, devices)
+    item, dev = (a.ravel() for a in np.meshgrid(sel, devices, indexing="ij"))
+    got = polisher._arrival(lists, item, dev, last.ravel()).reshape(least.shape)
+    cut = 0  # pairs whose bisection the bound's last grid point narrowed
     for i in sel:
         for d in devices:
             k = polisher.kind[d]
             room = polisher.hbm_cap[d] - polisher.reserved[i] - polisher.used[k, i]
             fits = room >= 0
             if not fits.any():
-                assert got[i, d] == np.inf
+                assert got[i, d] == np.inf and least[i, d] == np.inf and last[i, d] == -1
                 continue
             cost = polisher.cost[k, i]
             every = (cost[0] - cost[fits]) + lists.saving_at(np.full(fits.sum(), d), room[fits])
             assert got[i, d] == pytest.approx(lists.base[d] + cost[0] - every.max(), rel=1e-12)
+            assert least[i, d] <= got[i, d] - lists.load[d] + 1e-9 * abs(got[i, d])
+            cut += int(last[i, d] < fits.sum() - 1)
+    assert cut > 0  # the bound narrowed some bisections, and they still found the best point
+
+
+@pytest.mark.parametrize("reservation", ["none", "torchrec"])
+def test_the_bound_drops_no_change_the_search_would_apply(reservation: str,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The search with changes dropped by :meth:`Polisher._least` ends where it ends with every
+    change estimated (a bound that drops none: minus infinity, every grid point that fits),
+    move for move (devices of two kinds, HBM reserved per table or not)."""
+    task, _ = _two_kinds(reservation)
+    start = get_sharder("lookup_greedy").shard(task, MODEL).arrays(task)
+    curves = Curves.price(task, MODEL)
+    pruned = Polisher(task, MODEL, curves, *start)
+    pruned.search(200, 60.0)
+
+    def nothing_dropped(self: Polisher, lists: SegmentLists, sel: np.ndarray,
+                        devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cap = self.hbm_cap[devices][None, :] - self.reserved[sel][:, None]
+        used = self.used[self.kind[devices][None, :], sel[:, None]]  # [n, D', G]
+        last = (used <= cap[:, :, None]).sum(axis=2) - 1
+        return np.where(last >= 0, -np.inf, np.inf), last
+
+    monkeypatch.setattr(Polisher, "_least", nothing_dropped)
+    full = Polisher(task, MODEL, curves, *start)
+    full.search(200, 60.0)
+    assert np.array_equal(pruned.device, full.device)
+    assert np.array_equal(pruned.rows, full.rows)
+    assert not np.array_equal(full.device, start[0])  # the search moved items
+
+
+def test_segments_by_item_are_those_a_scan_finds() -> None:
+    """The curves' index of each item's segments gives, for a device, the segments a scan of
+    every segment finds, in water-filling order."""
+    task, polisher = _two_kinds("torchrec")
+    curves, device = polisher.curves, polisher.device
+    for d in range(task.num_devices):
+        owner = curves.segments[curves.kind[d]][0]
+        assert np.array_equal(curves.on_device(device, d), np.flatnonzero(device[owner] == d))
 
 
 @pytest.mark.parametrize("reservation", ["none", "torchrec"])

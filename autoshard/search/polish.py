@@ -14,9 +14,11 @@ rows where the access curve bends), priced by the task's cost model.
   moves and swaps from the devices whose HBM is worth most (the highest water levels) that lower
   the two devices' total work without raising the maximum. Candidates are scored on the
   water-filled curves (:class:`SegmentLists`: the source's load without the item exactly, the
-  target's with it as an upper bound, a swap partner's leaving at its device's level); the best
-  few are re-filled on the two devices and priced by the cost model, and the best that
-  qualifies is applied. The search stops after a number of rounds that grows with the devices,
+  target's with it as an upper bound, a swap partner's leaving at its device's level; a change
+  that a lower bound of the arrival shows cannot qualify is not scored: the item's cheapest
+  split there, each byte it takes priced at the device's water level); the best few are
+  re-filled on the two devices and priced by the cost model, and the best that qualifies is
+  applied. The search stops after a number of rounds that grows with the devices,
   or at a time guard that grows with the task (:func:`budget`).
 
 - **Split shares.** On a task planned for TorchRec a split table keeps one HBM share over its

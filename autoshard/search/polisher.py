@@ -205,16 +205,17 @@ class Polisher:
         here = lists.load - self.load  # curve-level minus priced load, per device
         out_s = self._removal(lists, s, mine) - here[s]  # [n_s]
         devices = np.arange(self.load.size)
-        add = self._arrival(lists, mine, devices) - lists.load[None, :]  # [n_s, D]
         others = np.flatnonzero(self.device != s)
         if not work:  # to lower device s, a swap brings in an item cheaper than one it sends
             others = others[self.price[others] < self.price[mine].max()]
         others = _spread(others, self.price[others], MAX_PARTNERS)
         b = self.device[others]
-        # Swaps: each side as a removal then an arrival on the unchanged other device; the
-        # other device's removal valued at its level (the Lagrangian estimate).
-        add_s = self._arrival(lists, others, np.array([s]))[:, 0] - lists.load[s]  # [m]
+        # Moves: a removal from s (exact) then an arrival on the unchanged other device. Swaps:
+        # each side as a removal then an arrival on the unchanged other device; the other
+        # device's removal valued at its level (the Lagrangian estimate).
         leave = self.price + self.level[self.device] * self.rows * self.per_row
+        limit = float(self.load.max() if work else self.load[s])
+        add, add_s = self._estimates(lists, s, mine, out_s, others, leave, limit)
         new_s = np.concatenate((np.repeat(out_s[:, None], devices.size, axis=1),
                                 out_s[:, None] + add_s[None, :]), axis=1)
         new_b = np.concatenate((self.load[None, :] + add,
@@ -233,6 +234,41 @@ class Polisher:
             score = new_max
             ok &= score < self.load[s] * (1 - MARGIN)
         return self._try(lists, s, mine, others, np.where(ok, score, np.inf), work)
+
+    def _estimates(self, lists: SegmentLists, s: int, mine: np.ndarray, out_s: np.ndarray,
+                   others: np.ndarray, leave: np.ndarray, limit: float
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """What each item of ``mine`` adds to each device's load ([n_s, D]), and each swap
+        partner of ``others`` to device ``s``'s ([m]), from :meth:`_arrival`: infinite where
+        the change (a move, or a swap with an item there) cannot bring both of its devices
+        below ``limit`` (the load :meth:`_improve` asks to undercut), by the bound of
+        :meth:`_least`; those are not estimated. ``out_s``: device ``s``'s load without each
+        of ``mine``; ``leave``: what each item's leaving takes off its device."""
+        b = self.device[others]
+        least, last = self._least(lists, mine, np.arange(self.load.size))  # [n_s, D]
+        # On s, each partner's cheapest cost first (a weaker bound), then the bound where
+        # that leaves a swap possible.
+        least_s = self.cost[self.kind[s], others, -1]  # [m]
+        maybe = ((out_s.min() + least_s < limit)
+                 & (self.load[b] - leave[others] + least.min(axis=0)[b] < limit))
+        last_s = np.full(others.size, -1)
+        least_s[maybe], last_s[maybe] = (a[:, 0] for a in self._least(lists, others[maybe],
+                                                                      np.array([s])))
+        swap = ((out_s[:, None] + least_s[None, :] < limit)
+                & ((self.load[b] - leave[others])[None, :] + least[:, b] < limit))  # [n_s, m]
+        wanted = self.load[None, :] + least < limit  # moves, and the swaps' other sides
+        i, j = np.nonzero(swap)
+        wanted[i, b[j]] = True
+        i, d = np.nonzero(wanted)
+        kept = np.flatnonzero(swap.any(axis=0))
+        loads = self._arrival(lists, np.concatenate((mine[i], others[kept])),
+                              np.concatenate((d, np.full(kept.size, s))),
+                              np.concatenate((last[i, d], last_s[kept])))
+        add = np.full(wanted.shape, np.inf)
+        add[i, d] = loads[:i.size] - lists.load[d]
+        add_s = np.full(others.size, np.inf)
+        add_s[kept] = loads[i.size:] - lists.load[s]
+        return add, add_s
 
     def _removal(self, lists: SegmentLists, a: int, mine: np.ndarray) -> np.ndarray:
         """[n_a]: device ``a``'s curve-level load without each of its items ``mine``, its HBM
@@ -270,31 +306,56 @@ class Polisher:
         part = np.where(first + p < o.size, (cap - got_x) * gain[nxt] / e[nxt], 0.0)
         return lists.base[a] - base0 - got_v - part
 
-    def _arrival(self, lists: SegmentLists, sel: np.ndarray, devices: np.ndarray) -> np.ndarray:
-        """[n, len(devices)]: curve-level load of each device with item ``sel[i]`` added, HBM
-        split between the item's grid points and the device's water-filled segments (at most
-        the best split: an upper bound of the load).
+    def _least(self, lists: SegmentLists, sel: np.ndarray, devices: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """[n, len(devices)]: a lower bound of what each item of ``sel`` adds to each device's
+        curve-level load (:meth:`_arrival`), and the last grid point the item's best split
+        there can take (-1 where none fits).
+
+        The device's saving is concave in its HBM, so the bytes the item takes (its
+        reservation, its rows) cost the others at least the device's water level each (the
+        worth of the segment at its HBM's end): the bound is the item's cheapest grid point
+        that fits, each byte there priced at that level. Past the point where the item's
+        hull's worth falls to that level, a grid point saves the item less than it costs the
+        others: no split takes it."""
+        cap = self.hbm_cap[devices]
+        pos = np.searchsorted(lists.key, cap + lists.offset[devices], side="right")
+        level = np.where(pos < lists.end[devices],
+                         lists.worth[np.minimum(pos, max(lists.worth.size - 1, 0))]
+                         if lists.worth.size else 0.0, 0.0)
+        if self.cost.shape[0] == 1:  # one kind of device: each item's curve, broadcast
+            used, cost, worth = (a[0, sel][:, None, :] for a in (self.used, self.cost, self.worth))
+        else:
+            k, item = self.kind[devices][None, :], sel[:, None]
+            used, cost, worth = self.used[k, item], self.cost[k, item], self.worth[k, item]
+        reserved = self.reserved[sel][:, None]
+        fit = (used <= (cap[None, :] - reserved)[:, :, None]).sum(axis=2) - 1  # the last that fits
+        # Where the item's hull's slope falls to the level (it is convex).
+        turn = (worth > level[None, :, None]).sum(axis=2)
+        at = np.minimum(turn, np.maximum(fit, 0))[:, :, None]
+        least = (np.take_along_axis(cost, at, axis=2)[:, :, 0]
+                 + level[None, :] * (reserved + np.take_along_axis(used, at, axis=2)[:, :, 0]))
+        return np.where(fit >= 0, least, np.inf), np.where(fit >= 0, at[:, :, 0], -1)
+
+    def _arrival(self, lists: SegmentLists, sel: np.ndarray, devices: np.ndarray,
+                 last: np.ndarray) -> np.ndarray:
+        """[n]: curve-level load of device ``devices[i]`` with item ``sel[i]`` added, HBM split
+        between the item's grid points (up to ``last[i]``, from :meth:`_least`; none where it
+        is -1) and the device's water-filled segments (at most the best split: an upper bound
+        of the load).
 
         The saving of a split is concave in the item's bytes (its hull's saving plus the
         device's water-filled saving of the bytes left, both concave), so the best grid point
         is found by bisection on its slope: about log2(G) points priced, not G."""
-        shape = (sel.size, devices.size)
-        k = np.broadcast_to(self.kind[devices][None, :], shape)
-        item = np.broadcast_to(sel[:, None], shape)
-        # One row per (item, device) pair, flat.
-        cap = (self.hbm_cap[devices][None, :] - self.reserved[sel][:, None]).ravel()
-        width = self.used.shape[2]
-        used = self.used[k, item].reshape(-1, width)
-        cost = self.cost[k, item].reshape(-1, width)
-        dev = np.broadcast_to(devices[None, :], shape).ravel()
-        # Grid points that fit: a prefix (used grows along the curve); none where cap < 0.
-        last = (used <= cap[:, None]).sum(axis=1) - 1
+        k = self.kind[devices]
+        cap = self.hbm_cap[devices] - self.reserved[sel]
+        used, cost = self.used[k, sel], self.cost[k, sel]  # [n, G]
         lo, hi = np.zeros(cap.size, dtype=np.int64), np.maximum(last, 0)
 
         def value(p: np.ndarray, at: np.ndarray) -> np.ndarray:
             """The saving of pairs ``p`` with the item at grid point ``at``."""
             room = cap[p] - used[p, at]
-            return cost[p, 0] - cost[p, at] + lists.saving_at(dev[p], room)
+            return cost[p, 0] - cost[p, at] + lists.saving_at(devices[p], room)
 
         pairs = np.flatnonzero(lo < hi)
         while pairs.size:
@@ -307,7 +368,7 @@ class Polisher:
         total = np.full(cap.size, -np.inf)
         fit = np.flatnonzero(last >= 0)
         total[fit] = value(fit, lo[fit])
-        return lists.base[devices][None, :] + cost[:, 0].reshape(shape) - total.reshape(shape)
+        return lists.base[devices] + cost[:, 0] - total
 
     def _allowed(self, sel: np.ndarray, home: int | np.ndarray) -> np.ndarray:
         """[n, D]: where each item of ``sel`` may go (node-bound items: their node only; fixed

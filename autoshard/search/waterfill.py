@@ -34,6 +34,8 @@ class Curves:
         worth: Saving per byte of each segment, at most that of any hotter one, [K, N, G - 1].
         segments: Per kind, the (owner item, bytes, worth, saving in ms) of every segment
             that saves anything, the largest worth first (ties: hotter segments first).
+        owned: Per kind, (order, first): item ``i``'s segments are
+            ``order[first[i]:first[i + 1]]`` (indices into ``segments``, increasing).
     """
 
     kind: np.ndarray
@@ -42,6 +44,7 @@ class Curves:
     extra: np.ndarray
     worth: np.ndarray
     segments: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+    owned: tuple[tuple[np.ndarray, np.ndarray], ...]
 
     @classmethod
     def price(cls, items: ShardingTask, cost_model: CostModel,
@@ -76,7 +79,21 @@ class Curves:
             w, e, gain = worth[k][keep], extra[k][keep], saving[k][keep]
             order = np.argsort(-w, kind="stable")
             segments.append((owner[order], e[order], w[order], gain[order]))
-        return cls(kinds.kind, cost, used, extra, worth, tuple(segments))
+        owned = []
+        for owner, *_ in segments:
+            by_owner = np.argsort(owner, kind="stable")
+            owned.append((by_owner, np.searchsorted(owner[by_owner],
+                                                    np.arange(items.num_tables + 1))))
+        return cls(kinds.kind, cost, used, extra, worth, tuple(segments), tuple(owned))
+
+    def on_device(self, device: np.ndarray, d: int) -> np.ndarray:
+        """Indices into ``segments[kind[d]]`` of the segments of the items ``device`` puts on
+        device ``d``, in water-filling order."""
+        order, first = self.owned[self.kind[d]]
+        items = np.flatnonzero(device == d)
+        counts = first[items + 1] - first[items]
+        shift = np.repeat(first[items] - (np.cumsum(counts) - counts), counts)
+        return np.sort(order[shift + np.arange(counts.sum())])
 
 
 def by_device(device: np.ndarray) -> np.ndarray:
@@ -142,7 +159,7 @@ class SegmentLists:
         blocks = []
         for d in devs:
             owner, extra, worth, saving = curves.segments[curves.kind[d]]
-            at = np.flatnonzero(device[owner] == d)
+            at = curves.on_device(device, d)
             blocks.append((owner[at], extra[at], worth[at], saving[at]))
         width = self.offset[1] if self.offset.size > 1 else np.inf
         sizes = [float(np.sum(b[1])) for b in blocks]
@@ -151,26 +168,25 @@ class SegmentLists:
         counts = self.end - self.start
         cuts = [0]
         pieces: list[tuple[np.ndarray, ...]] = []
+
+        def kept(at: slice) -> tuple[np.ndarray, ...]:
+            return (self.owner[at], self.extra[at], self.worth[at], self.saving[at],
+                    self.bytes_in[at], self.saved_in[at], self.key[at])
+
         for d, (o, e, w, g) in zip(devs, blocks, strict=True):
-            kept = slice(cuts[-1], self.start[d])
-            pieces.append((self.owner[kept], self.extra[kept], self.worth[kept],
-                           self.saving[kept], self.bytes_in[kept], self.saved_in[kept]))
+            pieces.append(kept(slice(cuts[-1], self.start[d])))
             x = np.cumsum(e)
-            pieces.append((o, e, w, g, x, np.cumsum(g)))
+            pieces.append((o, e, w, g, x, np.cumsum(g), x + self.offset[d]))
             cuts.append(self.end[d])
             counts[d] = o.size
-        kept = slice(cuts[-1], None)
-        pieces.append((self.owner[kept], self.extra[kept], self.worth[kept], self.saving[kept],
-                       self.bytes_in[kept], self.saved_in[kept]))
-        o, e, w, g, x, v = (np.concatenate(a) for a in zip(*pieces, strict=True))
+        pieces.append(kept(slice(cuts[-1], None)))
+        o, e, w, g, x, v, key = (np.concatenate(a) for a in zip(*pieces, strict=True))
         end = np.cumsum(counts)
         start = end - counts
-        d = np.repeat(np.arange(counts.size), counts)
         index = np.arange(device.size)
         base = np.bincount(device, weights=curves.cost[curves.kind[device], index, 0],
                            minlength=counts.size)
-        lists = SegmentLists(start, end, o, e, w, g, x, v, x + self.offset[d], self.offset,
-                             base, base)
+        lists = SegmentLists(start, end, o, e, w, g, x, v, key, self.offset, base, base)
         return replace(lists, load=base - lists.saving_at(np.arange(counts.size), hbm_cap))
 
     def saving_at(self, dev: np.ndarray, budget: np.ndarray) -> np.ndarray:
