@@ -82,8 +82,9 @@ def test_the_sharder_reports_a_resplit_winner() -> None:
 
 
 def test_quick_mode_tries_one_table_in_few_blocks_and_never_polishes() -> None:
-    # Large tasks (over SMALL_TASK table-device pairs) get the quick mode: the dearest table
-    # on the most loaded device only, at most QUICK_BLOCKS column blocks, water-filled only.
+    # recshard's search on tasks too large for the whole MILP gets the quick mode: the dearest
+    # table on the most loaded device only, at most QUICK_BLOCKS column blocks, water-filled
+    # only.
     from autoshard.kinds import ShardingKind
     from autoshard.search.resplit import QUICK_BLOCKS
 

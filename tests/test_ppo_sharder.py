@@ -10,7 +10,7 @@ import torch
 
 from autoshard.analytical import AnalyticalCostModel
 from autoshard.bounds import lower_bound_ms
-from autoshard.errors import InputError
+from autoshard.errors import InputError, PlannerError
 from autoshard.evaluator import evaluate
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.network import PlacementNet, save_policy
@@ -195,18 +195,33 @@ def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_task
     best.shard(task, MODEL)
     assert best.last_choice is not None
     names = set(best.last_choice.costs)
-    # Large tasks: the policy's own choice over the main split choice, the fallback as the
-    # only rival, and no whole-table decode where tables dominate; the plain decode over the
+    # Large tasks: the policy's own choice over the main split choice, no whole-table decode
+    # where tables dominate, and the fallback as the only rival, made only where the first
+    # decode might not end in time (with a 60 s limit it would); the plain decode over the
     # split only where the choice decode made no plan.
-    assert {"ppo-choice-greedy", "lookup_greedy"} <= names
+    assert "ppo-choice-greedy" in names and "lookup_greedy" not in names
     assert not any(n.startswith(("ppo-greedy", "ppo-split", "ppo-node", "ppo-fine", "ppo-rows",
                                  "split_lookup_greedy", "size_greedy")) for n in names)
+    monkeypatch.setattr(ppo_module, "FALLBACK_MARGIN", 1e9)  # as if it might not
+    best.shard(task, MODEL)
+    assert best.last_choice is not None
+    assert {"ppo-choice-greedy", "lookup_greedy"} <= set(best.last_choice.costs)
     monkeypatch.setattr(PPOSharder, "_choose_splits", lambda *args: None)
     best.shard(task, MODEL)
     assert best.last_choice is not None
     names = set(best.last_choice.costs)
     assert {"ppo-split-greedy", "lookup_greedy"} <= names
     assert not any(n.startswith("ppo-choice") for n in names)
+    monkeypatch.setattr(ppo_module, "FALLBACK_MARGIN", 2.0)
+
+    def no_plan(*args: object) -> list[tuple[str, object]]:
+        raise PlannerError("capacity", "some shard fits nowhere")
+
+    monkeypatch.setattr(PPOSharder, "_decode_or_greedy", no_plan)
+    plan = best.shard(task, MODEL)  # no decode made a plan: the fallback is made after them
+    assert best.last_choice is not None
+    assert {n.split("+")[0] for n in best.last_choice.costs} == {"lookup_greedy"}
+    evaluate(plan, task, MODEL)  # a valid plan within every capacity
 
 
 def test_large_tasks_on_several_nodes_are_offered_the_node_local_split() -> None:

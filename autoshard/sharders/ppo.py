@@ -10,13 +10,15 @@ or splits it as the heuristic would and places its shards (``ppo-choice-greedy``
 over :data:`SMALL_TASK` (table, device) pairs only the main split choice is offered (node-local
 on hardware of several nodes, as ``recshard`` splits), through the policy's choice decode (its
 plain decode only where that made no plan), with no whole-table decode where tables dominate
-and :data:`FALLBACK` the only rival.
+and :data:`FALLBACK` the only rival, where it is made (see the time limit below).
 
 Time limit: ``time_limit`` seconds (the CLI's ``--time-limit``) for the whole run. The fallback
-is made first; a decode starts only when its estimated time fits before :data:`DECODE_SHARE`
-of the limit, and stops at :data:`DECODE_STOP_SHARE` (the first decode of ``ppo-policy``, which
-has no fallback, runs to its end); the polish and the search stage's steps get time guards
-within what is left. :attr:`PPOSharder.last_notes` says what the limit cut.
+is made first (on tasks over :data:`SMALL_TASK` pairs only where the first decode might not end
+in time: :data:`FALLBACK_MARGIN`; elsewhere only if no decode made a plan); a decode starts
+only when its estimated time fits before :data:`DECODE_SHARE` of the limit, and stops at
+:data:`DECODE_STOP_SHARE` (a first decode without a fallback, as in ``ppo-policy``, runs to
+its end); the polish and the search stage's steps get time guards within what is left.
+:attr:`PPOSharder.last_notes` says what the limit cut.
 
 The policy is read safely: a JSON config and a plain state dict of tensors
 (``torch.load(weights_only=True)``), never a pickle. By default it is the policy committed
@@ -66,10 +68,14 @@ TUNED_POLICY = DEFAULT_POLICY.parent / "ppo_policy_tuned"
 SAMPLES = 0
 #: Tasks of up to this many (table, device) pairs get every split decode and candidate; larger
 #: ones the main split choice only (the policy's own choice over it; ``ppo-split`` where that
-#: fails), and ``lookup_greedy`` alone of the greedy family (its plan is also the fallback).
+#: fails), and ``lookup_greedy`` alone of the greedy family (its plan is the fallback, made
+#: only where a decode might not end in time: :data:`FALLBACK_MARGIN`).
 SMALL_TASK = 20_000
-#: Over this many pairs (856 x 128 has 109,568) the search stage runs the re-split's quick
-#: mode only and no kicks: on the 856 x 128 tasks they took 1.2 of its 3.3 s for under 1%.
+#: Over this many pairs (856 x 128 has 109,568) the search stage runs no re-split and no
+#: kicks, only the polish and its settle: on the eight 856 x 128 tasks of
+#: ``benchmarks/bench_large.py`` the re-split's quick mode took about 0.3 s of ppo's 2.0-2.5 s,
+#: and without it the settle's plans were as cheap or cheaper on all eight at 60 s and on
+#: seven at 10 s (the eighth 0.2% dearer).
 HUGE_TASK = 100_000
 #: Shares of the time limit: a decode starts only if its estimate ends before the first, and
 #: stops at the second (one begun in time may overrun it: at 2,000 x 256 and 10 s it ends near 6 s).
@@ -84,6 +90,11 @@ TUNED_SHARE = 0.3
 #: decodes' deadline. A running decode stops once its pace projects its end past the decodes'
 #: stop, and its plan is dropped.
 DECODE_SECONDS_PER_PAIR = 1e-5
+#: On tasks over :data:`SMALL_TASK` pairs, where :data:`FALLBACK` is the only rival, its plan is
+#: made before the decodes only when this many times the first decode's estimate does not fit
+#: before the decodes' deadline; else only if no decode made a plan (at 856 x 128 it took
+#: 0.11-0.17 s of ppo's 1.9-2.3 s and never won).
+FALLBACK_MARGIN = 2.0
 
 
 def _small(task: ShardingTask) -> bool:
@@ -142,9 +153,9 @@ class PPOSharder:
     (:data:`REFINED`; the winner alone over :data:`SMALL_TASK` pairs) then have their
     heaviest tables' splits re-chosen (:mod:`autoshard.search.resplit`) and kicks around
     them (:mod:`autoshard.search.kick`), winning as ``<name>+resplit`` / ``+kick`` where that
-    lowers their cost; on tasks over :data:`HUGE_TASK` pairs only the re-split's quick mode
-    runs (the dearest table on the most loaded device split into a few column blocks or by
-    rows). The cheapest step cost wins (ties: the earlier candidate).
+    lowers their cost; on tasks over :data:`HUGE_TASK` pairs neither runs, and the winner's
+    polish runs on instead (``+settle``). The cheapest step cost wins (ties: the earlier
+    candidate).
     :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
     policy alone: its greedy decodes (whole tables, shards where tables were split, and the
     decode in which it chooses the splits), each with its HBM water-filled.
@@ -155,7 +166,8 @@ class PPOSharder:
             that keep HBM room per table).
         threads: torch threads for the policy (1: one CPU core).
         samples: Sampled rollouts (K of best-of-K); None: :data:`SAMPLES`.
-        candidates: Whether the greedy sharders' plans compete.
+        candidates: Whether the greedy sharders' plans compete (over :data:`SMALL_TASK`
+            pairs :data:`FALLBACK`'s alone, where it is made: :data:`FALLBACK_MARGIN`).
         seed: Seed of the sampled rollouts.
         split: Whether the policy also places the shards of the dominant tables (and chooses
             which to split).
@@ -225,24 +237,30 @@ class PPOSharder:
         self.last_notes = []
         rival_costs: dict[str, float] = {}
         rival_plans: dict[str, Plan] = {}
-        if self.candidates:  # first: the plan kept if no decode ends before its deadline
+        # First: the plan kept if no decode ends before its deadline.
+        first = self.candidates and (_small(task) or FALLBACK_MARGIN * DECODE_SECONDS_PER_PAIR
+                                     * task.num_tables * task.num_devices
+                                     > clock.left(clock.decodes_end))
+        if first:
             self._add_greedy(task, cost_model, rival_costs, rival_plans)
         curves: dict[bytes, Curves] = {}
         costs, plans, dominated = self._policy_plans(task, cost_model, clock, bool(rival_costs),
                                                      curves)
+        if self.candidates and not first and not costs:  # no decode made a plan
+            self._add_greedy(task, cost_model, rival_costs, rival_plans)
         costs.update(rival_costs)
         plans.update(rival_plans)
         first_s = (polish_candidates(task, cost_model, costs, plans, clock, curves, _small(task))
                    if self.polish else 0)
         winner = min(costs, key=costs.__getitem__)
-        if self.polish and (dominated or (not _small(task) and self.split)):
+        huge = task.num_tables * task.num_devices > HUGE_TASK
+        if self.polish and not huge and (dominated or (not _small(task) and self.split)):
             bound = task_bound_ms(task, cost_model)  # the steps' time goes where the gap is
             for name in refined_starts(costs) if _small(task) else [winner]:
                 if name != winner and not clock.left():
                     break
-                refined = refine(plans[name], task, cost_model, costs[name],
-                                 large=task.num_tables * task.num_devices > HUGE_TASK,
-                                 seed=self.seed, seconds=clock.left(), bound_ms=bound)
+                refined = refine(plans[name], task, cost_model, costs[name], seed=self.seed,
+                                 seconds=clock.left(), bound_ms=bound)
                 for tag, cost in refined.steps:
                     name = f"{name}+{tag}"
                     costs[name], plans[name] = cost, refined.plan
