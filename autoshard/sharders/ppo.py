@@ -75,7 +75,8 @@ SMALL_TASK = 20_000
 #: kicks, only the polish and its settle: on the eight 856 x 128 tasks of
 #: ``benchmarks/bench_large.py`` the re-split's quick mode took about 0.3 s of ppo's 2.0-2.5 s,
 #: and without it the settle's plans were as cheap or cheaper on all eight at 60 s and on
-#: seven at 10 s (the eighth 0.2% dearer).
+#: seven at 10 s (the eighth 0.2% dearer); at 2,000 x 256 as cheap at 10 s, 0.05% dearer at
+#: 60 s (one run each, 2-core Intel Xeon VM).
 HUGE_TASK = 100_000
 #: Shares of the time limit: a decode starts only if its estimate ends before the first, and
 #: stops at the second (one begun in time may overrun it: at 2,000 x 256 and 10 s it ends near 6 s).
