@@ -98,6 +98,12 @@ DECODE_SECONDS_PER_PAIR = 1e-5
 FALLBACK_MARGIN = 2.0
 
 
+def decode_seconds(items: int, devices: int, samples: int) -> float:
+    """A decode's estimated seconds: :data:`DECODE_SECONDS_PER_PAIR` per (item, device) pair,
+    a quarter more per sampled rollout (they run in lockstep with the greedy one)."""
+    return DECODE_SECONDS_PER_PAIR * items * devices * (1 + 0.25 * samples)
+
+
 def _small(task: ShardingTask) -> bool:
     """Whether ``task`` has at most :data:`SMALL_TASK` (table, device) pairs."""
     return task.num_tables * task.num_devices <= SMALL_TASK
@@ -239,15 +245,15 @@ class PPOSharder:
         rival_costs: dict[str, float] = {}
         rival_plans: dict[str, Plan] = {}
         # First: the plan kept if no decode ends before its deadline.
-        first = self.candidates and (_small(task) or FALLBACK_MARGIN * DECODE_SECONDS_PER_PAIR
-                                     * task.num_tables * task.num_devices
-                                     > clock.left(clock.decodes_end))
-        if first:
+        samples = SAMPLES if self.samples is None else self.samples
+        fallback_first = self.candidates and (_small(task) or FALLBACK_MARGIN * decode_seconds(
+            task.num_tables, task.num_devices, samples) > clock.left(clock.decodes_end))
+        if fallback_first:
             self._add_greedy(task, cost_model, rival_costs, rival_plans)
         curves: dict[bytes, Curves] = {}
         costs, plans, dominated = self._policy_plans(task, cost_model, clock, bool(rival_costs),
                                                      curves)
-        if self.candidates and not first and not costs:  # no decode made a plan
+        if self.candidates and not fallback_first and not costs:  # no decode made a plan
             self._add_greedy(task, cost_model, rival_costs, rival_plans)
         costs.update(rival_costs)
         plans.update(rival_plans)
@@ -435,7 +441,7 @@ class PPOSharder:
         a skipped one is noted."""
         if clock is None:
             return True
-        need = DECODE_SECONDS_PER_PAIR * items * devices * (1 + 0.25 * samples)
+        need = decode_seconds(items, devices, samples)
         if need <= clock.left(clock.decodes_end):
             return True
         self.last_notes.append(f"{name}: not decoded, its estimated {need:.1f} s exceeds the "
