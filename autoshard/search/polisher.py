@@ -319,10 +319,7 @@ class Polisher:
         hull's worth falls to that level, a grid point saves the item less than it costs the
         others: no split takes it."""
         cap = self.hbm_cap[devices]
-        pos = np.searchsorted(lists.key, cap + lists.offset[devices], side="right")
-        level = np.where(pos < lists.end[devices],
-                         lists.worth[np.minimum(pos, max(lists.worth.size - 1, 0))]
-                         if lists.worth.size else 0.0, 0.0)
+        level = lists.level_at(devices, cap)
         if self.cost.shape[0] == 1:  # one kind of device: each item's curve, broadcast
             used, cost, worth = (a[0, sel][:, None, :] for a in (self.used, self.cost, self.worth))
         else:

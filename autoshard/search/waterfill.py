@@ -189,9 +189,23 @@ class SegmentLists:
         lists = SegmentLists(start, end, o, e, w, g, x, v, key, self.offset, base, base)
         return replace(lists, load=base - lists.saving_at(np.arange(counts.size), hbm_cap))
 
+    def _taken(self, dev: np.ndarray, budget: np.ndarray) -> np.ndarray:
+        """Index (in the lists) past the last segment of devices ``dev`` that ``budget`` bytes
+        of HBM take whole."""
+        return np.searchsorted(self.key, budget + self.offset[dev], side="right")
+
+    def level_at(self, dev: np.ndarray, budget: np.ndarray) -> np.ndarray:
+        """The worth (ms per byte) of the segment that ``budget`` bytes of HBM of devices
+        ``dev`` reach into, 0 where they hold every segment: at most the slope of the device's
+        best saving just below ``budget`` (the saving is concave)."""
+        pos = self._taken(dev, budget)
+        if not self.key.size:
+            return np.zeros(np.shape(budget))
+        return np.where(pos < self.end[dev], self.worth[np.minimum(pos, self.key.size - 1)], 0.0)
+
     def saving_at(self, dev: np.ndarray, budget: np.ndarray) -> np.ndarray:
         """Best saving (ms) of devices ``dev`` with ``budget`` bytes of HBM (same shapes)."""
-        pos = np.searchsorted(self.key, budget + self.offset[dev], side="right")
+        pos = self._taken(dev, budget)
         start, end = self.start[dev], self.end[dev]
         has = pos > start
         prev = np.maximum(pos - 1, 0)

@@ -245,9 +245,8 @@ class PPOSharder:
         rival_costs: dict[str, float] = {}
         rival_plans: dict[str, Plan] = {}
         # First: the plan kept if no decode ends before its deadline.
-        samples = SAMPLES if self.samples is None else self.samples
         fallback_first = self.candidates and (_small(task) or FALLBACK_MARGIN * decode_seconds(
-            task.num_tables, task.num_devices, samples) > clock.left(clock.decodes_end))
+            task.num_tables, task.num_devices, self._samples) > clock.left(clock.decodes_end))
         if fallback_first:
             self._add_greedy(task, cost_model, rival_costs, rival_plans)
         curves: dict[bytes, Curves] = {}
@@ -279,6 +278,11 @@ class PPOSharder:
         return replace(plans[winner], sharder=self.name,
                        provenance=provenance(winner, costs))
 
+    @property
+    def _samples(self) -> int:
+        """The sampled rollouts each decode plays (``samples``, or :data:`SAMPLES`)."""
+        return SAMPLES if self.samples is None else self.samples
+
     def _policy_plans(self, task: ShardingTask, cost_model: CostModel, clock: Clock,
                       fallback: bool, curves: dict[bytes, Curves]
                       ) -> tuple[dict[str, float], dict[str, Plan], bool]:
@@ -291,7 +295,7 @@ class PPOSharder:
         not is dropped, and :attr:`last_notes` says so."""
         import torch
 
-        samples = SAMPLES if self.samples is None else self.samples
+        samples = self._samples
         costs: dict[str, float] = {}
         plans: dict[str, Plan] = {}
         if fallback and not self._in_time(clock, "ppo", task.num_tables, task.num_devices,
