@@ -76,7 +76,8 @@ SMALL_TASK = 20_000
 #: ``benchmarks/bench_large.py`` the re-split's quick mode took about 0.3 s of ppo's 2.0-2.5 s,
 #: and without it the settle's plans were as cheap or cheaper on all eight at 60 s and on
 #: seven at 10 s (the eighth 0.2% dearer); at 2,000 x 256 as cheap at 10 s, 0.05% dearer at
-#: 60 s (one run each, 2-core Intel Xeon VM).
+#: 60 s (a development comparison, one run each, 2-core Intel Xeon VM; not a committed
+#: benchmark).
 HUGE_TASK = 100_000
 #: Shares of the time limit: a decode starts only if its estimate ends before the first, and
 #: stops at the second (one begun in time may overrun it: at 2,000 x 256 and 10 s it ends near 6 s).
@@ -94,7 +95,8 @@ DECODE_SECONDS_PER_PAIR = 1e-5
 #: On tasks over :data:`SMALL_TASK` pairs, where :data:`FALLBACK` is the only rival, its plan is
 #: made before the decodes only when this many times the first decode's estimate does not fit
 #: before the decodes' deadline; else only if no decode made a plan (at 856 x 128 it took
-#: 0.11-0.17 s of ppo's 1.9-2.3 s and never won).
+#: 0.11-0.17 s of ppo's 1.9-2.3 s and never won, in a development timing on a 2-core Intel
+#: Xeon VM).
 FALLBACK_MARGIN = 2.0
 
 
