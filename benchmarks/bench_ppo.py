@@ -18,7 +18,9 @@ Every task's HBM holds 30% of its tables' bytes. Per family: mean step cost / lo
 ``ppo`` (its default: greedy decode and the greedy sharders' plans, the decodes over whole
 tables, over the shards of the dominant tables, and one in which the policy chooses which
 dominant tables to split (``ppo-choice-greedy``), no sampled rollout, the cheapest then
-polished by :mod:`autoshard.search.polish`), of ``ppo`` without that improvement stage
+polished by :mod:`autoshard.search.polish`, re-split and kicked where tables dominate, and
+re-solved by groups of devices on tasks of up to 20,000 pairs), of ``ppo`` without that
+improvement stage
 (``polish=False``), of the policy alone (``samples=0, candidates=False, polish=False``: its
 greedy decodes, whole and split, each keeping the policy's devices with its HBM water-filled per
 device), of the best greedy
@@ -304,7 +306,9 @@ def _header(command: str, overhead: str) -> list[str]:
              "lowers their cost; where tables dominate, the two cheapest candidates of "
              "distinct decodes then have their heaviest tables split again, "
              "`autoshard/search/resplit.py`, `+resplit`, and are kicked, "
-             "`autoshard/search/kick.py`, `+kick`); `ppo without polish` is the "
+             "`autoshard/search/kick.py`, `+kick`; on tasks of up to 20,000 table-device "
+             "pairs the winner then goes through `recshard`'s group re-solve, "
+             "`autoshard/sharders/ppo_stage.py`, `+lns`); `ppo without polish` is the "
              "same without that stage; `policy "
              "alone` is the learned policy's own greedy decodes (whole tables and shards, in "
              "the three refill modes, each with its HBM water-filled, the cheapest). Per-task "

@@ -125,10 +125,12 @@ def test_the_sharder_reports_the_polished_winner_and_the_policy_alone_unchanged(
     assert polished.last_choice is not None and plain.last_choice is not None
     assert cost <= raw
     assert not any(n.endswith("+polish") for n in plain.last_choice.costs)
-    if cost < raw:  # a candidate of the plain run, polished (then maybe re-split, kicked)
+    if cost < raw:  # a candidate of the plain run, polished (then maybe re-split, kicked,
+        # re-solved by groups of devices, the last step)
         winner = polished.last_choice.winner
         base, *steps = winner.split("+")
-        assert steps[0] == "polish" and set(steps[1:]) <= {"resplit", "kick"}
+        assert steps[0] == "polish" and set(steps[1:]) <= {"resplit", "kick", "lns"}
+        assert "lns" not in steps[:-1]
         assert base in plain.last_choice.costs
         assert polished.last_choice.costs[winner] == pytest.approx(cost, rel=1e-9)
         assert polished.last_choice.costs[f"{base}+polish"] < plain.last_choice.costs[base]

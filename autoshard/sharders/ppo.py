@@ -17,7 +17,9 @@ is made first (on tasks over :data:`SMALL_TASK` pairs only where the first decod
 in time: :data:`FALLBACK_MARGIN`; elsewhere only if no decode made a plan); a decode starts
 only when its estimated time fits before :data:`DECODE_SHARE` of the limit, and stops at
 :data:`DECODE_STOP_SHARE` (a first decode without a fallback, as in ``ppo-policy``, runs to
-its end); the polish and the search stage's steps get time guards within what is left.
+its end); the polish and the search stage's steps get time guards within what is left, and
+the group re-solve that ends the stage on tasks of up to :data:`SMALL_TASK` pairs runs until
+the limit at most.
 :attr:`PPOSharder.last_notes` says what the limit cut.
 
 The policy is read safely: a JSON config and a plain state dict of tensors
@@ -41,7 +43,7 @@ import autoshard
 from autoshard.bounds import DeadlineReached
 from autoshard.cost import CostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import plan_cost_ms, step_cost_ms, task_bound_ms
+from autoshard.evaluator import step_cost_ms, task_bound_ms
 from autoshard.limits import SEED, THREADS, TIME_LIMIT_S, Range
 from autoshard.plan import Plan
 from autoshard.policy.geometries import split_geometries
@@ -49,8 +51,16 @@ from autoshard.policy.refill import decode_modes
 from autoshard.search.enforce import enforce
 from autoshard.search.stage import refine
 from autoshard.search.waterfill import Curves
-from autoshard.sharders.ppo_names import CANDIDATES, FALLBACK, TUNED_SUFFIX, provenance
-from autoshard.sharders.ppo_stage import Clock, filled, polish_candidates, refined_starts, settle
+from autoshard.sharders.ppo_names import TUNED_SUFFIX, provenance
+from autoshard.sharders.ppo_stage import (
+    Clock,
+    add_greedy,
+    filled,
+    polish_candidates,
+    refined_starts,
+    resolve,
+    settle,
+)
 from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.task import ShardingTask
 
@@ -163,8 +173,12 @@ class PPOSharder:
     heaviest tables' splits re-chosen (:mod:`autoshard.search.resplit`) and kicks around
     them (:mod:`autoshard.search.kick`), winning as ``<name>+resplit`` / ``+kick`` where that
     lowers their cost; on tasks over :data:`HUGE_TASK` pairs neither runs, and the winner's
-    polish runs on instead (``+settle``). The cheapest step cost wins (ties: the earlier
-    candidate).
+    polish runs on instead (``+settle``). On tasks of up to :data:`SMALL_TASK` pairs the
+    winner then goes through ``recshard``'s large-neighbourhood search, the MILP re-solved on
+    the most loaded device and a lighter one at a time while it improves, in the time left
+    (:func:`autoshard.sharders.ppo_stage.resolve`, ``+lns``; with at least
+    :data:`~autoshard.sharders.ppo_stage.MIN_RESOLVE_S` left). The cheapest step cost wins
+    (ties: the earlier candidate).
     :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
     policy alone: its greedy decodes (whole tables, shards where tables were split, and the
     decode in which it chooses the splits), each with its HBM water-filled.
@@ -250,12 +264,12 @@ class PPOSharder:
         fallback_first = self.candidates and (_small(task) or FALLBACK_MARGIN * decode_seconds(
             task.num_tables, task.num_devices, self._samples) > clock.left(clock.decodes_end))
         if fallback_first:
-            self._add_greedy(task, cost_model, rival_costs, rival_plans)
+            add_greedy(task, cost_model, rival_costs, rival_plans, _small(task))
         curves: dict[bytes, Curves] = {}
         costs, plans, dominated = self._policy_plans(task, cost_model, clock, bool(rival_costs),
                                                      curves)
         if self.candidates and not fallback_first and not costs:  # no decode made a plan
-            self._add_greedy(task, cost_model, rival_costs, rival_plans)
+            add_greedy(task, cost_model, rival_costs, rival_plans, _small(task))
         costs.update(rival_costs)
         plans.update(rival_plans)
         first_s = (polish_candidates(task, cost_model, costs, plans, clock, curves, _small(task))
@@ -273,6 +287,8 @@ class PPOSharder:
                     name = f"{name}+{tag}"
                     costs[name], plans[name] = cost, refined.plan
             winner = min(costs, key=costs.__getitem__)
+        if self.polish and _small(task):
+            winner = resolve(task, cost_model, winner, costs, plans, clock, self.seed)
         if self.polish and not _small(task):
             winner = settle(task, cost_model, winner, costs, plans, clock, curves, first_s,
                             self.time_limit)
@@ -453,22 +469,6 @@ class PPOSharder:
         self.last_notes.append(f"{name}: not decoded, its estimated {need:.1f} s exceeds the "
                                f"{clock.left(clock.decodes_end):.1f} s left to the decodes")
         return False
-
-    @staticmethod
-    def _add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
-                    plans: dict[str, Plan]) -> None:
-        """Adds each candidate greedy sharder's plan and its step cost (failures and
-        sharders that cannot run here are skipped); on tasks over :data:`SMALL_TASK` pairs
-        :data:`FALLBACK`'s alone."""
-        from autoshard.sharders import get_sharder
-
-        for name in CANDIDATES if _small(task) else (FALLBACK,):
-            try:
-                plan = get_sharder(name).shard(task, cost_model)
-            except PlannerError:
-                continue
-            costs[name] = plan_cost_ms(plan, task, cost_model)
-            plans[name] = plan
 
 
 class PPOPolicySharder(PPOSharder):

@@ -1,7 +1,8 @@
 """The ``ppo`` sharder's improvement stage over its candidates
 (:class:`autoshard.sharders.ppo.PPOSharder`): its time limit (:class:`Clock`), which candidates
 are polished (:func:`polish_candidates`), which start the re-split and kicks
-(:func:`refined_starts`), and the settle on large tasks (:func:`settle`).
+(:func:`refined_starts`), the settle on large tasks (:func:`settle`) and the group re-solve
+on the others (:func:`resolved`).
 """
 
 from __future__ import annotations
@@ -9,11 +10,26 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
+from autoshard import kinds
 from autoshard.cost import CostModel
+from autoshard.errors import PlannerError
+from autoshard.evaluator import plan_cost_ms, step_cost_ms
+from autoshard.milp.plans import feasible
 from autoshard.plan import Plan
 from autoshard.search.polish import budget, polish_plan
 from autoshard.search.waterfill import Curves
-from autoshard.sharders.ppo_names import POLISHED_GROUPS, WHOLE_GROUP, is_tuned
+from autoshard.sharders.ppo_names import (
+    CANDIDATES,
+    FALLBACK,
+    POLISHED_GROUPS,
+    WHOLE_GROUP,
+    is_tuned,
+)
+from autoshard.sharders.recshard import RecShard
+from autoshard.sharders.recshard_tables import search_from
+from autoshard.shards import ShardLayout, fixed_shards, plan_layout, pricing_task, split_pins
 from autoshard.task import ShardingTask
 
 #: On tasks over ``SMALL_TASK`` pairs, the winner is polished on while its moves help, for
@@ -21,6 +37,24 @@ from autoshard.task import ShardingTask
 SETTLE_SHARE, SETTLE_ROUNDS_PER_DEVICE = 0.03, 1
 #: Where tables dominate, the re-split and kicks start from this many candidates (time allowing).
 REFINED = 2
+#: The group re-solve (:func:`resolve`) starts only with at least this many seconds left.
+MIN_RESOLVE_S = 0.5
+
+
+def add_greedy(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
+               plans: dict[str, Plan], small: bool) -> None:
+    """Adds each candidate greedy sharder's plan and its step cost (failures and sharders that
+    cannot run here are skipped); where not ``small`` (over ``SMALL_TASK`` pairs of
+    :mod:`autoshard.sharders.ppo`), :data:`FALLBACK`'s alone."""
+    from autoshard.sharders import get_sharder
+
+    for name in CANDIDATES if small else (FALLBACK,):
+        try:
+            plan = get_sharder(name).shard(task, cost_model)
+        except PlannerError:
+            continue
+        costs[name] = plan_cost_ms(plan, task, cost_model)
+        plans[name] = plan
 
 
 def polish_candidates(task: ShardingTask, cost_model: CostModel, costs: dict[str, float],
@@ -78,6 +112,50 @@ def settle(task: ShardingTask, cost_model: CostModel, winner: str, costs: dict[s
     if not cost < costs[winner]:
         return winner
     name = f"{winner}+settle"
+    costs[name], plans[name] = cost, plan
+    return name
+
+
+def resolved(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
+             deadline: float, seed: int = 0) -> tuple[Plan, float]:
+    """``plan`` after ``recshard``'s large-neighbourhood search (the MILP re-solved on the
+    most loaded device and a lighter one at a time:
+    :func:`autoshard.sharders.recshard_tables.search_from`, ``recshard``'s default options
+    but no stall rule, so it runs until a round of devices brings nothing) until
+    ``deadline``, and its step cost; the input where that is no cheaper. The items a split
+    pins to their devices (one row shard per device, replicas, node-local shards) stay where
+    the plan has them; each split table then keeps one HBM share where the task's runtime
+    holds one (:meth:`~autoshard.shards.ShardLayout.even_shares`)."""
+    layout = plan_layout(plan, task)
+    g = layout.geometry
+    items = pricing_task(task, g)
+    pinned = fixed_shards(task, g) | kinds.node_local(g.kind)
+    split = split_pins(task, g)
+    if split is not None:
+        pinned |= split >= 0
+    pins = np.where(pinned, layout.device, -1) if pinned.any() else None
+    found = search_from(RecShard(seed=seed, stall=0.0).settings, items, cost_model, layout.device,
+                        layout.hbm_rows, deadline, pins)
+    if found is None:
+        return plan, cost
+    out = ShardLayout(g, *found).even_shares(task)
+    new_cost = step_cost_ms(items, cost_model, out.device, out.hbm_rows)
+    if not new_cost < cost or not feasible(items, out.device, out.hbm_rows):
+        return plan, cost
+    return out.to_plan(task, plan.sharder), new_cost
+
+
+def resolve(task: ShardingTask, cost_model: CostModel, winner: str, costs: dict[str, float],
+            plans: dict[str, Plan], clock: Clock, seed: int = 0) -> str:
+    """The winner through :func:`resolved` until the end of ``clock``, where at least
+    :data:`MIN_RESOLVE_S` is left; the result competes as ``<winner>+lns`` where it is
+    cheaper. Returns the winner's name."""
+    if clock.left() < MIN_RESOLVE_S:
+        return winner
+    plan, cost = resolved(plans[winner], task, cost_model, costs[winner], clock.end, seed)
+    if not cost < costs[winner]:
+        return winner
+    name = f"{winner}+lns"
     costs[name], plans[name] = cost, plan
     return name
 

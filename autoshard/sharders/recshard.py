@@ -376,7 +376,9 @@ class RecShard:
             return 0.0
 
     @property
-    def _settings(self) -> SolveSettings:
+    def settings(self) -> SolveSettings:
+        """The options a placement solve reads (also :func:`autoshard.sharders.
+        recshard_tables.search_from`'s, where ``ppo`` runs the search alone)."""
         return SolveSettings(self.time_limit, self.mip_rel_gap, self.max_lines, self.max_pairs,
                              self.group_devices, self.seed, self.stall)
 
@@ -410,7 +412,7 @@ class RecShard:
                       pins: np.ndarray | None = None, search_cap: float | None = None
                       ) -> Found:
         """One placement solve (:func:`autoshard.sharders.recshard_tables.solve_tables`)."""
-        return solve_tables(self._settings, task, cost_model, deadline, pins, search_cap)
+        return solve_tables(self.settings, task, cost_model, deadline, pins, search_cap)
 
 
 

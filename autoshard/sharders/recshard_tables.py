@@ -72,6 +72,8 @@ LP_LINES_PER_SECOND = 100_000
 #: passed; without it a greedy start on thousands of tables can stay several times its bound
 #: (4.5x at 20,000 x 64, HBM for 30% of the bytes).
 SEARCH_START_SHARE = 0.8
+#: Lines per cost curve in the search's group re-solves on tasks too large for the whole MILP.
+SEARCH_LINES = 24
 #: Seconds the search runs before it may stop for lack of progress (``stall``).
 MIN_SEARCH_S = 1.0
 #: Status reported when the deadline came before the MILP's curves were priced.
@@ -182,13 +184,52 @@ def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostMo
             if new_cost < cost:
                 (device, rows), cost, method = better, new_cost, "milp"
                 found_at = when or time.perf_counter()
-    tied = _tied(task)
-    if tied is not None:  # one share of rows in HBM per split table (TorchRec's one)
-        even = polish(task, kinds, full, np.arange(task.num_tables),
-                      np.arange(task.num_devices), device, max(left(deadline), 2.0), tied)
-        if even is not None and feasible(task, device, even):
-            rows, cost = even, step_cost(task, cost_model, device, even)
+    even = _even_shares(task, kinds, full, device, deadline)
+    if even is not None:
+        rows, cost = even, step_cost(task, cost_model, device, even)
     return Found(device, rows, cost, bound, method, status, name, warm_cost, found_at)
+
+
+def search_from(settings: SolveSettings, task: ShardingTask, cost_model: CostModel,
+                device: np.ndarray, rows: np.ndarray, deadline: float,
+                pins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Step 3 alone (:func:`_search`, the MILP re-solved a few devices at a time) from a
+    given placement of ``task``'s tables (or shards), ``pins`` kept; the cost curves, the
+    relaxation and the lines as a whole solve sets them up (:func:`_relaxation`,
+    :func:`_lines`), each split
+    table's shards then kept at one HBM share where the runtime holds one
+    (:func:`_even_shares`). The devices and HBM rows found, or None when nothing improved or
+    the curves were not priced by ``deadline``."""
+    start, kinds = time.perf_counter(), device_kinds(task)
+    try:
+        curves = cost_curves(task, cost_model, kinds, deadline=deadline)
+    except DeadlineReached:
+        return None
+    full = curves.lines()
+    if int(full.count.sum()) > FULL_LINES_LIMIT:
+        full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
+    relaxed, bound = _relaxation(task, cost_model, kinds, full, start, deadline)
+    lines = _lines(settings, task, curves, relaxed, kinds, start + 0.2 * (deadline - start))
+    ctx = _Context(task, cost_model, kinds, lines, full, deadline, bound, pins)
+    found, found_rows, improved = _search(settings, ctx, device, rows, settings.stall)
+    if improved is None:
+        return None
+    even = _even_shares(task, kinds, full, found, deadline, least=0.0)
+    return found, found_rows if even is None else even
+
+
+def _even_shares(task: ShardingTask, kinds: DeviceKinds, full: CostLines, device: np.ndarray,
+                 deadline: float, least: float = 2.0) -> np.ndarray | None:
+    """On a task of shards whose runtime keeps one HBM share per split table (TorchRec's
+    one), the HBM rows of every item on ``device`` re-chosen by the LP with each split
+    table's shards at one share, given until ``deadline`` or ``least`` seconds; None
+    elsewhere or when that does not fit."""
+    tied = _tied(task)
+    if tied is None:
+        return None
+    even = polish(task, kinds, full, np.arange(task.num_tables), np.arange(task.num_devices),
+                  device, max(left(deadline), least), tied)
+    return even if even is not None and feasible(task, device, even) else None
 
 
 def _lines(settings: SolveSettings, task: ShardingTask, curves: Any,
@@ -200,7 +241,8 @@ def _lines(settings: SolveSettings, task: ShardingTask, curves: Any,
     if relaxed.memory is not None:
         focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
     pairs = task.num_tables * task.num_devices
-    budget = int(np.clip(20000 // pairs, 8, 48)) if pairs <= settings.max_pairs else 24
+    budget = (int(np.clip(20000 // pairs, 8, 48)) if pairs <= settings.max_pairs
+              else SEARCH_LINES)
     return curves.lines(settings.max_lines or budget, focus, deadline=deadline)
 
 
