@@ -43,8 +43,8 @@ class TaskSampler:
     (those within the environment's slots), devices per node from :data:`PER_NODE`, a
     log-uniform share of the tables' bytes for the cluster's HBM in ``hbm_fraction``
     (:func:`autoshard.workloads.with_hbm_fraction`), a batch size, a mode and the HBM reserved
-    per table (``overheads``; with more than one, drawn, and a task whose reservations would
-    crowd its HBM drawn again, see :data:`RESERVED_SHARE`). Host memory keeps the profile's
+    per table (``overheads``; with more than one, drawn; a task whose reservations would
+    crowd its HBM is drawn again, see :data:`RESERVED_SHARE`). Host memory keeps the profile's
     capacity; the largest tables are dropped while the rest would fill more than
     :data:`HOST_HEADROOM` of it.
 
@@ -126,9 +126,10 @@ class TaskSampler:
         if not choices:
             raise InputError(f"no device count <= {max_devices}", field="devices",
                              value=self.devices)
-        if len(self.overheads) == 1:  # (one draw less: the streams of earlier samplers)
-            return self._draw(rng, choices).with_reservation(get_reservation(self.overheads[0]))
-        reservation = get_reservation(str(rng.choice(self.overheads)))
+        # One overhead: no draw for it (the streams of earlier samplers); without a
+        # reservation every first draw is roomy, so those streams stay as they were.
+        reservation = get_reservation(self.overheads[0] if len(self.overheads) == 1
+                                      else str(rng.choice(self.overheads)))
         for _ in range(REDRAWS):
             task = self._draw(rng, choices).with_reservation(reservation)
             if roomy(task):  # (always, without a reservation)

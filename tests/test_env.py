@@ -19,6 +19,7 @@ from autoshard.evaluator import evaluate
 from autoshard.plan import check_plan
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS, bucket_rows
 from autoshard.policy.features import ObsLayout
+from autoshard.reservation import get_reservation
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 
@@ -285,6 +286,21 @@ def test_sampler_draws_reservations_that_leave_episodes_room() -> None:
                                        getattr(fresh.table_arrays, f.name), err_msg=f.name)
     reserved = [t for t in drawn if t.reservation.name == "torchrec"]
     assert all(t.table_arrays.hbm_reserved_bytes.min() > 0 for t in reserved)
+    # With TorchRec's reservation the only overhead, crowded draws are drawn again too (they
+    # once reached the episodes, where a table then fitted on no device).
+    alone = dataclasses.replace(sampler, overheads=("torchrec",))
+    rng = np.random.default_rng(0)
+    raw = [alone._draw(rng, [2, 4, 8]).with_reservation(get_reservation("torchrec"))
+           for _ in range(30)]
+    assert not all(roomy(t) for t in raw)  # such draws exist in this distribution
+    rng = np.random.default_rng(0)
+    assert all(roomy(t) or t.reservation.name == "none"
+               for t in (alone.sample(rng) for _ in range(30)))
+    # Without a reservation, the same tasks as the plain draws (the streams unchanged).
+    plain = dataclasses.replace(sampler, overheads=("none",))
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(5):
+        assert plain.sample(a).tables == plain._draw(b, [2, 4, 8]).tables
     # Their episodes finish with valid plans.
     env = PlacementEnv(sampler, max_devices=8)
     for task in reserved[:3]:
