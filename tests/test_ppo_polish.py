@@ -125,15 +125,19 @@ def test_the_sharder_reports_the_polished_winner_and_the_policy_alone_unchanged(
     assert polished.last_choice is not None and plain.last_choice is not None
     assert cost <= raw
     assert not any(n.endswith("+polish") for n in plain.last_choice.costs)
-    if cost < raw:  # a candidate of the plain run, polished (then maybe re-split, kicked,
-        # re-solved by groups of devices, the last step)
+    if cost < raw:  # a candidate of the plain run, polished (then maybe re-split, kicked),
+        # maybe re-solved by groups of devices last
         winner = polished.last_choice.winner
         base, *steps = winner.split("+")
-        assert steps[0] == "polish" and set(steps[1:]) <= {"resplit", "kick", "lns"}
         assert "lns" not in steps[:-1]
+        searched = [s for s in steps if s != "lns"]
+        assert not searched or (searched[0] == "polish"
+                                and set(searched[1:]) <= {"resplit", "kick"})
         assert base in plain.last_choice.costs
         assert polished.last_choice.costs[winner] == pytest.approx(cost, rel=1e-9)
-        assert polished.last_choice.costs[f"{base}+polish"] < plain.last_choice.costs[base]
+        if searched:
+            assert (polished.last_choice.costs[f"{base}+polish"]
+                    < plain.last_choice.costs[base])
     alone = PPOSharder(policy=tmp_path / "policy", samples=0, candidates=False, polish=False)
     alone.shard(task, MODEL)
     assert alone.last_choice is not None and "ppo-greedy" in alone.last_choice.costs
