@@ -111,6 +111,13 @@ def fixed_shards(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
             | kinds.replicated(g.kind) | kinds.fills_node(g.kind))
 
 
+def held_shards(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
+    """[S]: the shards a search around a placed plan leaves on their device: those that must
+    stay (:func:`fixed_shards`) and node-local ones (kept on their node's devices), which
+    include every shard :func:`split_pins` pins."""
+    return fixed_shards(task, g) | kinds.node_local(g.kind)
+
+
 def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
     """A device per shard for the shards whose device the split itself fixes (-1 for the
     others; None when there are none).

@@ -17,17 +17,11 @@ import time
 
 import numpy as np
 
-from autoshard import kinds
 from autoshard.cost import CostModel
 from autoshard.plan import Plan
 from autoshard.search.polish import polish_plan, step_seconds
 from autoshard.search.waterfill import Curves
-from autoshard.shards import (
-    ShardLayout,
-    fixed_shards,
-    plan_layout,
-    pricing_task,
-)
+from autoshard.shards import ShardLayout, held_shards, plan_layout, pricing_task
 from autoshard.task import ShardingTask
 
 #: Kicks at most, and items moved per kick.
@@ -55,8 +49,7 @@ def kick_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float
     items = pricing_task(task, g)
     stop = time.perf_counter() + (seconds if seconds is not None
                                   else step_seconds(g.num_shards, task.num_devices))
-    pinned = fixed_shards(task, g) | kinds.node_local(g.kind)
-    movable = np.flatnonzero(~pinned)
+    movable = np.flatnonzero(~held_shards(task, g))
     rng = np.random.default_rng(seed)
     curves: dict[bytes, Curves] = {}
     best, best_cost, device = plan, cost, layout.device

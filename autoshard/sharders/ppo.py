@@ -289,7 +289,7 @@ class PPOSharder:
             winner = min(costs, key=costs.__getitem__)
         if self.polish and _small(task):
             winner = resolve(task, cost_model, winner, costs, plans, clock, self.seed)
-        if self.polish and not _small(task):
+        elif self.polish:
             winner = settle(task, cost_model, winner, costs, plans, clock, curves, first_s,
                             self.time_limit)
         self.last_choice = Choice(winner, costs)

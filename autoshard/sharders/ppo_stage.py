@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard import kinds
 from autoshard.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.evaluator import plan_cost_ms, step_cost_ms
@@ -29,7 +28,7 @@ from autoshard.sharders.ppo_names import (
 )
 from autoshard.sharders.recshard import RecShard
 from autoshard.sharders.recshard_tables import search_from
-from autoshard.shards import ShardLayout, fixed_shards, plan_layout, pricing_task, split_pins
+from autoshard.shards import ShardLayout, held_shards, plan_layout, pricing_task
 from autoshard.task import ShardingTask
 
 #: On tasks over ``SMALL_TASK`` pairs, the winner is polished on while its moves help, for
@@ -129,11 +128,8 @@ def resolved(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
     layout = plan_layout(plan, task)
     g = layout.geometry
     items = pricing_task(task, g)
-    pinned = fixed_shards(task, g) | kinds.node_local(g.kind)
-    split = split_pins(task, g)
-    if split is not None:
-        pinned |= split >= 0
-    pins = np.where(pinned, layout.device, -1) if pinned.any() else None
+    held = held_shards(task, g)
+    pins = np.where(held, layout.device, -1) if held.any() else None
     found = search_from(RecShard(seed=seed, stall=0.0).settings, items, cost_model, layout.device,
                         layout.hbm_rows, deadline, pins)
     if found is None:

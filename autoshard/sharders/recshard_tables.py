@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -155,12 +154,9 @@ def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostMo
         cost = step_cost(task, cost_model, *fallback[1:])
         return Found(*fallback[1:], cost, 0.0, "warm", DEADLINE_STATUS, fallback[0], cost,
                      time.perf_counter())
-    full = curves.lines()
-    if int(full.count.sum()) > FULL_LINES_LIMIT:  # keep the LPs small enough to stop in time
-        full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
-    relaxed, bound = _relaxation(task, cost_model, kinds, full, start, deadline)
+    full, relaxed, bound, lines = _set_up(settings, task, cost_model, kinds, curves, start,
+                                          deadline)
     whole = task.num_tables * task.num_devices <= settings.max_pairs
-    lines = _lines(settings, task, curves, relaxed, kinds, start + 0.2 * budget)
     search_end = start + budget * (0.5 if whole else 1.0)
     ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound, pins)
     name, device, rows = _warm_start(settings, ctx, relaxed, fallback, time.perf_counter() - start,
@@ -195,8 +191,7 @@ def search_from(settings: SolveSettings, task: ShardingTask, cost_model: CostMod
                 pins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """Step 3 alone (:func:`_search`, the MILP re-solved a few devices at a time) from a
     given placement of ``task``'s tables (or shards), ``pins`` kept; the cost curves, the
-    relaxation and the lines as a whole solve sets them up (:func:`_relaxation`,
-    :func:`_lines`), each split
+    relaxation and the lines as a whole solve sets them up (:func:`_set_up`), each split
     table's shards then kept at one HBM share where the runtime holds one
     (:func:`_even_shares`). The devices and HBM rows found, or None when nothing improved or
     the curves were not priced by ``deadline``."""
@@ -205,17 +200,37 @@ def search_from(settings: SolveSettings, task: ShardingTask, cost_model: CostMod
         curves = cost_curves(task, cost_model, kinds, deadline=deadline)
     except DeadlineReached:
         return None
-    full = curves.lines()
-    if int(full.count.sum()) > FULL_LINES_LIMIT:
-        full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
-    relaxed, bound = _relaxation(task, cost_model, kinds, full, start, deadline)
-    lines = _lines(settings, task, curves, relaxed, kinds, start + 0.2 * (deadline - start))
+    full, _, bound, lines = _set_up(settings, task, cost_model, kinds, curves, start, deadline)
     ctx = _Context(task, cost_model, kinds, lines, full, deadline, bound, pins)
     found, found_rows, improved = _search(settings, ctx, device, rows, settings.stall)
     if improved is None:
         return None
     even = _even_shares(task, kinds, full, found, deadline, least=0.0)
     return found, found_rows if even is None else even
+
+
+def _set_up(settings: SolveSettings, task: ShardingTask, cost_model: CostModel,
+            kinds: DeviceKinds, curves: CostCurves, start: float, deadline: float
+            ) -> tuple[CostLines, milp_model.Solution, float, CostLines]:
+    """What a solve begun at ``start`` builds on its priced ``curves``: the lines over every
+    hull segment (evenly spaced ones past :data:`FULL_LINES_LIMIT`), the aggregated relaxation
+    and the best bound in time (:func:`_relaxation`), and the lines kept under each curve for
+    the MILP (by a fifth of the budget): ``max_lines``, or as many as keep the whole model near
+    20,000 rows (:data:`SEARCH_LINES` for the search alone), focused where the relaxation puts
+    each table's HBM."""
+    full = curves.lines()
+    if int(full.count.sum()) > FULL_LINES_LIMIT:  # keep the LPs small enough to stop in time
+        full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
+    relaxed, bound = _relaxation(task, cost_model, kinds, full, start, deadline)
+    focus = None
+    if relaxed.memory is not None:
+        focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
+    pairs = task.num_tables * task.num_devices
+    count = (int(np.clip(20000 // pairs, 8, 48)) if pairs <= settings.max_pairs
+             else SEARCH_LINES)
+    lines = curves.lines(settings.max_lines or count, focus,
+                         deadline=start + 0.2 * max(deadline - start, 0.01))
+    return full, relaxed, bound, lines
 
 
 def _even_shares(task: ShardingTask, kinds: DeviceKinds, full: CostLines, device: np.ndarray,
@@ -230,20 +245,6 @@ def _even_shares(task: ShardingTask, kinds: DeviceKinds, full: CostLines, device
     even = polish(task, kinds, full, np.arange(task.num_tables), np.arange(task.num_devices),
                   device, max(left(deadline), least), tied)
     return even if even is not None and feasible(task, device, even) else None
-
-
-def _lines(settings: SolveSettings, task: ShardingTask, curves: Any,
-           relaxed: milp_model.Solution, kinds: DeviceKinds, deadline: float) -> CostLines:
-    """The lines kept under each cost curve for the MILP: ``max_lines``, or as many as keep
-    the whole model near 20,000 rows (24 for the search alone), focused where the relaxation
-    puts each table's HBM."""
-    focus = None
-    if relaxed.memory is not None:
-        focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
-    pairs = task.num_tables * task.num_devices
-    budget = (int(np.clip(20000 // pairs, 8, 48)) if pairs <= settings.max_pairs
-              else SEARCH_LINES)
-    return curves.lines(settings.max_lines or budget, focus, deadline=deadline)
 
 
 def _relaxation(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds,
