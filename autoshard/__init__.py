@@ -2,7 +2,7 @@
 
 from autoshard.errors import InputError, PlannerError
 from autoshard.hardware import HardwareProfile, load_hardware
-from autoshard.plan import Placement, Plan
+from autoshard.layout.plan import Placement, Plan
 from autoshard.tables import Table, load_tables
 from autoshard.task import ShardingTask, Workload
 

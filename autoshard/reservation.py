@@ -16,7 +16,7 @@ Reservations are found by name (the names files and the command line use) throug
 :func:`get_reservation`: ``none`` keeps nothing (the weights alone: hand-checked cases,
 runtimes without per-table buffers); ``torchrec`` and ``torchrec-prefetch`` keep what
 TorchRec's training runtime adds in its default and its prefetch pipeline
-(:mod:`autoshard.torchrec.reservation`).
+(:mod:`autoshard.torchrec.runtime_memory`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from autoshard.limits import one_of
 #: Reservations by name: ``module:attribute`` strings, imported when asked for.
 _ENTRIES: dict[str, str] = {
     "none": "autoshard.reservation:NO_RESERVATION",
-    "torchrec": "autoshard.torchrec.reservation:TORCHREC",
-    "torchrec-prefetch": "autoshard.torchrec.reservation:TORCHREC_PREFETCH",
+    "torchrec": "autoshard.torchrec.runtime_memory:TORCHREC",
+    "torchrec-prefetch": "autoshard.torchrec.runtime_memory:TORCHREC_PREFETCH",
 }
 
 
@@ -80,12 +80,12 @@ class Reservation:
             optimizer_bytes: Our optimizer state per row (train mode).
             lookups_per_sample: Its table's lookups per sample.
             input_share: Share of its table's input ids it receives
-                (:func:`autoshard.kinds.id_share`).
+                (:func:`autoshard.layout.kinds.id_share`).
             train: Training (optimizer state, buffers) or inference (weights only).
             batch_size: Global batch size.
             world: Devices.
             output_share: Share of the global batch whose pooled outputs it writes (1; a
-                replica its device's share, :func:`autoshard.shard_terms.batch_share`).
+                replica its device's share, :func:`autoshard.pricing.shard_terms.batch_share`).
         """
         return (weight_bytes(element_bytes, cols, optimizer_bytes, train),
                 np.zeros(np.shape(rows)))

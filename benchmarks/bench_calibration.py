@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.cost import load_cost_model
+from autoshard.pricing.cost import load_cost_model
 from autoshard.cost_models.calibrate import SAMPLE_FILE, stratified_sample
 from autoshard.cost_models.evaluate import metrics
 from autoshard.cost_models.features import dataset

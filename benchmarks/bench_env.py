@@ -34,7 +34,7 @@ from autoshard.envs import PlacementEnv, TaskSampler
 from autoshard.envs.batched import BatchedPlacementEnv
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
-from autoshard.placement import PlacementState
+from autoshard.layout.placement import PlacementState
 
 TABLES, DEVICES = 100, 8
 BATCHES = (16, 64, 256)

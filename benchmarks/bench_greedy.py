@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.evaluator import evaluate
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
 from autoshard.sharders import get_sharder

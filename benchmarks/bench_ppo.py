@@ -11,7 +11,7 @@ Families (none seen in training, which draws the ``train`` family of
 - ``profiled``: ``autoshard demo``'s task (100 tables profiled from an 8,192-sample synthetic
   trace, 8 devices, HBM 30% of the bytes, batch 65,536) for seeds 0 (the demo's own), 1, 2;
 - ``public``: the 26 tables of DLRM on Criteo 1TB (one-hot) and of DLRM-DCNv2 (multi-hot),
-  :mod:`autoshard.model_tables` (five of 40 M rows; Zipf 1.05 assumed), on 4, 8 and 16
+  :mod:`autoshard.public_models` (five of 40 M rows; Zipf 1.05 assumed), on 4, 8 and 16
   devices.
 
 Every task's HBM holds 30% of its tables' bytes. Per family: mean step cost / lower bound of
@@ -56,17 +56,17 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 import torch
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.compare import COLUMNS, CompareRow, FixedTask, run_one
-from autoshard.evaluator import evaluate
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.compare.harness import COLUMNS, CompareRow, FixedTask, run_one
+from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
-from autoshard.model_tables import MODEL_TABLES, model_tables
+from autoshard.public_models import MODEL_TABLES, model_tables
 from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options, get_sharder
 from autoshard.sharders.ppo import PPOSharder
 from autoshard.sharders.ppo_names import CANDIDATES
-from autoshard.suites import get_suite
+from autoshard.compare.suites import get_suite
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 from autoshard.training.evaluation import BENCH_SEED, eval_tasks
@@ -151,7 +151,7 @@ def _families(quick: bool) -> list[Item]:
 
 def profiled_demo_tables(seed: int, count: int = 100, samples: int = 8192) -> list[Table]:
     """The tables ``autoshard demo --seed SEED`` profiles (same generator, trace and profiler)."""
-    from autoshard.stats.profile import profile_table
+    from autoshard.stats.table_stats import profile_table
     from autoshard.synth import draw_tables, iter_lookups
 
     specs = draw_tables(count, seed)

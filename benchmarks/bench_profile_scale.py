@@ -131,7 +131,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
 def single_pass(folder: Path, hash_size: str) -> dict[str, Any]:
     """The reference: every TSV file counted in this process by one accumulator, no pieces."""
-    from autoshard.stats.profile import CountAccumulator
+    from autoshard.stats.table_stats import CountAccumulator
     from autoshard.stats.readers_columnar import (
         ExactDistinct,
         column_plan,

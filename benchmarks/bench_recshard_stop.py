@@ -1,6 +1,6 @@
 """When `recshard` stops: at its MIP gap or its stall rule, against running to its time limit.
 
-On the public 26-table models (DLRM-DCNv2 and DLRM on Criteo 1TB, :mod:`autoshard.model_tables`)
+On the public 26-table models (DLRM-DCNv2 and DLRM on Criteo 1TB, :mod:`autoshard.public_models`)
 on 8 and 16 devices, each with the CLI's hardware (8xH100-80GB profile, 80 GB HBM per device)
 and with the suites' (HBM for 30% of the tables' bytes), both keeping TorchRec's room in HBM:
 `recshard` as registered (it stops once its MILP is optimal within its gap or no longer
@@ -20,11 +20,11 @@ import json
 import time
 from pathlib import Path
 
-from autoshard.analytical import AnalyticalCostModel
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.fileio import atomic_write_text
 from autoshard.hardware import load_hardware
 from autoshard.machine import describe_machine
-from autoshard.model_tables import model_tables
+from autoshard.public_models import model_tables
 from autoshard.reservation import get_reservation
 from autoshard.sharders.recshard import RecShard
 from autoshard.task import ShardingTask, Workload

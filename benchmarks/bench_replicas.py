@@ -1,6 +1,6 @@
 """Replicated (``data_parallel``) tables: `recshard` with and without them, under both models.
 
-On the public 26-table models (DLRM-DCNv2 and DLRM on Criteo 1TB, :mod:`autoshard.model_tables`:
+On the public 26-table models (DLRM-DCNv2 and DLRM on Criteo 1TB, :mod:`autoshard.public_models`:
 a few huge tables among many small ones) on 16 devices of two nodes, with the suites' HBM (30%
 of the tables' bytes) and TorchRec's room kept in HBM, in training and in inference: `recshard`
 planning for our analytical model and for TorchRec's own estimator (``--cost-model torchrec``),
@@ -24,11 +24,11 @@ import math
 import time
 from pathlib import Path
 
-from autoshard.cost import load_cost_model
-from autoshard.evaluator import evaluate
+from autoshard.pricing.cost import load_cost_model
+from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
-from autoshard.model_tables import model_tables
+from autoshard.public_models import model_tables
 from autoshard.sharders.recshard import RecShard
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task

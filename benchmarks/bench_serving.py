@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 from autoshard.fileio import atomic_write_text  # noqa: E402
 from autoshard.machine import describe_machine  # noqa: E402
-from autoshard.serving.profile import load_serving_profile  # noqa: E402
+from autoshard.serving.cluster import load_serving_profile  # noqa: E402
 from autoshard.serving.queueing import solve_queues  # noqa: E402
 from autoshard.serving.registry import get_strategy  # noqa: E402
 from autoshard.serving.simulate import sample_requests, simulate  # noqa: E402

@@ -1,6 +1,6 @@
 """Plans of one task run in TorchRec's DistributedModelParallel, beside our runner and the model.
 
-Task: the 26 tables of the DCNv2 model (``autoshard.model_tables`` ``dcnv2``: one dim, so the
+Task: the 26 tables of the DCNv2 model (``autoshard.public_models`` ``dcnv2``: one dim, so the
 model run is TorchRec's DLRM) with hash sizes divided by ``--shrink`` (at least 100 rows, never
 more than the table has), on 2 devices of 8xH100-80GB whose HBM holds ``--hbm-fraction`` of
 the tables' bytes, global batch ``--batch``, train. Every registered sharder plans it
@@ -44,7 +44,7 @@ from typing import Any
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.hardware import GB, load_hardware
 from autoshard.machine import describe_machine
-from autoshard.model_tables import model_tables
+from autoshard.public_models import model_tables
 from autoshard.sharders import sharder_info, sharder_names
 from autoshard.tables import Table, save_tables
 from autoshard.workloads import total_bytes

@@ -11,7 +11,7 @@ fit costs under our cost model (step cost exported / as planned, geometric mean)
         [--summary-only] [--fresh]
 
 Every suite's task reserves in HBM what TorchRec's runtime adds per table or shard
-(the ``torchrec`` reservation, :mod:`autoshard.torchrec.reservation`), so "overfilled as
+(the ``torchrec`` reservation, :mod:`autoshard.torchrec.runtime_memory`), so "overfilled as
 planned" counts plans that overfill TorchRec's count before the export lowers any cache, and
 "tables lowered" the tables whose caches the export had to lower.
 """
@@ -34,7 +34,7 @@ SUITES = ("tiny", "constrained-50x4", "constrained-100x8", "rich-100x8", "infer-
 OUT = Path(__file__).resolve().parents[1] / "results" / "torchrec"
 RESERVED = (
     "What every sharder keeps room for in HBM (the suites' tasks keep the `torchrec` "
-    "reservation, `autoshard/torchrec/reservation.py`): in training, per table or shard "
+    "reservation, `autoshard/torchrec/runtime_memory.py`): in training, per table or shard "
     "wherever it lives, TorchRec's "
     "input and output buffers (8 B per input id it receives, 4 B per pooled output element, "
     "global batch), 4 B of cache index per row, and one row plus 64 B for TorchRec's "

@@ -155,9 +155,9 @@ def table_of(args: argparse.Namespace) -> Any:
 def modelled(args: argparse.Namespace, hbm_rows: int, model: Any) -> dict[str, Any]:
     """The model's figures for the table alone on one device of ``--hardware`` with
     ``hbm_rows`` of its hottest rows in HBM (an error's message instead when it fails)."""
-    from autoshard.evaluator import evaluate
+    from autoshard.pricing.evaluator import evaluate
     from autoshard.hardware import load_hardware
-    from autoshard.plan import Placement, Plan
+    from autoshard.layout.plan import Placement, Plan
     from autoshard.task import ShardingTask, Workload
 
     hardware = load_hardware(args.hardware, devices=1)
@@ -176,7 +176,7 @@ def tiers(args: argparse.Namespace, done: Callable[[dict[str, Any]], None]) -> d
     the document so far after each share (a run cut by its time limit keeps them)."""
     import torch
 
-    from autoshard.cost import load_cost_model
+    from autoshard.pricing.cost import load_cost_model
 
     models = {"analytical": load_cost_model("analytical")}
     if args.model and Path(args.model).is_dir():

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.cost_models.features import FEATURE_NAMES, OP_CODES
 from autoshard.cost_models.grid import BenchConfig, grid_configs
 from autoshard.cost_models.lgb_text import file_digest

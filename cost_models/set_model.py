@@ -11,7 +11,7 @@ and bytes, computed with ``bincount`` over ragged sets so planning prices many s
 - boosted trees learning log(measured / additive part) from the set features: what the set
   costs beyond (or below) the sum of its tables.
 
-As a :class:`autoshard.cost.CostModel`:
+As a :class:`autoshard.pricing.cost.CostModel`:
 
 - :meth:`SetCostModel.device_compute_ms` prices each device's set: the hot partitions (rows in
   HBM) as one set, the cold partitions (rows in host memory) as another, the latter scaled by
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.analytical import replica_update_ms
-from autoshard.cost import CostModel, Pricing, load_cost_model
+from autoshard.pricing.analytical import replica_update_ms
+from autoshard.pricing.cost import CostModel, Pricing, load_cost_model
 from autoshard.cost_models.features import task_partitions
 from autoshard.cost_models.lgb_text import file_digest
 from autoshard.cost_models.model import (

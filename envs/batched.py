@@ -7,10 +7,10 @@ terminations and ``info`` entries, step by step, auto-reset included. Each slot 
 :class:`autoshard.envs.placement.PlacementEnv` for what happens once per episode (drawing the
 task from its own random generator, pricing it, the first observation, the final plan and
 report); every step in between runs on (N, devices, buckets) arrays: the placement's memory and load
-bookkeeping (:class:`autoshard.placement.PlacementState`'s arithmetic), the observation of
+bookkeeping (:class:`autoshard.layout.placement.PlacementState`'s arithmetic), the observation of
 :class:`autoshard.policy.episode.PlacementEpisode` and the pricing of the "fill" bucket,
 in one cost-model call for the batch when the model can price rows of several tasks at once
-(:meth:`autoshard.analytical.AnalyticalCostModel.price_terms`), else one call per episode.
+(:meth:`autoshard.pricing.analytical.AnalyticalCostModel.price_terms`), else one call per episode.
 
 MaskablePPO reads the masks through ``env_method("action_masks")``, which is answered from the
 batch's mask array without touching the slots.
@@ -34,13 +34,13 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from autoshard.cost import CostModel, load_cost_model
+from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.envs.batched_arrays import EpisodeArrays
 from autoshard.envs.batched_choice import ChoiceArrays
 from autoshard.envs.placement import ILLEGAL_PENALTY, PlacementEnv, final_info
 from autoshard.envs.sampler import TaskSampler
 from autoshard.errors import InputError, PlannerError, gib
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.episode import LIMIT, PlacementEpisode
 from autoshard.policy.features import nearest_legal

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.policy.episode import _SCALED, PlacementEpisode, PricedTask
 from autoshard.policy.features import CLIP, ObsLayout
 from autoshard.task import ShardingTask, curve_share

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.envs.batched_arrays import (
     BYTES_LEFT,
     DIM,
@@ -28,7 +28,7 @@ from autoshard.envs.batched_arrays import (
 from autoshard.policy.choice import GRIDS, ChoiceEpisode, SplitOffer
 from autoshard.policy.episode import PlacementEpisode, PricedTask, fill_parts
 from autoshard.policy.features import CLIP, ObsLayout, StaticOptions
-from autoshard.shards import ShardGeometry, ShardLayout, whole_tables
+from autoshard.layout.shards import ShardGeometry, ShardLayout, whole_tables
 
 
 class ChoiceArrays(EpisodeArrays):

@@ -10,7 +10,7 @@ or the demo uses:
   show);
 - profiled synthetic traces (:mod:`autoshard.synth`): tables of the calibrated generator with
   wider skew and size ranges, traced at 256-8,192 samples and profiled
-  (:func:`autoshard.stats.profile.profile_table`), so their access curves, rows used and pooling
+  (:func:`autoshard.stats.table_stats.profile_table`), so their access curves, rows used and pooling
   are measured, as ``autoshard demo`` measures its tables.
 
 ``train``, ``validation`` and ``test`` are disjoint (different seeds and table names). The
@@ -75,7 +75,7 @@ def _partial_curve(alpha: float, used_rows: int, rows: int) -> AccessCurve:
 
 def profiled_tables(seed: int, prefix: str) -> list[Table]:
     """Tables measured by profiling synthetic traces (see the module docstring)."""
-    from autoshard.stats.profile import profile_table
+    from autoshard.stats.table_stats import profile_table
 
     config = SynthConfig(log10_rows=(5.0, 1.0), rows_range=(2.0, 7.7), alpha=(0.3, 1.4))
     out = []

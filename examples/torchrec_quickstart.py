@@ -7,7 +7,7 @@ from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.planner import Topology
 from torchrec.distributed.sharding_plan import get_default_sharders
 
-from autoshard.torchrec.planner import AutoshardPlanner
+from autoshard.torchrec.autoshard_planner import AutoshardPlanner
 
 dist.init_process_group("gloo")  # torchrun gives each process its rank and a free port
 tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=16 * (i + 1), feature_names=[f"f{i}"],

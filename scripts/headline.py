@@ -10,8 +10,8 @@ import math
 import sys
 from pathlib import Path
 
-from autoshard.compare import read_rows
-from autoshard.compare_report import summarize
+from autoshard.compare.harness import read_rows
+from autoshard.compare.report import summarize
 
 SUITES = ("constrained-50x4", "constrained-100x8", "constrained-200x8", "constrained-856x128",
           "rich-100x8", "infer-100x8")

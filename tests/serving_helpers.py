@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autoshard.serving.model import ServingModel, build_model
-from autoshard.serving.profile import ServingProfile
+from autoshard.serving.cluster import ServingProfile
 from autoshard.tables import Table
 
 GBYTES = 10**9

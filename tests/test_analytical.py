@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from handcase import hand_profile, hand_tables, reference_price_ms
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.cost import CostModel, load_cost_model
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.errors import InputError
 from autoshard.hardware import Device, HardwareProfile, Tier
 from autoshard.tables import Table
@@ -98,7 +98,7 @@ def test_load_cost_model() -> None:
 
 
 def test_narrow_rows_are_read_a_block_at_a_time() -> None:
-    from autoshard.analytical import narrow_row_factor
+    from autoshard.pricing.analytical import narrow_row_factor
     # At least 32 elements read, x1.75 below 64 elements, x1.15 below 128, exact from 128 up.
     assert narrow_row_factor(np.array([8, 16, 32, 48, 64, 100, 128, 256])) == pytest.approx(
         [7.0, 3.5, 1.75, 1.75, 1.15, 1.15, 1.0, 1.0])

@@ -10,8 +10,8 @@ import pytest
 from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.cost import Pricing
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.cost import Pricing
 from autoshard.envs import ENV_ID, TaskSampler
 from autoshard.envs.batched import BatchedPlacementEnv
 from autoshard.task import ShardingTask

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.compare import COLUMNS, read_rows, run_suite
-from autoshard.compare_report import markdown_table, summarize
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.compare.harness import COLUMNS, read_rows, run_suite
+from autoshard.compare.report import markdown_table, summarize
 from autoshard.sharders import sharder_names
-from autoshard.suites import SUITES, TaskSpec, get_suite
+from autoshard.compare.suites import SUITES, TaskSpec, get_suite
 from autoshard.workloads import default_pools
 
 BASELINES = ["random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy",
@@ -104,7 +104,7 @@ def test_compare_cli_rejects_unknown_suite(tmp_path: Path) -> None:
 
 
 def test_compare_logs_an_offline_wandb_run(tmp_path: Path) -> None:
-    from autoshard.training.tracking import offline_history
+    from autoshard.training.wandb_runs import offline_history
 
     proc = subprocess.run(
         [sys.executable, "-m", "autoshard", "compare", "--suite", "tiny", "--out", "cmp",

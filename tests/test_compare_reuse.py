@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
-from autoshard.compare import COLUMNS, read_rows
+from autoshard.compare.harness import COLUMNS, read_rows
 from autoshard.errors import InputError
 from autoshard.machine import describe_machine
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoshard.analytical import AnalyticalCostModel
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.cli import main
-from autoshard.cost import CostModel, load_cost_model
+from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.cost_models.evaluate import AnalyticalFit, group_split, metrics
 from autoshard.cost_models.features import FEATURE_NAMES, dataset, partition_features, work_bytes
 from autoshard.cost_models.microbench import COLUMNS

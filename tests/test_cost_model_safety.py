@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoshard.cost import load_cost_model, machine_warning
+from autoshard.pricing.cost import load_cost_model, machine_warning
 from autoshard.cost_models.features import partition_features
 from autoshard.cost_models.lgb_text import file_digest
 from autoshard.cost_models.model import LightGBMCostModel

@@ -9,14 +9,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.bounds import lower_bound_ms
-from autoshard.cost import Pricing
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.cost import Pricing
 from autoshard.envs import ENV_ID, PlacementEnv, TaskSampler
 from autoshard.envs.placement import ILLEGAL_PENALTY
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import evaluate
-from autoshard.plan import check_plan
+from autoshard.pricing.evaluator import evaluate
+from autoshard.layout.plan import check_plan
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS, bucket_rows
 from autoshard.policy.features import ObsLayout
 from autoshard.reservation import get_reservation

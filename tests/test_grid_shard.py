@@ -12,15 +12,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoshard import kinds
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.bounds import lower_bound_ms
-from autoshard.constraints import Constraints, TableConstraint
+from autoshard.layout import kinds
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.layout.constraints import Constraints, TableConstraint
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import evaluate
+from autoshard.pricing.evaluator import evaluate
 from autoshard.hardware import Device, HardwareProfile, Tier, save_hardware
-from autoshard.kinds import ShardingKind, split_kind
-from autoshard.plan import Placement, Plan, Shard
+from autoshard.layout.kinds import ShardingKind, split_kind
+from autoshard.layout.plan import Placement, Plan, Shard
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.episode import PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout
@@ -28,7 +28,7 @@ from autoshard.policy.geometries import split_geometries
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder
 from autoshard.sharders.recshard import RecShard
-from autoshard.shards import (
+from autoshard.layout.shards import (
     ShardGeometry,
     ShardLayout,
     check_layout,
@@ -41,7 +41,7 @@ from autoshard.shards import (
     split_pins,
     whole_tables,
 )
-from autoshard.splitting import candidate_splits, split_heavy_tables
+from autoshard.layout.splitting import candidate_splits, split_heavy_tables
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask, Workload
 from autoshard.torchrec import torchrec_unavailable
@@ -210,7 +210,7 @@ def test_pins_put_each_block_on_a_node_of_its_own_one_shard_per_device() -> None
     assert sorted(pins[16:24].tolist()) in (list(range(8)), list(range(8, 16)))
     assert pins[24] == -1
     # The grid's shards stay where they are pinned, whatever the runtime.
-    from autoshard.shards import fixed_shards
+    from autoshard.layout.shards import fixed_shards
 
     assert fixed_shards(task.with_reservation(NO_RESERVATION), g)[:16].all()
 
@@ -459,7 +459,7 @@ def test_torchrecs_estimators_price_and_size_grid_shards_as_we_do() -> None:
 
 @needs_torchrec
 def test_the_torchrec_sharder_names_grids_for_dominant_tables_on_several_nodes() -> None:
-    from autoshard.torchrec.planning import predicted_shards
+    from autoshard.torchrec.timed_planning import predicted_shards
     from autoshard.torchrec.sharder import TorchRecSharder, offered_sharding_types
 
     task = _wide_task()

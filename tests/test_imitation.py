@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from autoshard.analytical import AnalyticalCostModel
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.episode import PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout

@@ -11,8 +11,8 @@ import pytest
 from cli_helpers import run_cli as run
 from handcase import hand_task_of
 
-from autoshard.compare import FixedTask, run_suite
-from autoshard.cost import Pricing
+from autoshard.compare.harness import FixedTask, run_suite
+from autoshard.pricing.cost import Pricing
 from autoshard.errors import InputError, PlannerError
 from autoshard.hardware import BUNDLED, Device, HardwareProfile, Tier, load_hardware
 from autoshard.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_ROWS, check_finite_costs
@@ -49,7 +49,7 @@ def test_largest_allowed_table_prices_finitely() -> None:
     huge = Table("huge", rows=MAX_ROWS, dim=65_536, bytes_per_element=8, pooling_factor=1e6)
     task = ShardingTask((huge,), load_hardware("8xH100-80GB", devices=2),
                         Workload(batch_size=MAX_BATCH_SIZE))
-    from autoshard.analytical import AnalyticalCostModel
+    from autoshard.pricing.analytical import AnalyticalCostModel
 
     price = AnalyticalCostModel().price(task, np.array([0]), np.array([0]), np.array([0]))
     assert np.isfinite(price.total_ms).all() and price.total_ms[0] > 0

@@ -19,8 +19,8 @@ from autoshard.cli import app
 from autoshard.errors import InputError, PlannerError
 from autoshard.hardware import BUNDLED, load_hardware
 from autoshard.limits import QPS, SEED, TIME_LIMIT_S, Range, names_in
-from autoshard.serving.profile import BUNDLED as SERVING
-from autoshard.serving.profile import FIELD_RANGES, ServingProfile
+from autoshard.serving.cluster import BUNDLED as SERVING
+from autoshard.serving.cluster import FIELD_RANGES, ServingProfile
 from autoshard.sharders import (
     check_sharder_options,
     get_sharder,

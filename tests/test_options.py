@@ -13,9 +13,9 @@ import pytest
 from cli_helpers import run_cli as run
 from handcase import hand_task_of
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.compare import COLUMNS, FixedTask, read_rows, run_suite
-from autoshard.cost import Pricing, model_identity
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.compare.harness import COLUMNS, FixedTask, read_rows, run_suite
+from autoshard.pricing.cost import Pricing, model_identity
 from autoshard.errors import InputError
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
@@ -167,7 +167,7 @@ def test_results_written_before_the_key_columns_still_read(tmp_path: Path) -> No
 
 
 def test_run_one_rejects_an_option_instead_of_recording_a_failure() -> None:
-    from autoshard.compare import run_one
+    from autoshard.compare.harness import run_one
 
     with pytest.raises(InputError, match=r"size_greedy\.seed"):
         run_one("s", TASKS[0], TASKS[0].task, "size_greedy", AnalyticalCostModel(), None,

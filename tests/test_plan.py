@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autoshard.errors import InputError, PlannerError
-from autoshard.plan import Placement, Plan, Shard, check_placement, check_plan, memory_use
+from autoshard.layout.plan import Placement, Plan, Shard, check_placement, check_plan, memory_use
 from autoshard.task import ShardingTask, Workload
 
 GOOD = (Placement("A", 0, 1000), Placement("B", 1, 500), Placement("C", 1, 250))
@@ -127,7 +127,7 @@ def test_version_1_plans_still_load(tmp_path: Path) -> None:
 
 
 def test_split_plan_layout(hand_task: ShardingTask) -> None:
-    from autoshard.shards import plan_layout
+    from autoshard.layout.shards import plan_layout
 
     plan = Plan(SPLIT)
     layout = plan_layout(plan, hand_task)
@@ -200,7 +200,7 @@ def test_bad_split_entries(tmp_path: Path, entry: dict[str, object], field: str,
 ])
 def test_splits_checked_against_the_task(hand_task: ShardingTask, placement: Placement,
                                          field: str, value: object) -> None:
-    from autoshard.shards import plan_layout
+    from autoshard.layout.shards import plan_layout
 
     plan = Plan((placement, GOOD[1], GOOD[2]))
     with pytest.raises(InputError) as info:
@@ -214,7 +214,7 @@ def test_table_row_wise_stays_on_one_node() -> None:
 
     from handcase import hand_profile, hand_tables
 
-    from autoshard.shards import plan_layout
+    from autoshard.layout.shards import plan_layout
 
     hw = replace(hand_profile(devices=4), devices_per_node=2).with_devices(4)
     task = ShardingTask(hand_tables(), hw, Workload(1000))

@@ -10,8 +10,8 @@ import pytest
 from cli_helpers import run_cli as run
 
 from autoshard.errors import InputError
-from autoshard.plan import Plan
-from autoshard.plan_context import PlanContext, read_table_set, tables_digest
+from autoshard.layout.plan import Plan
+from autoshard.layout.plan_context import PlanContext, read_table_set, tables_digest
 from autoshard.tables import Table, save_tables
 
 TABLES = (Table("a", rows=20_000, dim=16, pooling_factor=4.0, zipf_alpha=1.1),
@@ -156,7 +156,7 @@ def test_a_malformed_context_is_named(planned: tuple[Path, Path], change: dict[s
 
 
 def test_suite_tasks_are_a_table_source() -> None:
-    from autoshard.suites import get_suite
+    from autoshard.compare.suites import get_suite
 
     spec = get_suite("tiny")[0]
     assert read_table_set(f"suite:tiny/{spec.name}") == spec.build().tables

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autoshard.analytical import AnalyticalCostModel
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.policy.buckets import N_BUCKETS
 from autoshard.policy.episode import PlacementEpisode, PricedTask
 from autoshard.policy.features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout

@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 
 from autoshard.access import AccessCurve
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.bounds import lower_bound_ms, relax
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms, relax
 from autoshard.cli import main
 from autoshard.errors import PlannerError
-from autoshard.evaluator import evaluate
+from autoshard.pricing.evaluator import evaluate
 from autoshard.hardware import GB, load_hardware
-from autoshard.plan import check_plan
+from autoshard.layout.plan import check_plan
 from autoshard.sharders import get_sharder
 from autoshard.sharders.recshard import DEADLINE_STATUS, RecShard, _beats_whole, recshard_bound
-from autoshard.shards import check_layout, whole_tables
-from autoshard.splitting import split_heavy_tables
+from autoshard.layout.shards import check_layout, whole_tables
+from autoshard.layout.splitting import split_heavy_tables
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask, Workload
 from autoshard.workloads import constrained_task, dlrm_tables
@@ -285,7 +285,7 @@ def test_stops_when_the_milp_no_longer_improves() -> None:
     import time
 
     from autoshard.hardware import load_hardware
-    from autoshard.model_tables import model_tables
+    from autoshard.public_models import model_tables
     from autoshard.reservation import get_reservation
     from autoshard.task import Workload
 
@@ -323,11 +323,11 @@ def test_a_split_choice_whose_bound_is_not_below_the_best_is_skipped() -> None:
     is below every one of their bounds."""
     import time
 
-    from autoshard import kinds
-    from autoshard.model_tables import model_tables
+    from autoshard.layout import kinds
+    from autoshard.public_models import model_tables
     from autoshard.reservation import get_reservation
     from autoshard.sharders.recshard import _cannot_beat
-    from autoshard.shards import pricing_task
+    from autoshard.layout.shards import pricing_task
 
     task = ShardingTask(tuple(model_tables("dcnv2")), load_hardware("8xH100-80GB", devices=16),
                         Workload(), get_reservation("torchrec"))

@@ -7,15 +7,15 @@ import time
 import numpy as np
 import pytest
 
-from autoshard import bounds
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.bounds import DeadlineReached, price_total
-from autoshard.cost import Pricing
-from autoshard.evaluator import evaluate
+from autoshard.pricing import bounds
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import DeadlineReached, price_total
+from autoshard.pricing.cost import Pricing
+from autoshard.pricing.evaluator import evaluate
 from autoshard.milp.curves import cost_curves, device_kinds
 from autoshard.sharders import get_sharder
 from autoshard.sharders.recshard import DEADLINE_STATUS, NO_SPLIT_STATUS, RecShard
-from autoshard.shards import check_layout
+from autoshard.layout.shards import check_layout
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 

@@ -8,18 +8,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoshard import kinds
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.bounds import lower_bound_ms
+from autoshard.layout import kinds
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.errors import InputError
-from autoshard.evaluator import evaluate
+from autoshard.pricing.evaluator import evaluate
 from autoshard.hardware import load_hardware
-from autoshard.kinds import ShardingKind
-from autoshard.plan import Placement, Plan, Shard
+from autoshard.layout.kinds import ShardingKind
+from autoshard.layout.plan import Placement, Plan, Shard
 from autoshard.reservation import get_reservation
 from autoshard.sharders.recshard import RecShard
-from autoshard.shards import plan_layout, replicas, shard_task, whole_tables
-from autoshard.splitting import replicate_tables
+from autoshard.layout.shards import plan_layout, replicas, shard_task, whole_tables
+from autoshard.layout.splitting import replicate_tables
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 from autoshard.torchrec import torchrec_unavailable
@@ -102,7 +102,7 @@ def test_recshard_replicates_small_tables_and_costs_less_than_without(tmp_path) 
 
 
 def test_replicas_are_chosen_only_where_they_pay_and_constraints_allow() -> None:
-    from autoshard.constraints import Constraints, TableConstraint
+    from autoshard.layout.constraints import Constraints, TableConstraint
 
     task = _small_tables_task()
     g = replicate_tables(task, MODEL, whole_tables(task))
@@ -172,8 +172,8 @@ def test_recshard_with_replicas_costs_no_more_than_without_under_torchrecs_estim
     before)."""
     if torchrec_unavailable():
         pytest.skip("the torchrec extra is not installed")
-    from autoshard.cost import load_cost_model
-    from autoshard.model_tables import model_tables
+    from autoshard.pricing.cost import load_cost_model
+    from autoshard.public_models import model_tables
     from autoshard.workloads import constrained_task
 
     task = constrained_task(model_tables("criteo1tb"), 16, 0.3, reservation="torchrec")
@@ -187,7 +187,7 @@ def test_ppo_decodes_its_replicated_candidates_where_hbm_is_short() -> None:
     """Criteo 1TB's tables on 16 devices with HBM for 30% of their bytes: the replicas go first
     in the policy's order, so that other tables' rows have not taken their devices' HBM (the
     decode found no room for them, and ppo stayed 1.41x above recshard's replicated plan)."""
-    from autoshard.model_tables import model_tables
+    from autoshard.public_models import model_tables
     from autoshard.sharders import get_sharder
     from autoshard.workloads import constrained_task
 

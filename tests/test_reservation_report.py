@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from cli_helpers import run_cli as run
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.bounds import lower_bound_ms
-from autoshard.evaluator import evaluate
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.evaluator import evaluate
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder
 from autoshard.workloads import constrained_task, dlrm_tables

@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.bounds import DeadlineReached
-from autoshard.evaluator import evaluate, plan_cost_ms
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import DeadlineReached
+from autoshard.pricing.evaluator import evaluate, plan_cost_ms
 from autoshard.policy.network import decode, load_policy
 from autoshard.sharders import get_sharder
 from autoshard.sharders.ppo import DEFAULT_POLICY, PPOPolicySharder, PPOSharder
 from autoshard.sharders.ppo_names import FALLBACK
 from autoshard.sharders.recshard import RecShard
-from autoshard.shards import check_layout
+from autoshard.layout.shards import check_layout
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
@@ -101,7 +101,7 @@ def test_recshard_beyond_the_whole_milp_starts_from_a_searched_plan() -> None:
 def test_a_polish_round_prices_a_spread_of_items_on_thousands_of_tables() -> None:
     import numpy as np
 
-    from autoshard.search.polisher import _spread
+    from autoshard.search.move_search import _spread
 
     items = np.arange(10, 5010)
     price = np.random.default_rng(0).random(items.size)

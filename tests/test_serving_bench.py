@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 from autoshard.serving.bench import BenchConfig, run_bench
-from autoshard.serving.profile import load_serving_profile
+from autoshard.serving.cluster import load_serving_profile
 from autoshard.serving.registry import get_strategy
 from autoshard.serving.suites import suite_model
 from autoshard.serving.task import ServingTask
@@ -83,7 +83,7 @@ def test_calibration_measures_every_calibrated_field() -> None:
     import math
 
     from autoshard.serving.bench import calibrate
-    from autoshard.serving.profile import CALIBRATED, with_calibration
+    from autoshard.serving.cluster import CALIBRATED, with_calibration
 
     found = calibrate(calls=8)
     assert set(CALIBRATED) <= set(found)

@@ -7,7 +7,7 @@ import pytest
 
 from autoshard.serving.evaluation import Evaluator, Interval
 from autoshard.serving.planning import PlanOptions, answer, server_range, sweep
-from autoshard.serving.profile import load_serving_profile
+from autoshard.serving.cluster import load_serving_profile
 from autoshard.serving.suites import suite_model
 from autoshard.serving.task import ServingTask
 from tests.serving_helpers import profile, two_group_model

@@ -8,10 +8,10 @@ from handcase import hand_profile, hand_tables, reference_price_ms
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoshard.analytical import AnalyticalCostModel
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import evaluate
-from autoshard.plan import check_plan
+from autoshard.pricing.evaluator import evaluate
+from autoshard.layout.plan import check_plan
 from autoshard.sharders import (
     common_options,
     get_sharder,
@@ -19,7 +19,7 @@ from autoshard.sharders import (
     sharder_info,
     sharder_names,
 )
-from autoshard.shards import check_layout, shard_memory
+from autoshard.layout.shards import check_layout, shard_memory
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 
@@ -200,7 +200,7 @@ def test_greedy_keys_follow_their_definitions() -> None:
 
 
 def test_placement_state_bookkeeping(hand_task: ShardingTask) -> None:
-    from autoshard.placement import PlacementState
+    from autoshard.layout.placement import PlacementState
 
     state = PlacementState(hand_task, MODEL)
     assert list(state.max_hbm_rows(0)) == [1000, 1000]  # 36,000 B / 36 B per row, exactly
@@ -222,7 +222,7 @@ def test_placement_state_bookkeeping(hand_task: ShardingTask) -> None:
 
 
 def test_best_split_prefers_most_free_hbm_then_least_load() -> None:
-    from autoshard.placement import PlacementState
+    from autoshard.layout.placement import PlacementState
 
     task = ShardingTask(hand_tables(), hand_profile(devices=3, hbm_bytes=20_000),
                         Workload(batch_size=1000))
@@ -235,8 +235,8 @@ def test_best_split_prefers_most_free_hbm_then_least_load() -> None:
 
 
 def test_split_greedy_variant_splits_only_tables_above_the_device_mean() -> None:
-    from autoshard.bounds import lower_bound_ms
-    from autoshard.shards import check_layout
+    from autoshard.pricing.bounds import lower_bound_ms
+    from autoshard.layout.shards import check_layout
     from autoshard.tables import Table
     from autoshard.workloads import constrained_task, dlrm_tables
 

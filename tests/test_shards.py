@@ -10,14 +10,14 @@ import pytest
 from handcase import HAND_BATCH, HAND_INTRA_GBPS, hand_profile, reference_price_ms
 
 from autoshard.access import AccessCurve
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.bounds import lower_bound_ms
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.errors import PlannerError
-from autoshard.evaluator import evaluate
+from autoshard.pricing.evaluator import evaluate
 from autoshard.hardware import Device, Tier
-from autoshard.kinds import ShardingKind
-from autoshard.plan import Placement, Plan, Shard
-from autoshard.shards import (
+from autoshard.layout.kinds import ShardingKind
+from autoshard.layout.plan import Placement, Plan, Shard
+from autoshard.layout.shards import (
     ShardLayout,
     even_split,
     plan_layout,
@@ -109,7 +109,7 @@ def test_over_capacity_split_plan_is_rejected(hand_task: ShardingTask) -> None:
 
 
 def test_whole_tables_as_shards_price_exactly_as_tables(hand_task: ShardingTask) -> None:
-    from autoshard.shards import whole_tables
+    from autoshard.layout.shards import whole_tables
 
     g = whole_tables(hand_task)
     sub = shard_task(hand_task, g)
@@ -241,7 +241,7 @@ def test_learned_model_prices_split_plans(hand_task: ShardingTask) -> None:
     from pathlib import Path
 
     import autoshard
-    from autoshard.cost import load_cost_model
+    from autoshard.pricing.cost import load_cost_model
 
     learned = load_cost_model(str(Path(autoshard.__file__).parent / "data" / "cost_model"))
     whole = Plan((Placement("A", 0, 1000), Placement("B", 1, 500), Placement("C", 1, 250)))
@@ -259,8 +259,8 @@ def test_learned_model_prices_split_plans(hand_task: ShardingTask) -> None:
 
 
 def test_model_suites() -> None:
-    from autoshard.model_tables import dcnv2_tables
-    from autoshard.suites import get_suite
+    from autoshard.public_models import dcnv2_tables
+    from autoshard.compare.suites import get_suite
     from autoshard.workloads import total_bytes
 
     tables = dcnv2_tables()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autoshard.access import AccessCurve, expected_rows_used
-from autoshard.stats.profile import (
+from autoshard.stats.table_stats import (
     CountAccumulator,
     CountHistogram,
     cdf_distance,

@@ -12,7 +12,7 @@ import pytest
 from cli_helpers import run_cli
 
 from autoshard.stats.partial import ProfileSchema, TableSchema, merge_partials
-from autoshard.stats.profile import CountHistogram
+from autoshard.stats.table_stats import CountHistogram
 from autoshard.stats.scan import PartialAccumulator, _choose_modes
 
 ROWS = 2_000_000

@@ -11,8 +11,8 @@ import pytest
 from cli_helpers import run_cli as run
 
 from autoshard.stats import profile_trace_file
-from autoshard.stats.calibrate import distances, expected_reuse, read_locality_stats
-from autoshard.stats.profile import merged_reuse
+from autoshard.stats.synth_fit import distances, expected_reuse, read_locality_stats
+from autoshard.stats.table_stats import merged_reuse
 from autoshard.stats.readers_dlrm import Trace, save_trace
 from autoshard.synth import SynthTable, default_tables, draw_tables, generate_trace
 from autoshard.tables import load_tables
@@ -73,7 +73,7 @@ def test_round_trip_recovers_parameters(tmp_path: Path) -> None:
 def test_expected_reuse_matches_a_sampled_batch() -> None:
     specs = draw_tables(6, seed=5)
     indices, offsets, lengths = generate_trace(specs, 4096, seed=2)
-    from autoshard.stats.profile import profile_table
+    from autoshard.stats.table_stats import profile_table
 
     profiles = [profile_table(s.name, indices[offsets[t * 4096]:offsets[(t + 1) * 4096]],
                               lengths[t], s.rows) for t, s in enumerate(specs)]

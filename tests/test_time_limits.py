@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from autoshard.analytical import AnalyticalCostModel
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.cli.common import build_task
-from autoshard.evaluator import evaluate
+from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import accepted_options, get_sharder, sharder_info, sharder_names
 from autoshard.synth import default_tables
 from autoshard.task import ShardingTask

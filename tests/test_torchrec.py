@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from autoshard.analytical import AnalyticalCostModel
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.cli import main
 from autoshard.errors import PlannerError
-from autoshard.evaluator import evaluate
+from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import get_sharder, sharder_info
-from autoshard.splitting import dominant_tables
-from autoshard.suites import get_suite
+from autoshard.layout.splitting import dominant_tables
+from autoshard.compare.suites import get_suite
 from autoshard.tables import save_tables
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.estimate import estimate_plan
@@ -228,7 +228,7 @@ def test_the_856x128_suite_offers_splits_to_its_few_dominant_tables() -> None:
 def test_a_rank_whose_fixed_buffers_alone_exceed_its_hbm_is_not_exportable() -> None:
     import numpy as np
 
-    from autoshard.plan import Plan
+    from autoshard.layout.plan import Plan
     from autoshard.torchrec.shardings import table_shardings
     from autoshard.torchrec.storage import fit_shardings
 
@@ -243,7 +243,7 @@ def test_a_rank_whose_fixed_buffers_alone_exceed_its_hbm_is_not_exportable() -> 
 
 @needs_torchrec
 def test_the_prefetch_pipeline_prices_caches_by_their_skew_and_sizes_its_buffers() -> None:
-    from autoshard.plan import Placement, Plan
+    from autoshard.layout.plan import Placement, Plan
     from autoshard.tables import Table
     from autoshard.torchrec.estimate import estimate_shardings
     from autoshard.torchrec.shardings import table_shardings

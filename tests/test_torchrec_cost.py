@@ -9,18 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.cost import load_cost_model, model_identity
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.cost import load_cost_model, model_identity
 from autoshard.errors import InputError
-from autoshard.evaluator import evaluate
-from autoshard.plan import Plan
+from autoshard.pricing.evaluator import evaluate
+from autoshard.layout.plan import Plan
 from autoshard.sharders import get_sharder
 from autoshard.sharders.recshard import RecShard
 from autoshard.sharders.recshard_blend import BlendedCostModel, choose
-from autoshard.suites import get_suite
+from autoshard.compare.suites import get_suite
 from autoshard.tables import save_tables
 from autoshard.torchrec import torchrec_unavailable
-from autoshard.torchrec.reservation import PIPELINES
+from autoshard.torchrec.runtime_memory import PIPELINES
 from autoshard.workloads import constrained_task, dlrm_tables
 from tests.cli_helpers import run_cli
 

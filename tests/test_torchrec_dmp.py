@@ -14,8 +14,8 @@ from cli_helpers import run_cli
 
 from autoshard.errors import InputError
 from autoshard.hardware import load_hardware
-from autoshard.kinds import ShardingKind
-from autoshard.plan import Placement, Plan, Shard
+from autoshard.layout.kinds import ShardingKind
+from autoshard.layout.plan import Placement, Plan, Shard
 from autoshard.runner import FAULT_ENV, RunConfig, RunError
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask, Workload
@@ -268,8 +268,8 @@ def test_the_output_check_sees_a_wrong_weight() -> None:
 def test_outputs_that_differ_end_the_command_with_exit_1_after_the_report(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoshard.cost import load_cost_model
-    from autoshard.evaluator import evaluate
+    from autoshard.pricing.cost import load_cost_model
+    from autoshard.pricing.evaluator import evaluate
     from autoshard.torchrec import dmp
 
     bad = dmp.RankFigures(0, ("a", "b"), 2.0, 1.0, 3, False, 8, 0.25, 0.5, "host:cpu")

@@ -17,7 +17,7 @@ import pytest
 from cli_helpers import run_cli
 
 from autoshard.errors import InputError, PlannerError
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 from autoshard.tables import Table, load_tables
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.model_tables import factory_tables, load_factory
@@ -82,7 +82,7 @@ def planned(topology: Any, module: Any, **options: Any) -> tuple[Any, Any]:
     """(the ShardingPlan, the planner) of ``module`` with TorchRec's default sharders."""
     from torchrec.distributed.sharding_plan import get_default_sharders
 
-    from autoshard.torchrec.planner import AutoshardPlanner
+    from autoshard.torchrec.autoshard_planner import AutoshardPlanner
 
     planner = AutoshardPlanner(topology, time_limit=20, **options)
     return planner.plan(module, get_default_sharders()), planner
@@ -210,7 +210,7 @@ def test_collective_plan_broadcasts_and_raises_failures(tmp_path: Path) -> None:
     import torch.distributed as dist
     from torchrec.distributed.sharding_plan import get_default_sharders
 
-    from autoshard.torchrec.planner import AutoshardPlanner
+    from autoshard.torchrec.autoshard_planner import AutoshardPlanner
 
     with pytest.raises(PlannerError, match=r"torch\.distributed"):
         AutoshardPlanner(cpu(1)).collective_plan(ebc())
@@ -231,7 +231,7 @@ COLLECTIVE_FAILURE = """
 import torch.distributed as dist
 from torchrec.distributed.planner import ParameterConstraints, Topology
 from autoshard.errors import PlannerError
-from autoshard.torchrec.planner import AutoshardPlanner
+from autoshard.torchrec.autoshard_planner import AutoshardPlanner
 from test_torchrec_planner import ebc
 
 dist.init_process_group("gloo")
@@ -284,7 +284,7 @@ def test_a_plan_records_its_model_tables_inline_and_checks_them(
 
 
 def test_bad_arguments_fail_at_construction() -> None:
-    from autoshard.torchrec.planner import AutoshardPlanner
+    from autoshard.torchrec.autoshard_planner import AutoshardPlanner
 
     for options in ({"batch_size": 0}, {"pipeline": "eager"}, {"cost_model": "nowhere"},
                     {"sharder": "nope"}, {"sharder_options": {"nope": 1}}):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from cli_helpers import run_cli
 
-from autoshard.compare import CompareRow
+from autoshard.compare.harness import CompareRow
 from autoshard.errors import InputError
 from autoshard.training.callbacks import RunState
 from autoshard.training.config import LIMITS, TrainConfig

@@ -19,7 +19,7 @@ from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.features import ObsLayout
 from autoshard.policy.network import PADDED, PlacementNet, load_policy, save_policy
 from autoshard.training.config import TrainConfig
-from autoshard.training.tracking import offline_history
+from autoshard.training.wandb_runs import offline_history
 from autoshard.training.train import train
 
 TINY = {"timesteps": 256, "n_envs": 2, "n_steps": 64, "batch_size": 64, "n_epochs": 2,

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from autoshard.compare import CompareRow
-from autoshard.cost import CostModel
+from autoshard.compare.harness import CompareRow
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import InputError
 from autoshard.limits import int_in, is_finite
 from autoshard.policy.network import save_policy
@@ -28,7 +28,7 @@ from autoshard.training.evaluation import (
     mean_ratio,
 )
 from autoshard.training.sb3_policy import PlacementPolicy
-from autoshard.training.tracking import Tracker
+from autoshard.training.wandb_runs import Tracker
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Held-out evaluation: tasks of held-out tables, and sharders compared on them through the core
-comparison harness (:func:`autoshard.compare.run_one`). A policy is evaluated as the
+comparison harness (:func:`autoshard.compare.harness.run_one`). A policy is evaluated as the
 ``ppo-policy`` sharder plans with it (:data:`POLICY_SHARDER`): its greedy decodes, whole
 tables and split, the cheapest winning; the figure is the mean step cost / lower bound over
 the tasks (:func:`mean_ratio`)."""
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.compare import CompareRow, FixedTask, run_one
-from autoshard.cost import CostModel
+from autoshard.compare.harness import CompareRow, FixedTask, run_one
+from autoshard.pricing.cost import CostModel
 from autoshard.envs.sampler import TaskSampler, roomy
 from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options

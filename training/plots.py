@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.compare import CompareRow
+from autoshard.compare.harness import CompareRow
 from autoshard.fileio import save_figure
 
 

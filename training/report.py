@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from autoshard.compare import COLUMNS, CompareRow
-from autoshard.cost import CostModel
+from autoshard.compare.harness import COLUMNS, CompareRow
+from autoshard.pricing.cost import CostModel
 from autoshard.fileio import atomic_write_text, csv_text, write_structured
 from autoshard.machine import describe_machine
 from autoshard.policy.network import load_policy
@@ -29,7 +29,7 @@ from autoshard.training.evaluation import (
     mean_ratio,
 )
 from autoshard.training.plots import comparison, training_curve
-from autoshard.training.tracking import Tracker
+from autoshard.training.wandb_runs import Tracker
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from autoshard.cost import CostModel, load_cost_model
+from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.envs import ENV_ID, TaskSampler
 from autoshard.errors import InputError
 from autoshard.fileio import check_finite, output_folder, read_structured, write_structured
@@ -38,7 +38,7 @@ from autoshard.training.checkpoint import load_checkpoint, read_state, save_chec
 from autoshard.training.config import TrainConfig
 from autoshard.training.evaluation import GREEDY, EvalTask, compare, eval_tasks
 from autoshard.training.report import TrainResult, copy_policy, export_run, finish
-from autoshard.training.tracking import training_tracker
+from autoshard.training.wandb_runs import training_tracker
 
 __all__ = ["RESUMABLE", "TrainResult", "make_env", "make_vec", "planned_steps", "train"]
 

@@ -21,14 +21,14 @@ from autoshard.cli.common import (
     options_named,
     parse_opts,
 )
-from autoshard.compare import (
+from autoshard.compare.harness import (
     CompareRow,
     check_outputs,
     read_rows,
     run_suite,
     sharder_options,
 )
-from autoshard.compare_report import (
+from autoshard.compare.report import (
     reasons,
     reused_lines,
     suite_markdown,
@@ -36,13 +36,13 @@ from autoshard.compare_report import (
     summary_table,
     write_plots,
 )
-from autoshard.cost import load_cost_model, model_identity
+from autoshard.pricing.cost import load_cost_model, model_identity
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text, read_structured
 from autoshard.limits import names_in
 from autoshard.machine import describe_machine
 from autoshard.sharders import sharder_names
-from autoshard.suites import SUITES, get_suite
+from autoshard.compare.suites import SUITES, get_suite
 from autoshard.tracking import Tracker, run_name
 
 #: Where results go unless --out says otherwise: a scratch folder, never the committed results.

@@ -1,7 +1,7 @@
 """The task a command prices a plan on: the plan's own context, unless told otherwise.
 
 ``evaluate``, ``export`` and ``run-plan`` read the tables, hardware, workload, reservation and
-cost model a plan records (:class:`autoshard.plan_context.PlanContext`). An option that gives
+cost model a plan records (:class:`autoshard.layout.plan_context.PlanContext`). An option that gives
 something else is an error naming both values, unless ``--reprice`` asks to price the plan on
 what the options give; then the report says what changed. A plan of an earlier schema records
 no context: the options say what it is priced on, as before.
@@ -16,11 +16,11 @@ from typing import Annotated
 import typer
 
 from autoshard.cli.common import build_task, check_options
-from autoshard.cost import model_identity, spec_of
+from autoshard.pricing.cost import model_identity, spec_of
 from autoshard.errors import InputError
 from autoshard.hardware import GB, HardwareProfile, load_hardware
-from autoshard.plan import Plan
-from autoshard.plan_context import PlanContext, read_table_set, tables_digest
+from autoshard.layout.plan import Plan
+from autoshard.layout.plan_context import PlanContext, read_table_set, tables_digest
 from autoshard.reservation import get_reservation
 from autoshard.task import ShardingTask, Workload
 

@@ -48,12 +48,12 @@ from autoshard.cli.context import (
 from autoshard.cli.report import show_report, show_torchrec_estimate
 from autoshard.cli.torchrec_cmds import PlanTablesOpt as TablesOrModelOpt
 from autoshard.cli.torchrec_cmds import StatsOpt, TorchRecModelOpt, plan_tables
-from autoshard.cost import CostModel, load_cost_model, machine_warning
+from autoshard.pricing.cost import CostModel, load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import CostReport, evaluate
+from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.hardware import BUNDLED, load_hardware
 from autoshard.limits import check_finite_costs, one_of
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 from autoshard.sharders import (
     accepted_options,
     check_sharder_options,
@@ -62,7 +62,7 @@ from autoshard.sharders import (
     list_sharders,
 )
 from autoshard.task import ShardingTask
-from autoshard.torchrec.reservation import check_pipeline
+from autoshard.torchrec.runtime_memory import check_pipeline
 
 
 @app.command()
@@ -258,7 +258,7 @@ def per_table_ms(plan: Plan, task: ShardingTask, model: CostModel) -> dict[str, 
     """Each table's cost under ``model``, its shards' summed over their devices, ms."""
     import numpy as np
 
-    from autoshard.shards import plan_layout, price_layout
+    from autoshard.layout.shards import plan_layout, price_layout
 
     layout = plan_layout(plan, task)
     total = np.bincount(layout.geometry.table, minlength=task.num_tables,

@@ -135,7 +135,7 @@ def measured_machine(info: dict[str, Any]) -> dict[str, Any]:
 
 def load_partition_model(model_dir: Path) -> Any:
     """A learned model that predicts partition latency from features (``predict(X)``)."""
-    from autoshard.cost import load_cost_model
+    from autoshard.pricing.cost import load_cost_model
 
     model = load_cost_model(str(model_dir))
     if not hasattr(model, "predict_partitions"):

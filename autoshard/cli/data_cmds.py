@@ -40,7 +40,7 @@ from autoshard.stats.scan import JOBS, MEMORY_GB, PIECE_MB, ScanOptions
 
 if TYPE_CHECKING:
     from autoshard.stats.partial import PartialProfile
-    from autoshard.stats.profile import TableProfile
+    from autoshard.stats.table_stats import TableProfile
     from autoshard.tables import Table
 
 OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="File to write.")]
@@ -200,7 +200,7 @@ def _write_profile(profiles: list[TableProfile], given: tuple[Table, ...] | None
                    inputs: list[str]) -> None:
     """Writes the table file (and the report) and shows the summary."""
     from autoshard.fileio import write_structured
-    from autoshard.stats.profile import merged_reuse
+    from autoshard.stats.table_stats import merged_reuse
     from autoshard.tables import save_tables
 
     tables = _measured_tables(profiles, given, dim, inputs[0] if len(inputs) == 1
@@ -267,7 +267,7 @@ def synth(
         help="Also write the tables with statistics measured on the trace.")] = None,
 ) -> None:
     """Generate a synthetic DLRM-like trace in Meta's format (.pt, or .pt.gz gzipped)."""
-    from autoshard.stats.profile import profile_table
+    from autoshard.stats.table_stats import profile_table
     from autoshard.stats.readers_dlrm import save_trace
     from autoshard.synth import draw_tables, generate_trace
     from autoshard.tables import save_tables

@@ -19,11 +19,11 @@ from autoshard.cli.common import (
     options_named,
     ranged,
 )
-from autoshard.compare import CompareRow, FixedTask, read_rows, run_suite
-from autoshard.compare_report import markdown_table, summarize, write_plots
-from autoshard.cost import CostModel, load_cost_model, model_identity
+from autoshard.compare.harness import CompareRow, FixedTask, read_rows, run_suite
+from autoshard.compare.report import markdown_table, summarize, write_plots
+from autoshard.pricing.cost import CostModel, load_cost_model, model_identity
 from autoshard.errors import InputError
-from autoshard.evaluator import CostReport, evaluate
+from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.fileio import atomic_write_text, output_folder, read_structured
 from autoshard.limits import BATCH_SIZE, DEVICES, TRACE_SIZE, Range
 from autoshard.sharders import sharder_info
@@ -141,7 +141,7 @@ def _learned_model(spec: str) -> CostModel | None:
 
 def _reprice(model: CostModel, task: ShardingTask, plans: Path) -> dict[str, CostReport]:
     """Step 5: every saved plan priced by the learned model."""
-    from autoshard.plan import Plan
+    from autoshard.layout.plan import Plan
 
     return {p.stem: evaluate(Plan.load(p), task, model) for p in sorted(plans.glob("*.json"))}
 

@@ -28,7 +28,7 @@ from autoshard.cli.context import (
 )
 from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import check_distinct_outputs
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 
 TARGETS = ("torchrec",)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table as RichTable
 
 from autoshard.cli.common import console
-from autoshard.evaluator import CostReport
+from autoshard.pricing.evaluator import CostReport
 from autoshard.torchrec.estimate import TorchRecEstimate
 
 

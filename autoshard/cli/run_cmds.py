@@ -36,7 +36,7 @@ from autoshard.cli.context import (
 from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import write_structured
 from autoshard.limits import TIME_LIMIT_S, Range
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 
 #: What runs a plan: our runner, or TorchRec's DistributedModelParallel.
 ENGINES = ("autoshard", "torchrec")

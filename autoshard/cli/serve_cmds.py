@@ -65,7 +65,7 @@ def load_inputs(model: str, profile: str | None, ceiling: float | None = None,
     from dataclasses import replace
 
     from autoshard.serving.model import load_model
-    from autoshard.serving.profile import load_serving_profile
+    from autoshard.serving.cluster import load_serving_profile
     from autoshard.serving.suites import SUITES, suite_model
 
     if model in SUITES and not Path(model).exists():
@@ -144,7 +144,7 @@ def profiles_cmd(name: Annotated[str | None, typer.Argument(
     """List bundled serving profiles, or print one as YAML."""
     import yaml
 
-    from autoshard.serving.profile import BUNDLED, load_serving_profile
+    from autoshard.serving.cluster import BUNDLED, load_serving_profile
 
     if name is None:
         for key, prof in BUNDLED.items():
@@ -361,7 +361,7 @@ def calibrate_cmd(
     write a serving profile with them."""
     from autoshard.machine import describe_machine
     from autoshard.serving.bench import calibrate
-    from autoshard.serving.profile import (
+    from autoshard.serving.cluster import (
         CALIBRATED,
         load_serving_profile,
         save_serving_profile,

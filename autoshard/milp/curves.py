@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.bounds import DeviceKinds, device_kinds, price_total
-from autoshard.cost import CostModel
+from autoshard.pricing.bounds import DeviceKinds, device_kinds, price_total
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 
 __all__ = ["UNIT_BYTES", "CostCurves", "CostLines", "DeviceKinds", "cost_curves", "device_kinds"]
@@ -109,7 +109,7 @@ def cost_curves(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds,
     """Prices every table's bend points on every device kind and keeps each curve's lower hull
     (vectorised over all curves: pricing in a few large chunks, one hull sweep). Past
     ``deadline`` (a ``time.perf_counter`` instant) between chunks:
-    :class:`autoshard.bounds.DeadlineReached`."""
+    :class:`autoshard.pricing.bounds.DeadlineReached`."""
     a = task.table_arrays
     cap = task.device_arrays.hbm_capacity[kinds.representative]
     cap_rows = a.hbm_rows_within(np.arange(task.num_tables)[:, None], cap[None, :])

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.evaluator import device_totals, price_plan
+from autoshard.pricing.evaluator import device_totals, price_plan
 from autoshard.milp import model as milp_model
 from autoshard.milp.curves import UNIT_BYTES, CostLines, DeviceKinds
-from autoshard.placement import PlacementState
-from autoshard.plan import hbm_use, memory_use
+from autoshard.layout.placement import PlacementState
+from autoshard.layout.plan import hbm_use, memory_use
 from autoshard.task import ShardingTask
 
 

@@ -2,7 +2,7 @@
 keeps in HBM.
 
 A bucket is a multiple of the task's HBM value threshold (the saving per HBM byte at which the
-fractional relaxation behind :func:`autoshard.bounds.lower_bound_ms` fills the cluster's HBM).
+fractional relaxation behind :func:`autoshard.pricing.bounds.lower_bound_ms` fills the cluster's HBM).
 Bucket ``m`` keeps the leading rows of the table's cost curve whose saving per byte is at least
 ``m`` times that threshold: multiplier 1 reproduces the relaxation's split of the table, larger
 multipliers keep fewer rows (leaving HBM to other tables), smaller ones more. The first bucket
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoshard.bounds import table_cost_curves
-from autoshard.cost import CostModel
+from autoshard.pricing.bounds import table_cost_curves
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 
 #: Threshold multipliers, from no row in HBM (inf) to all rows (0).
@@ -30,7 +30,7 @@ def bucket_rows(task: ShardingTask, cost_model: CostModel,
                 multipliers: tuple[float, ...] = MULTIPLIERS) -> np.ndarray:
     """HBM rows of every table in every bucket, shape [T, len(multipliers)], int64.
 
-    Rows are taken at the points of :func:`autoshard.bounds.table_cost_curves` (device 0's
+    Rows are taken at the points of :func:`autoshard.pricing.bounds.table_cost_curves` (device 0's
     curves, capped at its HBM capacity); a multiplier of 0 means all of the table's rows.
     """
     cost, used = table_cost_curves(task, cost_model, 0)
@@ -61,7 +61,7 @@ def bucket_rows(task: ShardingTask, cost_model: CostModel,
 def value_threshold(cost: np.ndarray, used: np.ndarray, budget: float) -> float:
     """Saving per byte (ms per byte) of the last curve segment that fits when ``budget`` bytes
     of HBM are filled with the segments that save most per byte (the fractional relaxation of
-    :func:`autoshard.bounds.lower_bound_ms`); 0.0 when every segment fits.
+    :func:`autoshard.pricing.bounds.lower_bound_ms`); 0.0 when every segment fits.
 
     Args:
         cost: Cost curves, ms, [T, G].

@@ -6,7 +6,7 @@ the policy's shared option scorer reads both:
 - grid 0 places the next item as it is: a whole table, or the next queued shard of a table
   split earlier;
 - grid 1, offered only while the next item is a table that dominates (a table the split
-  heuristic :func:`autoshard.splitting.split_heavy_tables` splits), places the first of its
+  heuristic :func:`autoshard.layout.splitting.split_heavy_tables` splits), places the first of its
   shards instead: the table is split as the heuristic splits it, that shard is placed, and its
   other shards are placed next, one step each (they then take grid 0 only).
 
@@ -25,10 +25,10 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.placement import PlacementState
-from autoshard.plan import Plan
+from autoshard.layout.placement import PlacementState
+from autoshard.layout.plan import Plan
 from autoshard.policy.episode import (
     PlacementEpisode,
     PricedTask,
@@ -37,7 +37,7 @@ from autoshard.policy.episode import (
 )
 from autoshard.policy.features import ObsLayout
 from autoshard.policy.refill import checked_mode
-from autoshard.shards import (
+from autoshard.layout.shards import (
     ShardGeometry,
     ShardLayout,
     ShardTask,
@@ -343,8 +343,8 @@ class ChoiceEpisode(PlacementEpisode):
 def split_offer(priced: PricedTask, layout: ObsLayout, cost_model: CostModel | None = None,
                 node_local: bool = False) -> SplitOffer | None:
     """The offer of the tables that dominate ``priced``'s task, split as
-    :func:`autoshard.splitting.split_heavy_tables` splits them (None when none dominates)."""
-    from autoshard.splitting import split_heavy_tables
+    :func:`autoshard.layout.splitting.split_heavy_tables` splits them (None when none dominates)."""
+    from autoshard.layout.splitting import split_heavy_tables
 
     choice = split_heavy_tables(priced.task, cost_model or priced.cost_model,
                                 node_local=node_local)

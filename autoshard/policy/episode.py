@@ -5,7 +5,7 @@ This is the numpy core shared by the ``ppo`` sharder (which decodes a policy ove
 Gymnasium environment ``autoshard/Placement-v0`` (a thin wrapper around it). Every price comes
 from the cost model: all (table, device, value bucket) options in one vectorised call when the
 task is prepared (:class:`PricedTask`, shared by every episode on the same task), the "fill"
-bucket when it is offered. Memory and load bookkeeping is :class:`autoshard.placement.
+bucket when it is offered. Memory and load bookkeeping is :class:`autoshard.layout.placement.
 PlacementState`.
 """
 
@@ -16,17 +16,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoshard import kinds
-from autoshard.bounds import device_kinds, lower_bound_ms
-from autoshard.cost import CostModel
+from autoshard.layout import kinds
+from autoshard.pricing.bounds import device_kinds, lower_bound_ms
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError, gib
-from autoshard.placement import PlacementState
-from autoshard.plan import Plan
+from autoshard.layout.placement import PlacementState
+from autoshard.layout.plan import Plan
 from autoshard.policy.buckets import MULTIPLIERS, bucket_rows
 from autoshard.policy.features import CLIP, ObsLayout, StaticOptions, nearest_legal
 from autoshard.policy.refill import checked_mode, level_offer, refill_device
 from autoshard.search.waterfill import Curves
-from autoshard.shards import ShardGeometry, one_per_device
+from autoshard.layout.shards import ShardGeometry, one_per_device
 from autoshard.task import ShardingTask
 
 #: Bound of every observation entry (the observation space's box).
@@ -460,7 +460,7 @@ class PlacementEpisode:
 
 
 def bound_shards(task: ShardingTask) -> tuple[ShardGeometry | None, np.ndarray | None]:
-    """The shards of ``task`` (a :class:`autoshard.shards.ShardTask`; None for whole tables)
+    """The shards of ``task`` (a :class:`autoshard.layout.shards.ShardTask`; None for whole tables)
     and which of them go one per device (table-row-wise ones, and a grid's of each column
     block, within one node; on a task planned for TorchRec, row-wise ones too)."""
     g = getattr(task, "geometry", None)

@@ -3,8 +3,8 @@ tables, by candidate prefix (:func:`split_geometries`)."""
 
 from __future__ import annotations
 
-from autoshard.cost import CostModel
-from autoshard.shards import ShardGeometry
+from autoshard.pricing.cost import CostModel
+from autoshard.layout.shards import ShardGeometry
 from autoshard.task import ShardingTask
 
 #: Tasks with fewer tables per device than this also get decodes over a finer split: tables
@@ -22,15 +22,15 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
     ``ppo-node-split`` / ``ppo-node-fine`` where the choice differs once table-row-wise splits
     are offered too (the episode keeps such a table's shards on one node, one per device).
     Each, and every table whole, also as ``<prefix>-replicas`` where light tables' replicas
-    pay (:func:`autoshard.splitting.replicate_tables`: one per device, every row in HBM).
+    pay (:func:`autoshard.layout.splitting.replicate_tables`: one per device, every row in HBM).
     Without ``variants`` (large tasks) only ``ppo-split``, node-local on hardware of several
     nodes: the choice ``recshard`` makes there first (row shards kept on one node pay
     intra-node links only; ``results/large`` measures it on the 856 x 128 tasks of
     ``benchmarks/bench_large.py``).
     """
-    from autoshard.bounds import relax
-    from autoshard.shards import same_split, whole_tables
-    from autoshard.splitting import replicate_tables, split_heavy_tables
+    from autoshard.pricing.bounds import relax
+    from autoshard.layout.shards import same_split, whole_tables
+    from autoshard.layout.splitting import replicate_tables, split_heavy_tables
 
     relaxed = relax(task, cost_model)
     if not variants:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoshard.placement import PlacementState
+from autoshard.layout.placement import PlacementState
 from autoshard.search.waterfill import Curves
 
 #: The refill modes (module docstring), and the suffix of a decode's name in each where it is

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 from autoshard.runner.config import RunConfig, ShardTable
 from autoshard.runner.data import TableBatch, split_tier
 from autoshard.runner.kernels import FbgemmTier, TierTable, TorchTier

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.fileio import atomic_write_text, json_text
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 from autoshard.runner.check import canonical_weights, check_rank
 from autoshard.runner.config import FAULT_ENV, RunConfig, ShardTable
 from autoshard.runner.data import TableBatch, global_batches, own_samples, shard_lookups

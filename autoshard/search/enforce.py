@@ -1,10 +1,10 @@
 """Any plan brought within its items' HBM bounds and its task's constraints
-(:mod:`autoshard.constraints`).
+(:mod:`autoshard.layout.constraints`).
 
 The sharders choose kinds and devices knowing the constraints' kinds (the split choice offers
 only the allowed ones), and the MILP keeps every item's HBM rows within its bounds; a sharder
 that does not (a greedy one) has them applied here, and the other tables' HBM water-filled
-around them on the same devices (:class:`autoshard.search.polisher.Polisher` with those rows
+around them on the same devices (:class:`autoshard.search.move_search.Polisher` with those rows
 locked).
 """
 
@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError, gib
-from autoshard.kinds import ShardingKind
-from autoshard.search.polisher import Polisher
+from autoshard.layout.kinds import ShardingKind
+from autoshard.search.move_search import Polisher
 from autoshard.search.waterfill import Curves
-from autoshard.shards import ShardLayout, pricing_task
+from autoshard.layout.shards import ShardLayout, pricing_task
 from autoshard.task import ShardingTask
 
 
 def enforce(task: ShardingTask, layout: ShardLayout, cost_model: CostModel) -> ShardLayout:
-    """``layout`` (a :class:`autoshard.shards.ShardLayout` of ``task``) with every item's HBM
+    """``layout`` (a :class:`autoshard.layout.shards.ShardLayout` of ``task``) with every item's HBM
     rows within its bounds (:attr:`autoshard.task.TableArrays.hbm_least` and ``hbm_most``:
     its table's constraints; every row of a replica) and the other items' HBM water-filled
-    around the bounded ones (:class:`autoshard.search.polisher.Polisher`), the devices
+    around the bounded ones (:class:`autoshard.search.move_search.Polisher`), the devices
     unchanged. A layout already within bounds is returned as it is.
 
     Raises:

@@ -22,7 +22,7 @@ rows where the access curve bends), priced by the task's cost model.
   or at a time guard that grows with the task (:func:`budget`).
 
 - **Split shares.** On a task planned for TorchRec a split table keeps one HBM share over its
-  shards (:meth:`autoshard.shards.ShardLayout.even_shares`); that share is chosen again
+  shards (:meth:`autoshard.layout.shards.ShardLayout.even_shares`); that share is chosen again
   (:func:`_tune_shares`), the other items' HBM water-filled around it.
 
 A device's load is the sum of its items' prices; :func:`polish_plan` keeps the result only when
@@ -36,15 +36,15 @@ import time
 
 import numpy as np
 
-from autoshard import kinds
-from autoshard.cost import CostModel
-from autoshard.evaluator import evaluate, step_cost_ms
+from autoshard.layout import kinds
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.evaluator import evaluate, step_cost_ms
 from autoshard.milp.curves import CostCurves
 from autoshard.milp.plans import feasible
-from autoshard.plan import Plan
-from autoshard.search.polisher import MARGIN, Polisher
+from autoshard.layout.plan import Plan
+from autoshard.search.move_search import MARGIN, Polisher
 from autoshard.search.waterfill import Curves
-from autoshard.shards import (
+from autoshard.layout.shards import (
     ShardLayout,
     fixed_shards,
     plan_layout,

@@ -1,7 +1,7 @@
 """Re-splitting a finished plan's heaviest tables: the last step of the learned sharder's
 improvement stage.
 
-The split choice the decodes place (:func:`autoshard.splitting.split_heavy_tables`) is made
+The split choice the decodes place (:func:`autoshard.layout.splitting.split_heavy_tables`) is made
 before any table is placed, from each table's price alone. Where HBM is reserved per shard
 (TorchRec's buffers, the ``torchrec`` reservation) or a table-row-wise split spreads a table's work
 where a column split would not, the best split of a table depends on what else is on its
@@ -10,7 +10,7 @@ devices. This step revisits it on the plan itself:
 - Each round takes the tables that cost at least :data:`HEAVY_SHARE` of the most loaded
   device's load (a table that is a small part of every device's work cannot move the step cost
   by its split): the dearest :data:`TABLES` on that device and overall.
-- Each such table is tried in every other sharding :func:`autoshard.splitting.candidate_splits`
+- Each such table is tried in every other sharding :func:`autoshard.layout.splitting.candidate_splits`
   offers (whole too); its new shards go where the split fixes them (one per device of the
   world or of a node) or on the least loaded devices, with no HBM row.
 - Every variant's HBM is water-filled (:func:`autoshard.search.polish.polish_plan` with no
@@ -31,12 +31,12 @@ import time
 
 import numpy as np
 
-from autoshard import kinds
-from autoshard.cost import CostModel
-from autoshard.plan import Plan
+from autoshard.layout import kinds
+from autoshard.pricing.cost import CostModel
+from autoshard.layout.plan import Plan
 from autoshard.search.polish import polish_plan, step_seconds
 from autoshard.search.waterfill import Curves
-from autoshard.shards import (
+from autoshard.layout.shards import (
     ShardGeometry,
     ShardLayout,
     column_blocks,
@@ -45,7 +45,7 @@ from autoshard.shards import (
     pricing_task,
     whole_tables,
 )
-from autoshard.splitting import candidate_splits
+from autoshard.layout.splitting import candidate_splits
 from autoshard.task import ShardingTask
 
 #: A table is re-split when it costs at least this share of the most loaded device's load.

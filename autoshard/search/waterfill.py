@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autoshard.bounds import device_kinds
-from autoshard.cost import CostModel
+from autoshard.pricing.bounds import device_kinds
+from autoshard.pricing.cost import CostModel
 from autoshard.milp.curves import UNIT_BYTES, CostCurves, cost_curves
 from autoshard.milp.plans import hbm_terms
 from autoshard.task import ShardingTask

@@ -12,7 +12,7 @@ import numpy as np
 
 from autoshard.serving.model import INDEX_BYTES, ServingModel
 from autoshard.serving.parts import PartSet, row_bytes
-from autoshard.serving.profile import ServingProfile
+from autoshard.serving.cluster import ServingProfile
 
 FP32_BYTES = 4  # pooled results leave a server in fp32
 

@@ -34,7 +34,7 @@ from autoshard.errors import InputError
 from autoshard.serving.costs import PartCosts
 from autoshard.serving.mapping import MAIN, Mapping
 from autoshard.serving.model import ServingModel
-from autoshard.serving.profile import ServingProfile
+from autoshard.serving.cluster import ServingProfile
 from autoshard.serving.queueing import host_slowdown, solve_queues, stall_delays
 
 CHUNK = 8192  # requests per vectorised block (bounds working memory)

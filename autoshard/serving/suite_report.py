@@ -7,7 +7,7 @@ from typing import Any
 
 from autoshard.fileio import atomic_write_text, write_structured
 from autoshard.machine import describe_machine
-from autoshard.serving.profile import CALIBRATED
+from autoshard.serving.cluster import CALIBRATED
 from autoshard.serving.report import (
     BENCH_COLUMNS,
     SWEEP_COLUMNS,

@@ -14,7 +14,7 @@ from autoshard.serving.planning import (
     server_range,
     sweep,
 )
-from autoshard.serving.profile import (
+from autoshard.serving.cluster import (
     ServingProfile,
     load_serving_profile,
     with_calibration,

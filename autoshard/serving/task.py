@@ -12,7 +12,7 @@ from autoshard.limits import P99_TARGET_MS, QPS, SIMULATED_REQUESTS
 from autoshard.serving.costs import PartCosts, part_costs
 from autoshard.serving.model import ServingModel
 from autoshard.serving.parts import PartSet, check_precision, fitting_parts
-from autoshard.serving.profile import ServingProfile
+from autoshard.serving.cluster import ServingProfile
 from autoshard.serving.ranges import SAMPLES
 from autoshard.serving.simulate import RequestSample, sample_requests
 

@@ -6,12 +6,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.placement import PlacementState
-from autoshard.plan import Plan
-from autoshard.shards import ShardLayout, pricing_task, split_pins
-from autoshard.splitting import split_heavy_tables
+from autoshard.layout.placement import PlacementState
+from autoshard.layout.plan import Plan
+from autoshard.layout.shards import ShardLayout, pricing_task, split_pins
+from autoshard.layout.splitting import split_heavy_tables
 from autoshard.task import ShardingTask
 
 
@@ -22,7 +22,7 @@ class GreedySharder:
 
     Args:
         split: First split every table whose cost exceeds the per-device mean of the least work
-            (:func:`autoshard.splitting.split_heavy_tables`), then place the shards as tables.
+            (:func:`autoshard.layout.splitting.split_heavy_tables`), then place the shards as tables.
             Off by default: the greedy family is the table-wise baseline.
     """
 
@@ -53,7 +53,7 @@ class GreedySharder:
                ) -> PlacementState:
         """Places every table; a table with ``hbm_cap[t] >= 0`` keeps at most that many rows
         in HBM, on the least loaded device where they fit; one with ``pins[t] >= 0`` goes to
-        that device (:func:`autoshard.shards.split_pins`) with the most HBM rows that fit."""
+        that device (:func:`autoshard.layout.shards.split_pins`) with the most HBM rows that fit."""
         keys = self.keys(task)
         state = PlacementState(task, cost_model)
         accumulated = np.zeros(task.num_devices)

@@ -2,7 +2,7 @@
 greedy sharders' plans as candidates; the plan with the lowest step cost wins.
 
 Splits: the tables that dominate are split as ``split_lookup_greedy`` and ``recshard`` split them
-(:func:`autoshard.splitting.split_heavy_tables`), and the policy also places the resulting shards
+(:func:`autoshard.layout.splitting.split_heavy_tables`), and the policy also places the resulting shards
 as items (each shard priced like a table through the cost model); its split decodes compete with
 its whole-table ones. In one more decode the policy chooses the splits itself
 (:mod:`autoshard.policy.choice`): at each dominant table it either places the table whole
@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import autoshard
-from autoshard.bounds import DeadlineReached
-from autoshard.cost import CostModel
+from autoshard.pricing.bounds import DeadlineReached
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import step_cost_ms, task_bound_ms
+from autoshard.pricing.evaluator import step_cost_ms, task_bound_ms
 from autoshard.limits import SEED, THREADS, TIME_LIMIT_S, Range
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 from autoshard.policy.geometries import split_geometries
 from autoshard.policy.refill import decode_modes
 from autoshard.search.enforce import enforce
@@ -61,7 +61,7 @@ from autoshard.sharders.ppo_stage import (
     resolve,
     settle,
 )
-from autoshard.shards import ShardGeometry, ShardLayout, pricing_task
+from autoshard.layout.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.task import ShardingTask
 
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).

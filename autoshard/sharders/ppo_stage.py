@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.evaluator import plan_cost_ms, step_cost_ms
+from autoshard.pricing.evaluator import plan_cost_ms, step_cost_ms
 from autoshard.milp.plans import feasible
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 from autoshard.search.polish import budget, polish_plan
 from autoshard.search.waterfill import Curves
 from autoshard.sharders.ppo_names import (
@@ -28,7 +28,7 @@ from autoshard.sharders.ppo_names import (
 )
 from autoshard.sharders.recshard import RecShard
 from autoshard.sharders.recshard_tables import search_from
-from autoshard.shards import ShardLayout, held_shards, plan_layout, pricing_task
+from autoshard.layout.shards import ShardLayout, held_shards, plan_layout, pricing_task
 from autoshard.task import ShardingTask
 
 #: On tasks over ``SMALL_TASK`` pairs, the winner is polished on while its moves help, for
@@ -124,7 +124,7 @@ def resolved(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
     ``deadline``, and its step cost; the input where that is no cheaper. The items a split
     pins to their devices (one row shard per device, replicas, node-local shards) stay where
     the plan has them; each split table then keeps one HBM share where the task's runtime
-    holds one (:meth:`~autoshard.shards.ShardLayout.even_shares`)."""
+    holds one (:meth:`~autoshard.layout.shards.ShardLayout.even_shares`)."""
     layout = plan_layout(plan, task)
     g = layout.geometry
     items = pricing_task(task, g)

@@ -32,7 +32,7 @@ time tables stay whole; the status says so (:data:`DEADLINE_STATUS`, :data:`NO_S
 
 With ``split`` (the default) tables may be split: the tables whose cost alone exceeds a share of
 the per-device mean of the least work are split column-wise or row-wise
-(:func:`autoshard.splitting.split_heavy_tables`), their shards placed by the solve above as if
+(:func:`autoshard.layout.splitting.split_heavy_tables`), their shards placed by the solve above as if
 they were tables (with their own HBM rows), for each choice in :data:`SPLIT_TARGETS` while time
 is left and the gap is open, then every table whole unless a split plan already costs less than
 the table-wise bound; the cheapest plan is kept. On tasks too large for the whole MILP only the
@@ -55,14 +55,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from autoshard.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
-from autoshard.cost import CostModel, is_model_spec
+from autoshard.pricing.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
+from autoshard.pricing.cost import CostModel, is_model_spec
 from autoshard.errors import InputError, PlannerError
 from autoshard.limits import MAX_DEVICES, MAX_TABLES, SEED, TIME_LIMIT_S, Range
 from autoshard.milp import model as milp_model
 from autoshard.milp.curves import cost_curves, device_kinds
 from autoshard.milp.plans import aggregated, single_bound, step_cost
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 from autoshard.provenance import Provenance
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders.recshard_blend import solve_both
@@ -75,7 +75,7 @@ from autoshard.sharders.recshard_tables import (
     left,
     solve_tables,
 )
-from autoshard.shards import (
+from autoshard.layout.shards import (
     ShardGeometry,
     ShardLayout,
     is_whole,
@@ -84,7 +84,7 @@ from autoshard.shards import (
     split_pins,
     whole_tables,
 )
-from autoshard.splitting import replicate_tables, split_heavy_tables
+from autoshard.layout.splitting import replicate_tables, split_heavy_tables
 from autoshard.task import ShardingTask
 
 __all__ = ["DEADLINE_STATUS", "MIN_SEARCH_S", "NO_SPLIT_STATUS", "RecShard", "RecShardResult",
@@ -92,7 +92,7 @@ __all__ = ["DEADLINE_STATUS", "MIN_SEARCH_S", "NO_SPLIT_STATUS", "RecShard", "Re
 
 #: Split choices tried in turn (the cheapest plan is kept), as (share of the spread-work bound
 #: above which tables are split, whether that target is raised to what the dearest table can
-#: reach, :func:`autoshard.splitting.split_heavy_tables`): first the reachable target (under
+#: reach, :func:`autoshard.layout.splitting.split_heavy_tables`): first the reachable target (under
 #: the analytical model nearly always the same choice as the next), then only the tables that
 #: alone exceed the per-device mean, then finer. Identical choices are solved once.
 SPLIT_TARGETS = ((1.0, True), (1.0, False), (0.5, False))
@@ -152,7 +152,7 @@ class RecShard:
             what each step took off.
         replicate: With ``split``, also offer each split choice with the light tables whose
             replicas pay replicated on every device (``data_parallel``:
-            :func:`autoshard.splitting.replicate_tables`), solved before it; the bound then
+            :func:`autoshard.layout.splitting.replicate_tables`), solved before it; the bound then
             holds for replicated plans too. False: no table replicated.
     """
 
@@ -218,7 +218,7 @@ class RecShard:
         limit = self.time_limit * (1.0 - POLISH_SHARE_OF_LIMIT if self.polish else 1.0)
         solver = self._with_limit(limit)
         if self.also_for is not None:
-            from autoshard.cost import load_cost_model
+            from autoshard.pricing.cost import load_cost_model
 
             result = solve_both(solver._with_limit, task, (cost_model,
                                 load_cost_model(self.also_for)), limit, self.name)
@@ -466,7 +466,7 @@ def recshard_bound(task: ShardingTask, cost_model: CostModel, time_limit: float 
 def _with_replicas(task: ShardingTask, cost_model: CostModel, choices: list[ShardGeometry]
                    ) -> list[ShardGeometry]:
     """Each choice preceded by itself with the tables whose replicas pay replicated
-    (:func:`autoshard.splitting.replicate_tables`), where that differs."""
+    (:func:`autoshard.layout.splitting.replicate_tables`), where that differs."""
     out: list[ShardGeometry] = []
     for g in choices:
         replicated = replicate_tables(task, cost_model, g)

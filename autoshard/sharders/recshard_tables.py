@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autoshard.bounds import DeadlineReached, lower_bound_ms
-from autoshard.cost import CostModel
+from autoshard.pricing.bounds import DeadlineReached, lower_bound_ms
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.milp import model as milp_model
 from autoshard.milp.curves import (
@@ -39,7 +39,7 @@ from autoshard.milp.plans import (
     to_memory,
     to_rows,
 )
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 from autoshard.task import ShardingTask
 
 #: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
@@ -325,7 +325,7 @@ def _searched_start(ctx: _Context, starts: list[tuple[str, np.ndarray, np.ndarra
     (``<name>+search``) until :data:`SEARCH_START_SHARE` of the time left has passed; pinned
     items stay on their device. None when the result does not fit (that start is already
     among ``starts``)."""
-    from autoshard import kinds as sharding_kinds
+    from autoshard.layout import kinds as sharding_kinds
     from autoshard.search.polish import polish_arrays
 
     task, model = ctx.task, ctx.cost_model

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from autoshard.errors import InputError
 from autoshard.fileio import open_text
-from autoshard.stats.profile import TableProfile, merged_reuse, profile_table
+from autoshard.stats.table_stats import TableProfile, merged_reuse, profile_table
 
 FORMATS = ("dlrm", "criteo", "columnar")
 

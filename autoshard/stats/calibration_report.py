@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.fileio import atomic_write_text, output_folder, save_figure, write_structured
-from autoshard.stats.calibrate import (
+from autoshard.stats.synth_fit import (
     LocalityStats,
     distances,
     expected_reuse,
@@ -21,7 +21,7 @@ from autoshard.stats.calibrate import (
     read_locality_stats,
     simulate_reuse,
 )
-from autoshard.stats.profile import merged_reuse
+from autoshard.stats.table_stats import merged_reuse
 from autoshard.synth import DEFAULT_BATCH, DEFAULT_COUNT, SynthConfig, draw_tables
 
 #: Where the Nelder-Mead fit starts (a first guess by hand; ``--fit`` refits from here).

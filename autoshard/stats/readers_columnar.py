@@ -19,7 +19,7 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.fileio import check_csv_header, open_text
-from autoshard.stats.profile import CountAccumulator, TableProfile
+from autoshard.stats.table_stats import CountAccumulator, TableProfile
 
 #: Hash size of string columns when none is given.
 DEFAULT_HASH_SIZE = 1 << 20

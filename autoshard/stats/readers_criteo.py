@@ -10,7 +10,7 @@ from pathlib import Path
 
 from autoshard.errors import InputError
 from autoshard.fileio import open_text
-from autoshard.stats.profile import TableProfile
+from autoshard.stats.table_stats import TableProfile
 from autoshard.stats.readers_columnar import CsvLayout, Progress, profile_columnar
 
 DENSE = tuple(f"I{i}" for i in range(1, 14))

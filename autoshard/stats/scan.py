@@ -23,7 +23,7 @@ from autoshard.errors import InputError
 from autoshard.limits import MAX_THREADS, Range
 from autoshard.stats.inputs import Piece, fingerprint, parquet_pieces, text_pieces
 from autoshard.stats.partial import PartialProfile, ProfileSchema, TableSchema, TableState
-from autoshard.stats.profile import SparseCounts
+from autoshard.stats.table_stats import SparseCounts
 from autoshard.stats.readers_columnar import (
     ColumnPlan,
     CsvLayout,

@@ -5,14 +5,14 @@
 - :mod:`~autoshard.torchrec.shardings`: a plan as TorchRec table shardings, and back;
 - :mod:`~autoshard.torchrec.export`: the sharding-plan description file, and TorchRec's
   ``ShardingPlan`` objects built from it and checked against its sharder;
-- :mod:`~autoshard.torchrec.reservation`: the HBM TorchRec's runtime keeps per table or shard
+- :mod:`~autoshard.torchrec.runtime_memory`: the HBM TorchRec's runtime keeps per table or shard
   (a task's reservation); :mod:`~autoshard.torchrec.storage`: TorchRec's own storage count,
   mirrored exactly, and plans fitted to it;
 - :mod:`~autoshard.torchrec.estimate`: TorchRec's perf and storage estimators on a plan;
   :mod:`~autoshard.torchrec.cost`: its perf estimator as a cost model;
   :mod:`~autoshard.torchrec.opinion`: its figures beside ours for a comparison's plans;
 - :mod:`~autoshard.torchrec.sharder`: TorchRec's planner as a sharder;
-- :mod:`~autoshard.torchrec.planner`: the other way round, autoshard behind TorchRec's planner
+- :mod:`~autoshard.torchrec.autoshard_planner`: the other way round, autoshard behind TorchRec's planner
   interface (``AutoshardPlanner``), with :mod:`~autoshard.torchrec.model_tables` (a model's
   tables), :mod:`~autoshard.torchrec.topology` (a Topology as our hardware) and
   :mod:`~autoshard.torchrec.parameter_constraints` (its ParameterConstraints as ours).

@@ -6,7 +6,7 @@ TorchRec's ``EmbeddingPerfEstimator`` on it, on the task's topology as
 and sibling shards (TorchRec's even blocks), its compute kernel and cache load factor from its
 HBM rows (:func:`autoshard.torchrec.mapping.table_kernel`: all rows in HBM ``fused``, none
 ``fused_uvm``, else ``fused_uvm_caching`` at the shard's share of rows), for the training
-pipeline the task reserves HBM for (:func:`autoshard.torchrec.reservation.pipeline_of`) unless
+pipeline the task reserves HBM for (:func:`autoshard.torchrec.runtime_memory.pipeline_of`) unless
 one is given.
 
 A device's sum of these prices is TorchRec's rank figure and the plan's maximum its rating, so
@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from autoshard import kinds
-from autoshard.cost import Pricing
+from autoshard.layout import kinds
+from autoshard.pricing.cost import Pricing
 from autoshard.errors import PlannerError
-from autoshard.kinds import WHOLE, ShardingKind
-from autoshard.shards import ShardTask, even_split, whole_tables
+from autoshard.layout.kinds import WHOLE, ShardingKind
+from autoshard.layout.shards import ShardTask, even_split, whole_tables
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.mapping import (
@@ -44,7 +44,7 @@ from autoshard.torchrec.mapping import (
     kernel_of,
     torchrec_name,
 )
-from autoshard.torchrec.reservation import check_pipeline
+from autoshard.torchrec.runtime_memory import check_pipeline
 from autoshard.torchrec.shardings import ShardSpec, TableSharding
 
 #: Tasks whose prices are kept (a sharder works on one task and its shard tasks at a time).
@@ -57,7 +57,7 @@ class TorchRecCostModel:
     """Prices rows with TorchRec's ``EmbeddingPerfEstimator`` (see the module docstring).
 
     Args:
-        pipeline: TorchRec's training pipeline (:data:`autoshard.torchrec.reservation.PIPELINES`);
+        pipeline: TorchRec's training pipeline (:data:`autoshard.torchrec.runtime_memory.PIPELINES`);
             None: the one each task's reservation keeps HBM for.
         use_stats: Give TorchRec the access curves as cache statistics (as the ``torchrec``
             sharder does).

@@ -39,13 +39,13 @@ from typing import Any
 import numpy as np
 
 from autoshard.errors import PlannerError
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.export import meta_collection
 from autoshard.torchrec.mapping import FUSED_UVM_CACHING
-from autoshard.torchrec.reservation import check_pipeline, pipeline_of
+from autoshard.torchrec.runtime_memory import check_pipeline, pipeline_of
 from autoshard.torchrec.shardings import TableSharding, table_shardings
 
 _BYTES_PER_MS_PER_GBPS = 1e6  # 1 GB/s = 1e9 bytes/s = 1e6 bytes/ms (TorchRec's unit)
@@ -123,8 +123,8 @@ class TorchRecEstimate:
 def estimate_plan(plan: Plan, task: ShardingTask, use_stats: bool = True,
                   pipeline: str | None = None) -> TorchRecEstimate:
     """``plan`` priced and sized by TorchRec's estimators on the task's topology, for a run in
-    TorchRec's training ``pipeline`` (:data:`autoshard.torchrec.reservation.PIPELINES`; None:
-    the one the task's reservation is for, :func:`autoshard.torchrec.reservation.pipeline_of`).
+    TorchRec's training ``pipeline`` (:data:`autoshard.torchrec.runtime_memory.PIPELINES`; None:
+    the one the task's reservation is for, :func:`autoshard.torchrec.runtime_memory.pipeline_of`).
     """
     return estimate_shardings(table_shardings(plan, task), task, use_stats, pipeline)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
-from autoshard.kinds import REPLICATED
-from autoshard.plan import Plan
+from autoshard.layout.kinds import REPLICATED
+from autoshard.layout.plan import Plan
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.mapping import (
@@ -27,7 +27,7 @@ from autoshard.torchrec.mapping import (
     WHOLE_TYPE,
     torchrec_name,
 )
-from autoshard.torchrec.reservation import check_pipeline, pipeline_of
+from autoshard.torchrec.runtime_memory import check_pipeline, pipeline_of
 from autoshard.torchrec.shardings import (
     ShardSpec,
     TableSharding,

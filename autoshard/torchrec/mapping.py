@@ -2,7 +2,7 @@
 
 Every name TorchRec gives a sharding kind, a kernel or an element type is said here once:
 
-- sharding types: each of our kinds (:mod:`autoshard.kinds`) is the TorchRec sharding type of
+- sharding types: each of our kinds (:mod:`autoshard.layout.kinds`) is the TorchRec sharding type of
   the same name; TorchRec's ``table_column_wise`` (column blocks over one node's ranks) is
   column-wise in our plans;
 - ``data_parallel`` tables (replicated) use the ``dense`` kernel, every row in HBM;
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoshard.errors import InputError
-from autoshard.kinds import REPLICATED, WHOLE, ShardingKind
+from autoshard.layout.kinds import REPLICATED, WHOLE, ShardingKind
 from autoshard.tables import Table
 
 #: TorchRec's name of each of our sharding kinds.

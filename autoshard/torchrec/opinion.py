@@ -15,12 +15,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from autoshard.compare import TaskSource
-from autoshard.cost import CostModel
+from autoshard.compare.harness import TaskSource
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import evaluate
+from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import append_csv_row
-from autoshard.plan import Plan
+from autoshard.layout.plan import Plan
 
 
 @dataclass(frozen=True)

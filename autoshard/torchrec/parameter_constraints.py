@@ -1,6 +1,6 @@
 """TorchRec's per-table ``ParameterConstraints`` in our terms (for the TorchRec planner).
 
-Each table's constraint becomes a :class:`autoshard.constraints.TableConstraint`:
+Each table's constraint becomes a :class:`autoshard.layout.constraints.TableConstraint`:
 
 - ``sharding_types``: those the table's sharder offers on the compute device
   (``sharder.sharding_types(compute_device)``; all of them when the constraint names none),
@@ -33,9 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autoshard.constraints import TableConstraint
+from autoshard.layout.constraints import TableConstraint
 from autoshard.errors import PlannerError
-from autoshard.kinds import ShardingKind
+from autoshard.layout.kinds import ShardingKind
 from autoshard.torchrec.mapping import (
     FUSED,
     FUSED_UVM,
@@ -47,7 +47,7 @@ from autoshard.torchrec.mapping import (
 )
 from autoshard.torchrec.model_tables import ModelTable
 
-_log = logging.getLogger("autoshard.torchrec.planner")
+_log = logging.getLogger("autoshard.torchrec.autoshard_planner")
 #: ParameterSharding fields a constraint passes through unchanged, as TorchRec's planner does.
 PASSED_THROUGH = ("enforce_hbm", "stochastic_rounding", "bounds_check_mode", "output_dtype",
                   "key_value_params")

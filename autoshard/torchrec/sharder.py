@@ -12,7 +12,7 @@ storage estimate of every shard. The cache search starts from a load factor whos
 the cluster's HBM (TorchRec's default 0.2 when that fits), so that big tables get an HBM cache
 instead of falling back to host memory whole. On large tasks (more than
 :data:`FULL_STRENGTH_CELLS` tables x devices) only the dominant tables (dearer whole than the
-per-device mean, :func:`autoshard.splitting.dominant_tables`) are offered the split types, the
+per-device mean, :func:`autoshard.layout.splitting.dominant_tables`) are offered the split types, the
 others ``table_wise``, as a user planning a large model constrains them: TorchRec enumerates a
 row-wise option as one shard per rank, so otherwise its options grow with tables x devices.
 
@@ -26,7 +26,7 @@ round(f * n) hottest rows in HBM. The same evaluator then prices it with our cos
 A time limit covers the whole run (importing TorchRec, seconds once per process, happens when
 the sharder is made, as the ``ppo`` sharder loads its policy). The options are enumerated once
 per starting load factor and handed to TorchRec's planner, whose proposers stop at the
-deadline once a plan is found (:mod:`autoshard.torchrec.planning`). Where TorchRec's
+deadline once a plan is found (:mod:`autoshard.torchrec.timed_planning`). Where TorchRec's
 enumeration of every option is predicted (:data:`ENUMERATE_S_PER_SHARD`) to take more than
 :data:`ENUMERATE_SHARE` of the limit, the split types are offered to the dominant tables only,
 or to none, and then (where HBM holds every table whole) the ``fused`` kernel alone; the
@@ -44,11 +44,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.limits import MAX_DEVICES, MAX_TABLES, TIME_LIMIT_S, Range
-from autoshard.plan import Plan
-from autoshard.splitting import REPLICA_HBM_SHARE, dominant_tables
+from autoshard.layout.plan import Plan
+from autoshard.layout.splitting import REPLICA_HBM_SHARE, dominant_tables
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.mapping import (
@@ -61,7 +61,7 @@ from autoshard.torchrec.mapping import (
     WHOLE_TYPE,
     data_type,
 )
-from autoshard.torchrec.planning import (
+from autoshard.torchrec.timed_planning import (
     PLANNED_KERNELS,
     SearchSpace,
     largest_hbm,
@@ -104,11 +104,11 @@ def offered_sharding_types(task: ShardingTask, cost_model: CostModel,
     types TorchRec's planner enumerates only where a constraint names them
     (:data:`autoshard.torchrec.mapping.NAMED_ONLY`: ``grid_shard``): those are named for the
     dominant tables (dearer whole than the per-device mean of the least work,
-    :func:`autoshard.splitting.dominant_tables`), the tables a grid can relieve, and only on
+    :func:`autoshard.layout.splitting.dominant_tables`), the tables a grid can relieve, and only on
     hardware of several nodes (a grid's column blocks go to different nodes). Above it, a table
     gets the split types only when it is dominant; the others get ``table_wise``, and
     ``data_parallel`` (replicated, the choice for small tables) where the table fits
-    :data:`autoshard.splitting.REPLICA_HBM_SHARE` of a device's HBM (and ``replicas``).
+    :data:`autoshard.layout.splitting.REPLICA_HBM_SHARE` of a device's HBM (and ``replicas``).
     ``heavy``: the dominant tables, where already known.
     TorchRec enumerates a
     row-wise option as one shard per rank, so without this the options grow with tables x
@@ -174,7 +174,7 @@ class TorchRecSharder:
                  time_limit: float | None = None,
                  full_strength_cells: int = FULL_STRENGTH_CELLS,
                  pipeline: str | None = None) -> None:
-        from autoshard.torchrec.reservation import check_pipeline
+        from autoshard.torchrec.runtime_memory import check_pipeline
 
         self.pipeline = None if pipeline is None else check_pipeline(pipeline)
         self.full_strength_cells = full_strength_cells

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from autoshard.errors import InputError, PlannerError
-from autoshard.kinds import ShardingKind
-from autoshard.plan import Placement, Plan, Shard
-from autoshard.shards import check_layout
+from autoshard.layout.kinds import ShardingKind
+from autoshard.layout.plan import Placement, Plan, Shard
+from autoshard.layout.shards import check_layout
 from autoshard.task import ShardingTask
 from autoshard.torchrec.mapping import (
     DEFAULT_CACHE_LOAD_FACTOR,

@@ -2,7 +2,7 @@
 
 TorchRec's storage estimate (``EmbeddingStorageEstimator`` of torchrec 1.8.0, CUDA, for the
 training pipeline the task's reservation names,
-:func:`autoshard.torchrec.reservation.pipeline_of`) charges
+:func:`autoshard.torchrec.runtime_memory.pipeline_of`) charges
 each shard more HBM than our memory model's weights and optimizer state:
 
 - ``fused_uvm_caching``: 16 bytes of cache state per cached row and 4 bytes of index per row
@@ -16,7 +16,7 @@ each shard more HBM than our memory model's weights and optimizer state:
   prefetch pipeline, three input buffers and, for a cached shard, seven prefetch buffers;
 - in inference, only the weights.
 
-Sharders keep room for it on tasks that reserve it (:mod:`autoshard.torchrec.reservation`,
+Sharders keep room for it on tasks that reserve it (:mod:`autoshard.torchrec.runtime_memory`,
 which bounds this count); a plan made without that room may overfill
 HBM under TorchRec. :func:`fit_shardings` lowers the HBM caches on the ranks that overfill
 (their tables' cache load factors, coldest rows first, which is what a cache load factor
@@ -34,11 +34,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from autoshard.kinds import id_parts
+from autoshard.layout.kinds import id_parts
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 from autoshard.torchrec.mapping import DENSE, FUSED, FUSED_UVM, FUSED_UVM_CACHING
-from autoshard.torchrec.reservation import (
+from autoshard.torchrec.runtime_memory import (
     CACHE_INDEX_BYTES,
     CACHE_SLOT_BYTES,
     INDEX_BYTES,

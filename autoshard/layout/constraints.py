@@ -2,10 +2,10 @@
 of it must or may stay in HBM, and the narrowest column block.
 
 They are what TorchRec's ``ParameterConstraints`` say in its terms (the TorchRec planner,
-:mod:`autoshard.torchrec.planner`, translates them): ``sharding_types`` become the allowed
+:mod:`autoshard.torchrec.autoshard_planner`, translates them): ``sharding_types`` become the allowed
 kinds, ``compute_kernels`` and a cache's load factor the share of rows in HBM, and
 ``min_partition`` the narrowest column block. A task carries them; the split choice
-(:mod:`autoshard.splitting`) offers only the allowed kinds and splits a table that may not stay
+(:mod:`autoshard.layout.splitting`) offers only the allowed kinds and splits a table that may not stay
 whole, and :func:`autoshard.search.enforce.enforce` brings any plan's HBM rows within the
 bounds, water-filling the other tables' HBM around them.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoshard.errors import InputError
-from autoshard.kinds import WHOLE, ShardingKind
+from autoshard.layout.kinds import WHOLE, ShardingKind
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Choosing how to split tables: which tables, row-wise or column-wise, into how many shards.
 
 A table whose cost exceeds a target (by default the per-device mean of the task's least work,
-:func:`autoshard.bounds.lower_bound_ms`) caps any table-wise plan at its own cost.
+:func:`autoshard.pricing.bounds.lower_bound_ms`) caps any table-wise plan at its own cost.
 :func:`split_heavy_tables` prices, through the cost model, every candidate split of each such
 table (column-wise into 2, 4, 8... blocks of equal width; row-wise over 2..N devices; on
 several nodes, for sharders that keep shards on a node, row-wise within a node and grids), each
@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard import kinds
-from autoshard.bounds import Relaxation, relax
-from autoshard.constraints import cols_allowed
-from autoshard.cost import CostModel
+from autoshard.layout import kinds
+from autoshard.pricing.bounds import Relaxation, relax
+from autoshard.layout.constraints import cols_allowed
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.kinds import split_kind
-from autoshard.shards import (
+from autoshard.layout.kinds import split_kind
+from autoshard.layout.shards import (
     ShardGeometry,
     even_split,
     grid_split,
@@ -113,7 +113,7 @@ def candidate_splits(task: ShardingTask, table: int, max_parts: int, node_local:
 
 
 def grid_splits(task: ShardingTask, table: int, max_parts: int) -> list[ShardGeometry]:
-    """Grids of ``table`` (:func:`autoshard.shards.grid_split`): 2, 4, 8... equal column
+    """Grids of ``table`` (:func:`autoshard.layout.shards.grid_split`): 2, 4, 8... equal column
     blocks, each cut into row ranges over the devices of one node, one on each, of at most
     ``max_parts`` shards in all (so, by default, at most a block per node); only where the
     table's constraints allow grids and the blocks' width."""
@@ -169,7 +169,7 @@ def split_heavy_tables(task: ShardingTask, cost_model: CostModel, target_ms: flo
         cost_model: Prices the candidates.
         target_ms: Cost above which a table is split.
         max_parts: Most shards per table (default: the device count).
-        relaxed: The task's :func:`autoshard.bounds.relax` (computed when not given).
+        relaxed: The task's :func:`autoshard.pricing.bounds.relax` (computed when not given).
         node_local: Also offer node-local row splits and grids (:func:`candidate_splits`);
             only for sharders that keep each column block's such shards on one node.
         rows_only: Offer splits by rows only (grids included: each shard then receives a
@@ -222,7 +222,7 @@ REPLICA_MIN_SAVING = 0.05
 
 def replicate_tables(task: ShardingTask, cost_model: CostModel, g: ShardGeometry,
                      hbm_share: float = REPLICA_HBM_SHARE) -> ShardGeometry:
-    """``g`` with the tables whose replicas pay replicated (:func:`autoshard.shards.replicas`),
+    """``g`` with the tables whose replicas pay replicated (:func:`autoshard.layout.shards.replicas`),
     ``g`` itself when none does.
 
     A table pays when its replicas' total cost, every row in HBM, is below the total cost of

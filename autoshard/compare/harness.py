@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from autoshard.compare_rows import (
+from autoshard.compare.rows import (
     BESIDE,
     COLUMNS,
     FIGURES,
@@ -36,14 +36,14 @@ from autoshard.compare_rows import (
     rewrite_rows,
     utc_now,
 )
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.evaluator import CostReport, evaluate
+from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.fileio import read_structured, write_structured
 from autoshard.limits import check_finite_costs
 from autoshard.machine import describe_machine
-from autoshard.plan import Plan
-from autoshard.plan_context import SUITE_PREFIX, PlanContext
+from autoshard.layout.plan import Plan
+from autoshard.layout.plan_context import SUITE_PREFIX, PlanContext
 from autoshard.sharders import (
     check_sharder_options,
     common_options,
@@ -53,14 +53,14 @@ from autoshard.sharders import (
 )
 from autoshard.task import ShardingTask
 
-#: Rows and their files live in :mod:`autoshard.compare_rows`; they are the harness's API too.
+#: Rows and their files live in :mod:`autoshard.compare.rows`; they are the harness's API too.
 __all__ = ["BESIDE", "COLUMNS", "CompareRow", "FixedTask", "Resumed", "TaskSource",
            "check_outputs", "options_key", "read_rows", "resume", "run_one",
            "run_suite", "sharder_options"]
 
 
 class TaskSource(Protocol):
-    """A named task: a suite's :class:`autoshard.suites.TaskSpec`, or :class:`FixedTask`."""
+    """A named task: a suite's :class:`autoshard.compare.suites.TaskSpec`, or :class:`FixedTask`."""
 
     @property
     def name(self) -> str: ...
@@ -267,7 +267,7 @@ def run_suite(suite: str, specs: Iterable[TaskSource], cost_model: CostModel, ou
         fresh: Recompute the selected sharders' rows (rows of other sharders are kept).
         save_plans: Also write each plan to ``<suite>.plans/<task>/<sharder>.json``.
         given: Options for one sharder each (``{"recshard": {"time_limit": 5.0}}``), strict.
-        cost_model_id: The cost model's identity (:func:`autoshard.cost.model_identity`);
+        cost_model_id: The cost model's identity (:func:`autoshard.pricing.cost.model_identity`);
             default its name.
         reuse: Another results folder to reuse rows from (:func:`resume`); never written.
         on_note: Called with each earlier row not reused for a figure that is not finite.
@@ -322,7 +322,7 @@ def _context(suite: str, spec: TaskSource, task: ShardingTask, model_id: str
     """The context a plan of ``spec`` records: a suite task's tables are read again from the
     suite (``suite:<suite>/<task>``), a fixed task's from its table file; None when there is
     none to read them from."""
-    from autoshard.suites import TaskSpec
+    from autoshard.compare.suites import TaskSpec
 
     source = (f"{SUITE_PREFIX}{suite}/{spec.name}" if isinstance(spec, TaskSpec)
               else getattr(spec, "tables", None))

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.bounds import lower_bound_ms
-from autoshard.cost import CostModel, Pricing, device_compute
-from autoshard.plan import Plan, hbm_use
-from autoshard.shards import (
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.cost import CostModel, Pricing, device_compute
+from autoshard.layout.plan import Plan, hbm_use
+from autoshard.layout.shards import (
     ShardLayout,
     check_layout,
     plan_layout,
@@ -54,7 +54,7 @@ class CostReport:
     step cost / lower bound (1.0 = provably optimal).
 
     ``lower_bound_ms`` is valid for the task as posed: it counts the HBM the task's
-    reservation keeps (:func:`autoshard.bounds.lower_bound_ms` with ``reserved``);
+    reservation keeps (:func:`autoshard.pricing.bounds.lower_bound_ms` with ``reserved``);
     ``weights_bound_ms`` counts the rows' weights alone (the same tables on a runtime that keeps
     nothing), lower where the task reserves HBM. ``reservation`` names the task's reservation.
     ``shardings`` counts the plan's tables by sharding kind.
@@ -128,7 +128,7 @@ def evaluate(plan: Plan, task: ShardingTask, cost_model: CostModel,
         task: The task it places.
         cost_model: Prices the tables' shards.
         bound_ms: A known lower bound (e.g. from a MILP relaxation); the report uses the larger of
-            it and :func:`autoshard.bounds.lower_bound_ms`.
+            it and :func:`autoshard.pricing.bounds.lower_bound_ms`.
         source: Where the plan came from, for error messages.
 
     Raises:

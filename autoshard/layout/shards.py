@@ -12,8 +12,8 @@ with w/dim of the row bytes, and keeps its own row-wise optimizer state; a grid 
 range of a column block, is both (f of the lookups, w/dim of the bytes, partial sums of its
 block's w columns); a replica (one per device) holds every row in HBM and sees its device's
 share of the batch, 1/world of the lookups, and in training pays its table's gradient
-all-reduce and dense update (:func:`autoshard.shard_terms.replica_terms`). How partial sums
-are reduced and which ids a shard receives are its kind's rules (:mod:`autoshard.kinds`).
+all-reduce and dense update (:func:`autoshard.pricing.shard_terms.replica_terms`). How partial sums
+are reduced and which ids a shard receives are its kind's rules (:mod:`autoshard.layout.kinds`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from autoshard import kinds
-from autoshard.cost import CostModel, Pricing
+from autoshard.layout import kinds
+from autoshard.pricing.cost import CostModel, Pricing
 from autoshard.errors import InputError, PlannerError, gib
-from autoshard.kinds import WHOLE, ShardingKind, split_kind
-from autoshard.plan import Placement, Plan, Shard, check_devices, check_placement, hbm_use
+from autoshard.layout.kinds import WHOLE, ShardingKind, split_kind
+from autoshard.layout.plan import Placement, Plan, Shard, check_devices, check_placement, hbm_use
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, TableArrays
 
@@ -37,7 +37,7 @@ class ShardGeometry:
 
     Args:
         table: Index of the shard's table in the task.
-        kind: Its table's sharding, as a code (:attr:`autoshard.kinds.ShardingKind.code`).
+        kind: Its table's sharding, as a code (:attr:`autoshard.layout.kinds.ShardingKind.code`).
         parts: How many shards its table has.
         row_start: First row (inclusive).
         row_end: Last row (exclusive).
@@ -96,7 +96,7 @@ def row_parts(g: ShardGeometry) -> np.ndarray:
 
 
 def one_per_device(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
-    """[S]: the shards that go one per device (:func:`autoshard.kinds.one_per_device`, where
+    """[S]: the shards that go one per device (:func:`autoshard.layout.kinds.one_per_device`, where
     the task's runtime may route row splits in fixed blocks:
     :attr:`autoshard.reservation.Reservation.fixed_row_blocks`)."""
     return kinds.one_per_device(g.kind, task.reservation.fixed_row_blocks)
@@ -104,7 +104,7 @@ def one_per_device(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
 
 def fixed_shards(task: ShardingTask, g: ShardGeometry) -> np.ndarray:
     """[S]: the shards that must stay on their device once placed: replicas, grid shards
-    (:func:`autoshard.kinds.fills_node`) and, where the runtime routes row splits in fixed
+    (:func:`autoshard.layout.kinds.fills_node`) and, where the runtime routes row splits in fixed
     blocks, those of :func:`one_per_device` (they fill their world or node, so no move keeps
     that)."""
     return ((one_per_device(task, g) & task.reservation.fixed_row_blocks)
@@ -122,7 +122,7 @@ def split_pins(task: ShardingTask, g: ShardGeometry) -> np.ndarray | None:
     """A device per shard for the shards whose device the split itself fixes (-1 for the
     others; None when there are none).
 
-    - node-local row shards (:attr:`autoshard.kinds.ShardingKind.node_local`): each column
+    - node-local row shards (:attr:`autoshard.layout.kinds.ShardingKind.node_local`): each column
       block's shards (a table-row-wise table's all) on consecutive devices of the node with
       the fewest shards pinned so far, from where the last one there ended (so that they
       spread over the nodes' devices), a grid's blocks on nodes its other blocks do not use
@@ -166,7 +166,7 @@ def whole_tables(task: ShardingTask, tables: np.ndarray | None = None) -> ShardG
 
 def replicas(task: ShardingTask, table: int) -> ShardGeometry:
     """``table`` replicated: one shard per device of the task, each holding every row and
-    column (:attr:`autoshard.kinds.REPLICATED`)."""
+    column (:attr:`autoshard.layout.kinds.REPLICATED`)."""
     a = task.table_arrays
     n = task.num_devices
     zero = np.zeros(n, dtype=np.int64)
@@ -243,7 +243,7 @@ class ShardLayout:
 
         Table by table, the share is the shards' mean (by bytes, the export's load factor),
         lowered to what the free HBM of the devices of the shards below it holds
-        (:func:`autoshard.plan.hbm_use`), and never below the least of theirs; rounded down.
+        (:func:`autoshard.layout.plan.hbm_use`), and never below the least of theirs; rounded down.
         Whole tables are kept. Only where the task's runtime keeps one share per table
         (:attr:`autoshard.reservation.Reservation.one_share_per_table`): elsewhere each shard
         keeps its own rows.
@@ -305,7 +305,7 @@ def plan_layout(plan: Plan, task: ShardingTask, source: str = "plan") -> ShardLa
     Raises:
         PlannerError: A table is unknown, placed twice or left unplaced.
         InputError: A shard does not fit its table (ranges, HBM rows) or its devices do not
-            fit the hardware (:func:`autoshard.plan.check_devices`; the field is named, e.g.
+            fit the hardware (:func:`autoshard.layout.plan.check_devices`; the field is named, e.g.
             ``placements[3].shards[1].device``).
     """
     by_table: dict[int, tuple[int, Placement]] = {}
@@ -354,7 +354,7 @@ class ShardTask(ShardingTask):
         parent: The task whose tables were split.
         geometry: What each shard holds.
         a2a_scale: Per shard, the share of its own pooled output (and in train its gradient)
-            that it sends over the all-to-all (:func:`autoshard.kinds.comm_shares`).
+            that it sends over the all-to-all (:func:`autoshard.layout.kinds.comm_shares`).
         reduce_scale: Per shard, bytes it sends over intra-node links to reduce partial sums
             within its node, as a share of its own pooled output.
     """

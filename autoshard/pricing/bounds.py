@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard import kinds
+from autoshard.layout import kinds
 from autoshard.access import GRID
-from autoshard.cost import CostModel
-from autoshard.shards import ShardGeometry, shard_task
+from autoshard.pricing.cost import CostModel
+from autoshard.layout.shards import ShardGeometry, shard_task
 from autoshard.task import ShardingTask
 
 #: Most (table, device, rows) points priced in one call when pricing against a deadline.
@@ -159,7 +159,7 @@ def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
 
 def replica_points(task: ShardingTask, cost_model: CostModel, device: int = 0,
                    reserved: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Each table replicated on every device (:func:`autoshard.shards.replicas`): the
+    """Each table replicated on every device (:func:`autoshard.layout.shards.replicas`): the
     replicas' total cost (ms, each priced on a device like ``device``, all rows in HBM) and
     their HBM bytes (weights and optimizer state, or with ``reserved`` as the runtime counts
     them with their reservations); cost infinite where the table may not be replicated (its

@@ -12,7 +12,7 @@ therefore carries (under ``context``):
 - the hardware profile as resolved (every device, every override of ``--devices``,
   ``--nodes``, ``--hbm-gb``), and how it was asked for;
 - the workload (batch size, mode), the HBM reservation's name, and the cost model's identity
-  (:func:`autoshard.cost.model_identity`).
+  (:func:`autoshard.pricing.cost.model_identity`).
 
 :meth:`PlanContext.task` rebuilds the task from it; ``evaluate``, ``export`` and ``run-plan``
 use it unless told otherwise (``autoshard.cli.plan_task``).
@@ -50,7 +50,7 @@ def read_table_set(spec: str, source: str = "command line") -> tuple[Table, ...]
 
         return default_tables()
     if spec.startswith(SUITE_PREFIX):
-        from autoshard.suites import get_suite
+        from autoshard.compare.suites import get_suite
 
         suite, _, name = spec[len(SUITE_PREFIX):].partition("/")
         found = [s for s in get_suite(suite) if s.name == name]

@@ -9,7 +9,7 @@ it plans with autoshard:
    modules, nested anywhere (:mod:`autoshard.torchrec.model_tables`), with statistics;
 2. the topology becomes our hardware profile (:mod:`autoshard.torchrec.topology`), the
    per-rank batch our global one, the pipeline TorchRec's HBM reservation
-   (:mod:`autoshard.torchrec.reservation`), each table's ``ParameterConstraints`` our
+   (:mod:`autoshard.torchrec.runtime_memory`), each table's ``ParameterConstraints`` our
    constraints (:mod:`autoshard.torchrec.parameter_constraints`);
 3. a sharder from the registry plans the task under the cost model, and
    :func:`autoshard.search.enforce.enforce` brings its HBM rows within the constraints;
@@ -17,7 +17,7 @@ it plans with autoshard:
    path (:func:`autoshard.torchrec.export.sharding_plan`), checked with TorchRec's own
    validation.
 
-A short report goes to the ``autoshard.torchrec.planner`` logger at INFO: the sharder and how it
+A short report goes to the ``autoshard.torchrec.autoshard_planner`` logger at INFO: the sharder and how it
 stopped, the step cost and lower bound under our cost model, the HBM reserved per rank, and
 TorchRec's own estimate of the plan beside ours. The plan in our terms, with its context
 (tables recorded inline), is ``last_plan``: ``last_plan.save("plan.json")`` and
@@ -31,16 +31,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from autoshard.constraints import Constraints
-from autoshard.cost import is_model_spec, load_cost_model, model_identity
+from autoshard.layout.constraints import Constraints
+from autoshard.pricing.cost import is_model_spec, load_cost_model, model_identity
 from autoshard.errors import InputError, PlannerError, gib
-from autoshard.evaluator import CostReport, evaluate
+from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.limits import MAX_BATCH_SIZE, TIME_LIMIT_S, int_in
-from autoshard.plan import Plan
-from autoshard.plan_context import PlanContext
+from autoshard.layout.plan import Plan
+from autoshard.layout.plan_context import PlanContext
 from autoshard.search.enforce import enforce
 from autoshard.sharders import check_sharder_options, common_options, get_sharder
-from autoshard.shards import plan_layout
+from autoshard.layout.shards import plan_layout
 from autoshard.task import ShardingTask, Workload
 from autoshard.torchrec.export import sharding_plan
 from autoshard.torchrec.model_tables import (
@@ -52,7 +52,7 @@ from autoshard.torchrec.model_tables import (
     tables_of,
 )
 from autoshard.torchrec.parameter_constraints import Allowed, allowed, pooling_factors
-from autoshard.torchrec.reservation import TORCHREC, TORCHREC_PREFETCH, check_pipeline
+from autoshard.torchrec.runtime_memory import TORCHREC, TORCHREC_PREFETCH, check_pipeline
 from autoshard.torchrec.shardings import table_shardings
 from autoshard.torchrec.topology import topology_hardware
 

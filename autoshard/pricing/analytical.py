@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.cost import Pricing
-from autoshard.shard_terms import batch_share, comm_scales, replica_terms
+from autoshard.pricing.cost import Pricing
+from autoshard.pricing.shard_terms import batch_share, comm_scales, replica_terms
 from autoshard.task import ShardingTask
 
 _MS_PER_S = 1e3
@@ -49,7 +49,7 @@ class AnalyticalCostModel:
     ``QUARTER_BLOCK_PENALTY``). So a table cut into narrow column blocks does more work in all
     than the table whole.
 
-    Shards (:mod:`autoshard.shards`) are priced as small tables: a column block with its block
+    Shards (:mod:`autoshard.layout.shards`) are priced as small tables: a column block with its block
     of r, a row shard with its share of L and the full r (its partial pooled sums); a
     table-row-wise shard sends (k-1)/k of its partial sums over the intra-node link (the
     reduce-scatter in its node) and 1/k of them through the all-to-all, and a grid shard (a
@@ -57,7 +57,7 @@ class AnalyticalCostModel:
     (``data_parallel``) serves 1/D of L from HBM and sends nothing through the all-to-all; in
     train it pays its table's gradient all-reduce (a ring: 2 (D-1)/D of the table's bytes over
     the slowest link it crosses, the inter-node one when the cluster has several nodes) and the
-    dense update of the whole table in HBM (:func:`autoshard.kinds.replica_sync_bytes`).
+    dense update of the whole table in HBM (:func:`autoshard.layout.kinds.replica_sync_bytes`).
 
     Args:
         hbm_efficiency: Fraction of the HBM tier's spec-sheet bandwidth achieved (1.0 = spec).
@@ -111,13 +111,13 @@ class AnalyticalCostModel:
                 its node.
             train: Train mode (forward, backward, optimizer) rather than inference.
             batch_size: Samples whose pooled outputs the row writes: the global batch, or a
-                replica's device's share of it (:func:`autoshard.shard_terms.batch_share`).
+                replica's device's share of it (:func:`autoshard.pricing.shard_terms.batch_share`).
             kernel_overhead_us: Fixed cost of a kernel pass, us.
             num_devices: Devices of the cluster.
             intra_node_gbps, inter_node_gbps: Link bandwidths, GB/s.
-            a2a_scale, reduce_scale: See :func:`autoshard.shard_terms.comm_scales`.
+            a2a_scale, reduce_scale: See :func:`autoshard.pricing.shard_terms.comm_scales`.
             sync_bytes, update_bytes: A replica's all-reduce and dense-update bytes
-                (:func:`autoshard.shard_terms.replica_terms`); ``ring_gbps`` the all-reduce's link.
+                (:func:`autoshard.pricing.shard_terms.replica_terms`); ``ring_gbps`` the all-reduce's link.
         """
         h, r = hbm_share, row_bytes
         read = r * narrow_row_factor(dim)

@@ -7,13 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoshard.analytical import AnalyticalCostModel
-from autoshard.bounds import lower_bound_ms
-from autoshard.evaluator import evaluate
-from autoshard.model_tables import model_tables
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.evaluator import evaluate
+from autoshard.public_models import model_tables
 from autoshard.search.resplit import _variants, resplit_plan
 from autoshard.sharders import get_sharder
-from autoshard.shards import check_layout, one_per_device, plan_layout
+from autoshard.layout.shards import check_layout, one_per_device, plan_layout
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
@@ -85,7 +85,7 @@ def test_quick_mode_tries_one_table_in_few_blocks_and_never_polishes() -> None:
     # recshard's search on tasks too large for the whole MILP gets the quick mode: the dearest
     # table on the most loaded device only, at most QUICK_BLOCKS column blocks, water-filled
     # only.
-    from autoshard.kinds import ShardingKind
+    from autoshard.layout.kinds import ShardingKind
     from autoshard.search.resplit import QUICK_BLOCKS
 
     task = constrained_task(model_tables("dcnv2"), 16, 0.3)

@@ -1,16 +1,16 @@
-"""What a priced row of a shard task (:class:`autoshard.shards.ShardTask`) adds to a table's
+"""What a priced row of a shard task (:class:`autoshard.layout.shards.ShardTask`) adds to a table's
 pricing: its share of the communication, the batch whose pooled outputs it writes, and a
 replica's gradient all-reduce and dense update. A task of whole tables gets the whole table's
-terms. The analytical model reads them (:mod:`autoshard.analytical`); the rules behind them are
-the kinds' (:mod:`autoshard.kinds`).
+terms. The analytical model reads them (:mod:`autoshard.pricing.analytical`); the rules behind them are
+the kinds' (:mod:`autoshard.layout.kinds`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from autoshard import kinds
-from autoshard.shards import ShardTask
+from autoshard.layout import kinds
+from autoshard.layout.shards import ShardTask
 from autoshard.task import ShardingTask
 
 
@@ -38,7 +38,7 @@ def batch_share(task: ShardingTask, table_idx: np.ndarray) -> np.ndarray | float
 def replica_terms(task: ShardingTask, table_idx: np.ndarray) -> tuple[np.ndarray | float,
                                                                       np.ndarray | float]:
     """(bytes sent in the gradient all-reduce, HBM bytes of the dense update) of each priced
-    row in a training step (:func:`autoshard.kinds.replica_sync_bytes`): nonzero only for a
+    row in a training step (:func:`autoshard.layout.kinds.replica_sync_bytes`): nonzero only for a
     :class:`ShardTask`'s replicas."""
     if not isinstance(task, ShardTask) or not task.workload.train:
         return 0.0, 0.0

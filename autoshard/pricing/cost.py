@@ -1,6 +1,6 @@
 """The one cost-model interface every pricing in autoshard goes through, and its registry.
 
-Cost models are found by name: ``analytical`` (:mod:`autoshard.analytical`), ``torchrec``
+Cost models are found by name: ``analytical`` (:mod:`autoshard.pricing.analytical`), ``torchrec``
 (TorchRec's own perf estimator, :mod:`autoshard.torchrec.cost`; needs the torchrec extra), or
 the folder of a learned model, whose metadata names its kind
 (:mod:`autoshard.cost_models`). Entries are ``module:Class`` strings, imported only when a
@@ -50,7 +50,7 @@ class CostModel(Protocol):
     """Prices (table, device, HBM rows) rows of a task, vectorised.
 
     A device's step cost is the sum of its tables' prices; a plan's step cost is the maximum over
-    devices. Implementations: :class:`autoshard.analytical.AnalyticalCostModel` and the learned
+    devices. Implementations: :class:`autoshard.pricing.analytical.AnalyticalCostModel` and the learned
     LightGBM model in ``cost_models``.
     """
 
@@ -90,7 +90,7 @@ def device_compute(task: ShardingTask, model: CostModel, device: np.ndarray,
 
 #: Built-in cost models by name. A class may say why it cannot run here (``unavailable()``).
 _BUILTIN: dict[str, str] = {
-    "analytical": "autoshard.analytical:AnalyticalCostModel",
+    "analytical": "autoshard.pricing.analytical:AnalyticalCostModel",
     "torchrec": "autoshard.torchrec.cost:TorchRecCostModel",
 }
 #: Learned cost models by the ``kind`` their folder's metadata names. The class's

@@ -3,7 +3,7 @@
 Tables come from the held-out (test) half of a fixed DLRM-like pool, so that learned sharders are
 compared on tables they were not trained on; the 856-table suite uses the whole pool. The
 ``dcnv2`` and ``criteo1tb`` suites place the tables of published models
-(:mod:`autoshard.model_tables`): a few huge, hot tables among small ones.
+(:mod:`autoshard.public_models`): a few huge, hot tables among small ones.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoshard.errors import InputError
-from autoshard.model_tables import MODEL_TABLES, model_tables
+from autoshard.public_models import MODEL_TABLES, model_tables
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, default_pools
 
@@ -30,10 +30,10 @@ class TaskSpec:
         batch_size: Global batch size.
         hardware: Bundled hardware profile.
         pool: ``test`` (held-out half), ``all`` (the whole pool) or the name of a published
-            model's table set (:data:`autoshard.model_tables.MODEL_TABLES`; all its tables).
+            model's table set (:data:`autoshard.public_models.MODEL_TABLES`; all its tables).
 
     The task reserves in HBM what TorchRec's runtime adds per table or shard
-    (``reservation="torchrec"``, :mod:`autoshard.torchrec.reservation`).
+    (``reservation="torchrec"``, :mod:`autoshard.torchrec.runtime_memory`).
     """
 
     name: str

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoshard.compare import CompareRow
+from autoshard.compare.harness import CompareRow
 from autoshard.fileio import save_figure
 
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from autoshard.cost import CostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.search.waterfill import Curves, SegmentLists, by_device
 from autoshard.task import ShardingTask
 
@@ -39,7 +39,7 @@ class Polisher:
         device: Each item's device ([N]).
         rows: Each item's HBM rows ([N]).
         node_bound: Items that must stay on their device's node (table_row_wise shards).
-        fixed: Items that must stay on their device (:func:`autoshard.shards.fixed_shards`).
+        fixed: Items that must stay on their device (:func:`autoshard.layout.shards.fixed_shards`).
         locked: Items whose HBM rows stay as given (a split table's shards once they share
             one HBM share); the others' are filled around them. Items whose HBM rows are fixed
             by their bounds (replicas, constrained tables:

@@ -18,7 +18,7 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.fileio import read_text
-from autoshard.stats.profile import TableProfile, cdf_distance, profile_table
+from autoshard.stats.table_stats import TableProfile, cdf_distance, profile_table
 from autoshard.synth import SynthConfig, SynthTable, power_law_cdf, table_parameters
 from autoshard.tables import REUSE_BINS
 

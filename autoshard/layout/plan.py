@@ -1,7 +1,7 @@
 """Plans: where every table's shards live and how many of their hottest rows stay in HBM.
 
 A table is placed whole, on one device with its hottest ``hbm_rows`` in HBM, or split into
-shards of one :class:`autoshard.kinds.ShardingKind` (row ranges, column blocks, or both:
+shards of one :class:`autoshard.layout.kinds.ShardingKind` (row ranges, column blocks, or both:
 ``grid_shard`` rectangles), each on its device with its own hottest ``hbm_rows`` in HBM. This
 module owns the plan file's schema.
 """
@@ -23,8 +23,8 @@ from autoshard.fileio import (
     read_structured,
     write_structured,
 )
-from autoshard.kinds import WHOLE, ShardingKind
-from autoshard.plan_context import PlanContext
+from autoshard.layout.kinds import WHOLE, ShardingKind
+from autoshard.layout.plan_context import PlanContext
 from autoshard.provenance import Provenance
 from autoshard.task import ShardingTask, Workload
 
@@ -62,7 +62,7 @@ class Placement:
         device: Its rank when whole; for a split table, the first shard's rank.
         hbm_rows: Its hottest rows in HBM when whole; for a split table, the sum over its
             shards.
-        sharding: How it is split (:data:`autoshard.kinds.WHOLE`: placed whole); a kind's
+        sharding: How it is split (:data:`autoshard.layout.kinds.WHOLE`: placed whole); a kind's
             name is read as that kind.
         shards: The shards of a split table, in row (or column) order, a grid's block-major
             (by column block, then rows); empty when whole.
@@ -150,7 +150,7 @@ class Plan:
         provenance: How the sharder found it (which candidate won, what each search step
             added), if it records that.
         context: What it was made for (tables, hardware, workload, reservation, cost model:
-            :class:`autoshard.plan_context.PlanContext`), as the command line records it; None
+            :class:`autoshard.layout.plan_context.PlanContext`), as the command line records it; None
             in plans of earlier schemas and those made in Python without it.
     """
 
@@ -186,7 +186,7 @@ class Plan:
 
         Raises:
             PlannerError: A table is unknown, placed twice or unplaced, or split into shards
-                (read those with :func:`autoshard.shards.plan_layout`).
+                (read those with :func:`autoshard.layout.shards.plan_layout`).
         """
         split = next((p for p in self.placements if p.is_split), None)
         if split is not None:

@@ -1,0 +1,1 @@
+"""The comparison harness: every registered sharder on a suite of tasks, with reports."""

@@ -1,0 +1,2 @@
+"""Where tables live: sharding kinds, shards and their layouts, plans, splitting, placement and
+placement constraints."""
