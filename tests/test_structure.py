@@ -7,7 +7,8 @@
 - no import cycle among the package's modules;
 - the sharding kinds' names in at most three modules: the kinds module, the TorchRec mapping
   and the plan file's schema;
-- no module over 500 lines, no function over 60;
+- one idea per module, so about 800 lines at most (a cap on modules, not a target to split
+  at), and no function over 60 lines;
 - the installed packages are exactly the package folders.
 """
 
@@ -28,7 +29,7 @@ UPPER = ("autoshard.cost_models", "autoshard.envs", "autoshard.training", "autos
 KIND_NAMES = ("table_wise", "row_wise", "table_row_wise", "column_wise", "table_column_wise",
               "data_parallel", "grid_shard")
 KIND_OWNERS = {"autoshard/layout/kinds.py", "autoshard/torchrec/mapping.py", "autoshard/layout/plan.py"}
-MAX_MODULE_LINES, MAX_FUNCTION_LINES = 500, 60
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 800, 60
 
 
 def modules() -> dict[str, Path]:
