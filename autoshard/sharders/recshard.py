@@ -2,7 +2,7 @@
 
 Each table goes to one device and keeps its hottest rows in HBM, the rest in host memory (UVM).
 Its cost as a function of its HBM bytes comes from the cost model at the points where its access
-curve bends (:mod:`autoshard.milp.curves`); rows never touched cost nothing wherever
+curve bends (:mod:`autoshard.pricing.curves`); rows never touched cost nothing wherever
 they live, and pooling factor and coverage scale its lookups. The MILP
 (:mod:`autoshard.milp.model`) minimises the step cost (max over devices) under HBM and
 host capacities. One solve:
@@ -69,9 +69,10 @@ from autoshard.layout.shards import (
 from autoshard.layout.splitting import replicate_tables, split_heavy_tables
 from autoshard.limits import MAX_DEVICES, MAX_TABLES, SEED, TIME_LIMIT_S, Range
 from autoshard.milp import model as milp_model
-from autoshard.milp.curves import cost_curves, device_kinds
+from autoshard.pricing.curves import cost_curves, device_kinds
 from autoshard.milp.plans import aggregated, single_bound, step_cost
-from autoshard.pricing.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
+from autoshard.errors import DeadlineReached
+from autoshard.pricing.bounds import Relaxation, lower_bound_ms, relax
 from autoshard.pricing.cost import CostModel, is_model_spec
 from autoshard.provenance import Provenance
 from autoshard.reservation import NO_RESERVATION
@@ -190,6 +191,7 @@ class RecShard:
         self.max_pairs = max_pairs
         self.group_devices = group_devices
         self.seed = seed
+        self.last_result: RecShardResult | None = None
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -199,9 +201,19 @@ class RecShard:
             return "needs the HiGHS solver: pip install highspy"
         return None
 
+    @property
+    def last_report(self) -> dict[str, object] | None:
+        """The last solve's status, bound, gap and timings (:meth:`RecShardResult.report`)."""
+        return None if self.last_result is None else self.last_result.report()
+
+    @property
+    def last_bound_ms(self) -> float | None:
+        """Lower bound proven by the last solve (pass to ``evaluate(..., bound_ms=...)``)."""
+        return None if self.last_result is None else self.last_result.bound_ms
+
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
-        """The plan of :meth:`solve`."""
-        return self.solve(task, cost_model).plan
+        self.last_result = self.solve(task, cost_model)
+        return self.last_result.plan
 
     def solve(self, task: ShardingTask, cost_model: CostModel) -> RecShardResult:
         """Plans the task and reports cost, bound and gap."""
@@ -223,7 +235,7 @@ class RecShard:
         """A copy with another time limit, planning for its cost model alone, no search
         stage."""
         out = copy.copy(self)
-        out.time_limit, out.also_for, out.polish = time_limit, None, False
+        out.time_limit, out.also_for, out.polish, out.last_result = time_limit, None, False, None
         return out
 
     def _searched(self, result: RecShardResult, task: ShardingTask, cost_model: CostModel,

@@ -17,15 +17,9 @@ import numpy as np
 from autoshard.errors import PlannerError
 from autoshard.layout.plan import Plan
 from autoshard.milp import model as milp_model
-from autoshard.milp.curves import (
-    CostCurves,
-    cost_curves,
-    device_kinds,
-)
+from autoshard.pricing.curves import CostCurves, cost_curves, device_kinds
 from autoshard.milp.plans import (
     device_subproblem,
-    feasible,
-    fit_hbm,
     lp_packing,
     pin,
     polish,
@@ -33,7 +27,8 @@ from autoshard.milp.plans import (
     to_memory,
     to_rows,
 )
-from autoshard.pricing.bounds import DeadlineReached
+from autoshard.errors import DeadlineReached
+from autoshard.layout.feasibility import feasible, fit_hbm
 from autoshard.pricing.cost import CostModel
 from autoshard.search.lns import (
     MIN_SEARCH_S,
@@ -87,7 +82,6 @@ class RecShardResult:
         warm_start: Name of the warm-start plan.
         warm_cost_ms: Its step cost.
         found_s: Seconds from the start of the solve to when the returned plan was found.
-        notes: What a time limit cut (none: the solve stops at its limit with its best plan).
     """
 
     plan: Plan
@@ -100,7 +94,6 @@ class RecShardResult:
     warm_start: str
     warm_cost_ms: float
     found_s: float = 0.0
-    notes: tuple[str, ...] = ()
 
     def report(self) -> dict[str, object]:
         """The solve's figures, as a plan's report shows them (JSON-ready)."""
