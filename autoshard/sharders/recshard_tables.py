@@ -17,9 +17,15 @@ import numpy as np
 from autoshard.errors import PlannerError
 from autoshard.layout.plan import Plan
 from autoshard.milp import model as milp_model
-from autoshard.pricing.curves import CostCurves, cost_curves, device_kinds
+from autoshard.milp.curves import (
+    CostCurves,
+    cost_curves,
+    device_kinds,
+)
 from autoshard.milp.plans import (
     device_subproblem,
+    feasible,
+    fit_hbm,
     lp_packing,
     pin,
     polish,
@@ -27,8 +33,7 @@ from autoshard.milp.plans import (
     to_memory,
     to_rows,
 )
-from autoshard.errors import DeadlineReached
-from autoshard.layout.feasibility import feasible, fit_hbm
+from autoshard.pricing.bounds import DeadlineReached
 from autoshard.pricing.cost import CostModel
 from autoshard.search.lns import (
     MIN_SEARCH_S,
