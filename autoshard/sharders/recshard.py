@@ -55,27 +55,16 @@ from typing import ClassVar
 
 import numpy as np
 
+from autoshard.pricing.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
+from autoshard.pricing.cost import CostModel, is_model_spec
 from autoshard.errors import InputError, PlannerError
-from autoshard.layout.plan import Plan
-from autoshard.layout.shards import (
-    ShardGeometry,
-    ShardLayout,
-    is_whole,
-    pricing_task,
-    same_split,
-    split_pins,
-    whole_tables,
-)
-from autoshard.layout.splitting import replicate_tables, split_heavy_tables
 from autoshard.limits import MAX_DEVICES, MAX_TABLES, SEED, TIME_LIMIT_S, Range
 from autoshard.milp import model as milp_model
 from autoshard.milp.curves import cost_curves, device_kinds
 from autoshard.milp.plans import aggregated, single_bound, step_cost
-from autoshard.pricing.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
-from autoshard.pricing.cost import CostModel, is_model_spec
+from autoshard.layout.plan import Plan
 from autoshard.provenance import Provenance
 from autoshard.reservation import NO_RESERVATION
-from autoshard.search.lns import GROUP_DEVICES, MAX_PAIRS, MIP_REL_GAP
 from autoshard.sharders.recshard_blend import solve_both
 from autoshard.sharders.recshard_tables import (
     DEADLINE_STATUS,
@@ -86,6 +75,16 @@ from autoshard.sharders.recshard_tables import (
     left,
     solve_tables,
 )
+from autoshard.layout.shards import (
+    ShardGeometry,
+    ShardLayout,
+    is_whole,
+    pricing_task,
+    same_split,
+    split_pins,
+    whole_tables,
+)
+from autoshard.layout.splitting import replicate_tables, split_heavy_tables
 from autoshard.task import ShardingTask
 
 __all__ = ["DEADLINE_STATUS", "MIN_SEARCH_S", "NO_SPLIT_STATUS", "RecShard", "RecShardResult",
@@ -166,9 +165,8 @@ class RecShard:
         "group_devices": Range(2, MAX_DEVICES, integer=True), "seed": SEED,
         "split_search_cap": Range(0, 1000, open_low=True)}
 
-    def __init__(self, time_limit: float = 60.0, mip_rel_gap: float = MIP_REL_GAP,
-                 max_lines: int | None = None, max_pairs: int = MAX_PAIRS,
-                 group_devices: int = GROUP_DEVICES,
+    def __init__(self, time_limit: float = 60.0, mip_rel_gap: float = 5e-3,
+                 max_lines: int | None = None, max_pairs: int = 2400, group_devices: int = 2,
                  seed: int = 0, split: bool = True, stall: float = 5e-3,
                  node_splits: bool = True, also_for: str | None = None,
                  split_search_cap: float | None = SPLIT_SEARCH_OVER_SETUP,
@@ -379,7 +377,8 @@ class RecShard:
 
     @property
     def settings(self) -> SolveSettings:
-        """The options a placement solve reads."""
+        """The options a placement solve reads (also :func:`autoshard.sharders.
+        recshard_tables.search_from`'s, where ``ppo`` runs the search alone)."""
         return SolveSettings(self.time_limit, self.mip_rel_gap, self.max_lines, self.max_pairs,
                              self.group_devices, self.seed, self.stall)
 

@@ -1,7 +1,5 @@
-"""The search stage's large-neighbourhood search (:mod:`autoshard.search.lns`) run from a
-finished plan, its pinned shards kept where that plan put them, as ``ppo`` ends its improvement
-stage with it. The searches here end by themselves (a round of devices that brings nothing),
-long before their far deadline, so that no result depends on the machine's speed."""
+"""The group re-solve at the end of ``ppo``'s improvement stage: recshard's large-neighbourhood
+search run from a finished plan, its pinned shards kept where that plan put them."""
 
 from __future__ import annotations
 
@@ -10,28 +8,18 @@ import time
 import numpy as np
 import pytest
 
-from autoshard.layout.plan import Plan
-from autoshard.layout.shards import (
-    ShardLayout,
-    check_layout,
-    one_per_device,
-    plan_layout,
-    split_pins,
-)
 from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.cost import CostModel
 from autoshard.pricing.evaluator import evaluate
-from autoshard.search import lns
-from autoshard.search.lns import resolve_plan
+from autoshard.layout.plan import Plan
 from autoshard.search.polish import polish_plan
-from autoshard.sharders import get_sharder
-from autoshard.sharders.ppo import tuning
+from autoshard.sharders import get_sharder, ppo_stage
+from autoshard.sharders.ppo_stage import resolved
+from autoshard.layout.shards import ShardLayout, check_layout, one_per_device, plan_layout, split_pins
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
-#: Seconds from now to a deadline that no search here reaches.
-FAR = 1e4
 
 
 def _row_split_plan():
@@ -47,7 +35,7 @@ def _row_split_plan():
 
 def test_lifts_a_polished_plan_and_prices_it_as_the_evaluator_does() -> None:
     task, plan, cost, _ = _row_split_plan()
-    out, after = resolve_plan(plan, task, MODEL, cost, time.perf_counter() + FAR)
+    out, after = resolved(plan, task, MODEL, cost, time.perf_counter() + 20)
     check_layout(out, task)
     assert after == pytest.approx(evaluate(out, task, MODEL).step_cost_ms, rel=1e-9)
     assert after < cost
@@ -66,7 +54,7 @@ def test_pinned_shards_stay_on_the_devices_the_plan_gave_them() -> None:
     assert not np.array_equal(device[idx], pins[idx])
     rotated = ShardLayout(g, device, layout.hbm_rows).to_plan(task, "rotated")
     before = evaluate(rotated, task, MODEL).step_cost_ms
-    out, after = resolve_plan(rotated, task, MODEL, before, time.perf_counter() + FAR)
+    out, after = resolved(rotated, task, MODEL, before, time.perf_counter() + 20)
     check_layout(out, task)
     assert after < before
     assert np.array_equal(plan_layout(out, task).device[idx], device[idx])
@@ -74,11 +62,11 @@ def test_pinned_shards_stay_on_the_devices_the_plan_gave_them() -> None:
 
 def test_never_worse_and_the_input_itself_when_no_time_is_left() -> None:
     task, plan, cost, _ = _row_split_plan()
-    same, c = resolve_plan(plan, task, MODEL, cost, time.perf_counter())
+    same, c = resolved(plan, task, MODEL, cost, time.perf_counter())
     assert same is plan and c == cost
 
 
-def test_ppo_ends_with_it_from_its_cheapest_candidate_until_the_end_of_its_limit(
+def test_ppo_ends_with_it_within_its_time_limit_on_small_tasks(
         monkeypatch: pytest.MonkeyPatch) -> None:
     task = constrained_task(dlrm_tables(40, seed=3), 8, 0.2, reservation="torchrec")
     calls: list[tuple[float, float]] = []
@@ -86,37 +74,36 @@ def test_ppo_ends_with_it_from_its_cheapest_candidate_until_the_end_of_its_limit
     def recorded(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
                  deadline: float, seed: int = 0) -> tuple[Plan, float]:
         calls.append((cost, deadline))
-        return plan, cost
+        return resolved(plan, task, cost_model, cost, deadline, seed)
 
-    monkeypatch.setattr(lns, "resolve_plan", recorded)
-    limit = 100.0  # far more than the stage needs here: the re-solve always has its time
-    sharder = get_sharder("ppo", time_limit=limit)
+    monkeypatch.setattr(ppo_stage, "resolved", recorded)
+    sharder = get_sharder("ppo", time_limit=5)
     began = time.perf_counter()
-    sharder.shard(task, MODEL)
-    ended = time.perf_counter()
+    plan = sharder.shard(task, MODEL)
+    assert time.perf_counter() - began < 5.5
     choice = sharder.last_choice
     assert choice is not None
     # Run once, from the cheapest candidate before it, until the end of the limit.
     assert len(calls) == 1
-    before = min(c.cost_ms for c in choice.candidates)
-    assert calls[0][0] == before
-    assert began + limit <= calls[0][1] <= ended + limit
-    assert not any(step == "lns" for c in choice.candidates for step, _ in c.steps)
-    # A cheaper plan from it wins, with the step `lns` (named `<winner>+lns`).
-    monkeypatch.setattr(lns, "resolve_plan",
+    before = min(c for n, c in choice.costs.items() if not n.endswith("+lns"))
+    assert calls[0][0] == before and calls[0][1] == pytest.approx(began + 5.0, abs=0.1)
+    assert choice.costs[choice.winner] <= before
+    if choice.winner.endswith("+lns"):  # (whether it finds a cheaper plan in time varies)
+        assert choice.costs[choice.winner] < choice.costs[choice.winner.removesuffix("+lns")]
+    assert evaluate(plan, task, MODEL).step_cost_ms == pytest.approx(
+        choice.costs[choice.winner], rel=1e-9)
+    # A cheaper plan from it wins as `<winner>+lns`.
+    monkeypatch.setattr(ppo_stage, "resolved",
                         lambda plan, task, cost_model, cost, deadline, seed=0: (plan, cost / 2))
-    plan = sharder.shard(task, MODEL)
-    choice = sharder.last_choice
-    assert choice is not None
-    winner = choice.candidates[-1]
-    assert winner.name == choice.winner and winner.name.endswith("+lns")
-    assert winner.steps[-1] == ("lns", winner.cost_ms)
-    assert winner.cost_ms == min(c.cost_ms for c in choice.candidates[:-1]) / 2
-    assert plan.provenance is not None and plan.provenance.steps[-1][0] == "lns"
+    sharder.shard(task, MODEL)
+    winner = sharder.last_choice.winner
+    assert winner.endswith("+lns")
+    assert sharder.last_choice.costs[winner] == sharder.last_choice.costs[
+        winner.removesuffix("+lns")] / 2
     # Without the time for it, no re-solve.
     calls.clear()
-    monkeypatch.setattr(lns, "resolve_plan", recorded)
-    monkeypatch.setattr(tuning, "MIN_RESOLVE_S", 1e9)
+    monkeypatch.setattr(ppo_stage, "resolved", recorded)
+    monkeypatch.setattr(ppo_stage, "MIN_RESOLVE_S", 1e9)
     sharder.shard(task, MODEL)
     assert not calls
-    assert not any(step == "lns" for c in sharder.last_choice.candidates for step, _ in c.steps)
+    assert not any(n.endswith("+lns") for n in sharder.last_choice.costs)
