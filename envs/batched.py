@@ -34,6 +34,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.envs.batched_arrays import EpisodeArrays
 from autoshard.envs.batched_choice import ChoiceArrays
 from autoshard.envs.placement import ILLEGAL_PENALTY, PlacementEnv, final_info
@@ -43,8 +44,6 @@ from autoshard.layout.plan import Plan
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.episode import LIMIT, PlacementEpisode
 from autoshard.policy.features import nearest_legal
-from autoshard.policy.observation import bounded
-from autoshard.pricing.cost import CostModel, load_cost_model
 
 
 class BatchedPlacementEnv(VecEnv):
@@ -108,7 +107,7 @@ class BatchedPlacementEnv(VecEnv):
         rewards = arr.place(played) - np.where(illegal, ILLEGAL_PENALTY, 0.0)
         done = arr.step == arr.tables
         self._observe(done)
-        out = bounded(arr.obs, LIMIT)
+        out = _bounded(arr.obs)
         masks = arr.mask.copy()
         infos: list[dict[str, Any]] = [
             {"action_mask": masks[n], "illegal_action": bad, "action": a,
@@ -202,3 +201,9 @@ class BatchedPlacementEnv(VecEnv):
         arr.observe_options(fits)
         arr.clear(done)
 
+
+def _bounded(obs: np.ndarray) -> np.ndarray:
+    """A copy of ``obs`` with every entry within [-LIMIT, LIMIT]."""
+    out = np.minimum(obs, LIMIT)
+    np.maximum(out, -LIMIT, out=out)
+    return out

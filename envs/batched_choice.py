@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autoshard.pricing.cost import CostModel
 from autoshard.envs.batched_arrays import (
     BYTES_LEFT,
     DIM,
@@ -24,12 +25,10 @@ from autoshard.envs.batched_arrays import (
     SUMMARY,
     EpisodeArrays,
 )
-from autoshard.layout.shards import ShardGeometry, ShardLayout, whole_tables
 from autoshard.policy.choice import GRIDS, ChoiceEpisode, SplitOffer
 from autoshard.policy.episode import PlacementEpisode, PricedTask, fill_parts
-from autoshard.policy.features import ObsLayout, StaticOptions
-from autoshard.policy.observation import write_fill_option
-from autoshard.pricing.cost import CostModel
+from autoshard.policy.features import CLIP, ObsLayout, StaticOptions
+from autoshard.layout.shards import ShardGeometry, ShardLayout, whole_tables
 
 
 class ChoiceArrays(EpisodeArrays):
@@ -219,14 +218,18 @@ class ChoiceArrays(EpisodeArrays):
 
     def observe_options(self, fits: np.ndarray) -> None:
         """The option features of both grids, and the mask (grid 1 zero where not offered)."""
-        k, lb, ov = self.buckets, self.lower_bound[:, None], self.options
+        k, lb = self.buckets, self.lower_bound[:, None]
+        ov, o = self.options, self.layout.option
         for grid, (total, rows, per_row) in enumerate((
                 (self.fill_total, self.fill_rows, self.seq_f[self._ar, self._i, PER_ROW]),
                 (self.split_fill_total, self.split_fill_rows, self._split_per_row()))):
-            write_fill_option(ov[:, :, (grid + 1) * k - 1], total, rows * per_row[:, None], lb,
-                              self.hbm_cap, self.layout)
+            col = (grid + 1) * k - 1
+            ov[:, :, col] = 0.0
+            ov[:, :, col, o["price"]] = np.minimum(total / lb, CLIP)
+            ov[:, :, col, o["hbm_bytes"]] = np.minimum(rows * per_row[:, None] / self.hbm_cap,
+                                                       CLIP)
         both = np.concatenate([fits, self.split_fits], axis=2)
-        self.write_dynamic(both)
+        self._dynamic_options(both)
         ov[~self.offered, :, k:] = 0.0
         self.mask[:] = both.reshape(self.n, -1)
 
