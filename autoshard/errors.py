@@ -1,4 +1,5 @@
-"""The project's error types: one for bad input, one for planning failures."""
+"""The project's error types: one for bad input, one for planning failures, and the signal
+of a phase that ran out of time."""
 
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ class PlannerError(RuntimeError):
     def __init__(self, kind: str, message: str) -> None:
         self.kind = kind
         super().__init__(message)
+
+
+class DeadlineReached(Exception):
+    """Raised by a phase that was given a deadline (a ``time.perf_counter`` instant) and
+    reached it before finishing; the caller falls back to what it already has."""
 
 
 def gib(num_bytes: float) -> str:

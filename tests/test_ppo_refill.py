@@ -11,18 +11,18 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.envs import ENV_ID, PlacementEnv, TaskSampler
 from autoshard.errors import InputError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.layout.plan import check_plan
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.episode import PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout
 from autoshard.policy.network import PlacementNet, load_policy, save_policy
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.curves import Curves
+from autoshard.pricing.evaluator import evaluate
 from autoshard.search.move_search import Polisher
-from autoshard.search.waterfill import Curves
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 

@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 
 from autoshard.access import AccessCurve
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import lower_bound_ms, relax
 from autoshard.cli import main
 from autoshard.errors import PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.hardware import GB, load_hardware
 from autoshard.layout.plan import check_plan
-from autoshard.sharders import get_sharder
-from autoshard.sharders.recshard import DEADLINE_STATUS, RecShard, _beats_whole, recshard_bound
 from autoshard.layout.shards import check_layout, whole_tables
 from autoshard.layout.splitting import split_heavy_tables
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms, relax
+from autoshard.pricing.evaluator import evaluate
+from autoshard.sharders import get_sharder
+from autoshard.sharders.recshard import DEADLINE_STATUS, RecShard, _beats_whole, recshard_bound
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask, Workload
 from autoshard.workloads import constrained_task, dlrm_tables
@@ -262,7 +262,7 @@ def test_on_tasks_too_large_for_the_milp_one_split_choice_with_a_capped_search(
 
 
 def test_convex_shortcut_gives_the_monotone_chain_hulls() -> None:
-    from autoshard.milp.curves import _convex_hulls, _lower_hulls
+    from autoshard.pricing.curves import _hull_vertices, lower_hulls
 
     rng = np.random.default_rng(0)
     x = np.sort(rng.integers(0, 12, size=(200, 9)), axis=1).astype(float)
@@ -272,7 +272,7 @@ def test_convex_shortcut_gives_the_monotone_chain_hulls() -> None:
     first[:, 1:] = x[:, 1:] != x[:, :-1]
     source = np.maximum.accumulate(np.where(first, np.arange(9)[None, :], 0), axis=1)
     y = np.take_along_axis(y, source, axis=1)
-    fast, slow = _convex_hulls(x, y, first), _lower_hulls(x, y)
+    fast, slow = _hull_vertices(x, y, first), lower_hulls(x, y)
     assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
                for a, b in zip(fast, slow, strict=True))
     assert sum(a[0].size == np.unique(x[i]).size for i, a in enumerate(fast)) >= 50
@@ -324,10 +324,10 @@ def test_a_split_choice_whose_bound_is_not_below_the_best_is_skipped() -> None:
     import time
 
     from autoshard.layout import kinds
+    from autoshard.layout.shards import pricing_task
     from autoshard.public_models import model_tables
     from autoshard.reservation import get_reservation
     from autoshard.sharders.recshard import _cannot_beat
-    from autoshard.layout.shards import pricing_task
 
     task = ShardingTask(tuple(model_tables("dcnv2")), load_hardware("8xH100-80GB", devices=16),
                         Workload(), get_reservation("torchrec"))

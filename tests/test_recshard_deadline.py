@@ -7,15 +7,15 @@ import time
 import numpy as np
 import pytest
 
-from autoshard.pricing import bounds
+from autoshard.errors import DeadlineReached
+from autoshard.layout.shards import check_layout
+from autoshard.pricing import curves
 from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import DeadlineReached, price_total
 from autoshard.pricing.cost import Pricing
+from autoshard.pricing.curves import cost_curves, device_kinds, price_total
 from autoshard.pricing.evaluator import evaluate
-from autoshard.milp.curves import cost_curves, device_kinds
 from autoshard.sharders import get_sharder
 from autoshard.sharders.recshard import DEADLINE_STATUS, NO_SPLIT_STATUS, RecShard
-from autoshard.layout.shards import check_layout
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 
@@ -55,7 +55,7 @@ def _task(tables: int) -> ShardingTask:
 
 def test_pricing_past_its_deadline_stops_between_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     task = _task(300)
-    monkeypatch.setattr(bounds, "PRICE_CHUNK", 500)
+    monkeypatch.setattr(curves, "PRICE_CHUNK", 500)
     with pytest.raises(DeadlineReached):
         cost_curves(task, MODEL, device_kinds(task), deadline=time.perf_counter() - 1.0)
     t = np.arange(task.num_tables)
@@ -72,7 +72,7 @@ def test_slow_setup_returns_the_cheap_plan_by_the_deadline(
     """Pricing charged so dear that the setup cannot finish in the limit: the first warm start
     comes back, in time (fake clock: deterministic), with the deadline in its status."""
     clock = _Clock()
-    monkeypatch.setattr(bounds, "PRICE_CHUNK", 2000)
+    monkeypatch.setattr(curves, "PRICE_CHUNK", 2000)
     task = _task(400)
     greedy = get_sharder("lookup_greedy").shard(task, MODEL)
     per_point = 1e-3  # one pricing chunk: 2 fake seconds; the whole curves: far past the limit

@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import DeadlineReached
-from autoshard.pricing.evaluator import evaluate, plan_cost_ms
+from autoshard.errors import DeadlineReached
+from autoshard.layout.shards import check_layout
 from autoshard.policy.network import decode, load_policy
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate, plan_cost_ms
 from autoshard.sharders import get_sharder
 from autoshard.sharders.ppo import DEFAULT_POLICY, PPOPolicySharder, PPOSharder
 from autoshard.sharders.ppo_names import FALLBACK
 from autoshard.sharders.recshard import RecShard
-from autoshard.layout.shards import check_layout
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()

@@ -9,18 +9,19 @@ import numpy as np
 import pytest
 import torch
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import lower_bound_ms
-from autoshard.pricing.evaluator import evaluate
 from autoshard.layout.plan import Plan
+from autoshard.layout.shards import check_layout
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.network import PlacementNet, save_policy
-from autoshard.search.polish import polish_plan
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.curves import Curves
+from autoshard.pricing.evaluator import evaluate
 from autoshard.search.move_search import Polisher
-from autoshard.search.waterfill import Curves, SegmentLists
+from autoshard.search.polish import polish_plan
+from autoshard.search.waterfill import SegmentLists
 from autoshard.sharders import get_sharder
 from autoshard.sharders.ppo import PPOSharder
-from autoshard.layout.shards import check_layout
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 
@@ -334,9 +335,9 @@ def test_fill_only_moves_nothing_and_is_never_below_the_full_stage() -> None:
 def test_a_split_tables_share_is_chosen_again_where_that_lowers_the_step_cost() -> None:
     # The share each shard got on its own device, made one per table, is a starting point:
     # the stage tries others (the rest water-filled around them) and keeps a cheaper one.
+    from autoshard.layout.shards import ShardLayout, plan_layout, pricing_task
     from autoshard.pricing.evaluator import step_cost_ms
     from autoshard.search.polish import _tune_shares
-    from autoshard.layout.shards import ShardLayout, plan_layout, pricing_task
 
     task = constrained_task(dlrm_tables(30, seed=38), 8, 0.3, reservation="torchrec")
     plan, _ = polish_plan(get_sharder("split_lookup_greedy").shard(task, MODEL), task, MODEL)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.milp.curves import CostLines
+from autoshard.pricing.curves import CostLines
 
 _TOLERANCE = 1e-9
 #: Status of a MIP stopped by its stall rule (:func:`solve`'s ``stall``).

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.pricing.evaluator import device_totals, price_plan
-from autoshard.milp import model as milp_model
-from autoshard.milp.curves import UNIT_BYTES, CostLines, DeviceKinds
+from autoshard.layout.feasibility import feasible, fit_hbm
 from autoshard.layout.placement import PlacementState
-from autoshard.layout.plan import hbm_use, memory_use
+from autoshard.milp import model as milp_model
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import UNIT_BYTES, CostLines, DeviceKinds, hbm_terms
+from autoshard.pricing.evaluator import device_totals, price_plan
 from autoshard.task import ShardingTask
 
 
@@ -65,14 +65,6 @@ def least_memory(task: ShardingTask, tables: np.ndarray | None = None) -> np.nda
     return a.hbm_least[idx] * a.memory_bytes_per_row[idx] / UNIT_BYTES
 
 
-def hbm_terms(task: ShardingTask, tables: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The MILP's HBM coefficients of ``tables``: HBM bytes per byte of its memory variable
-    (a row's HBM bytes over its weight and optimizer bytes), and reserved HBM in GB."""
-    a = task.table_arrays
-    return (a.hbm_bytes_per_row[tables] / a.memory_bytes_per_row[tables],
-            a.hbm_reserved_bytes[tables] / UNIT_BYTES)
-
-
 def pin(task: ShardingTask, pins: np.ndarray | None, device: np.ndarray, rows: np.ndarray
         ) -> tuple[np.ndarray, np.ndarray] | None:
     """A placement with its pinned tables (``pins``: device per table, -1 where free) moved to
@@ -103,7 +95,8 @@ def single_bound(lines: CostLines) -> float:
 
 def to_rows(task: ShardingTask, memory_gb: np.ndarray,
             tables: np.ndarray | None = None) -> np.ndarray:
-    """HBM rows from HBM memory, rounded to the nearest row (:func:`fit_hbm` then takes off any
+    """HBM rows from HBM memory, rounded to the nearest row
+    (:func:`autoshard.layout.feasibility.fit_hbm` then takes off any
     overshoot of the HBM capacity)."""
     idx = np.arange(task.num_tables) if tables is None else tables
     a = task.table_arrays
@@ -111,37 +104,10 @@ def to_rows(task: ShardingTask, memory_gb: np.ndarray,
     return a.hbm_rows_allowed(idx, rows)
 
 
-def fit_hbm(task: ShardingTask, device: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The rows with any HBM overshoot (a solver's tolerance, a few bytes) taken off the table
-    with the most HBM rows it may give up on each overfull device (never below its
-    :attr:`autoshard.task.TableArrays.hbm_least`)."""
-    a = task.table_arrays
-    rows = rows.copy()
-    per_row = a.hbm_bytes_per_row
-    placed = device >= 0  # tables outside a subproblem are marked -1
-    hbm = np.bincount(device[placed], weights=a.hbm_bytes(placed, rows[placed]),
-                      minlength=task.num_devices)
-    for d in np.flatnonzero(hbm > task.device_arrays.hbm_capacity):
-        on = np.flatnonzero(device == d)
-        spare = (rows[on] - a.hbm_least[on]) * per_row[on]
-        t = on[np.argmax(spare)]
-        excess = hbm[d] - task.device_arrays.hbm_capacity[d]
-        rows[t] = max(rows[t] - int(np.ceil(excess / per_row[t])), int(a.hbm_least[t]))
-    return rows
-
-
 def to_memory(task: ShardingTask, rows: np.ndarray, tables: np.ndarray | None = None
               ) -> np.ndarray:
     idx = np.arange(task.num_tables) if tables is None else tables
     return rows * task.table_arrays.memory_bytes_per_row[idx] / UNIT_BYTES
-
-
-def feasible(task: ShardingTask, device: np.ndarray, rows: np.ndarray) -> bool:
-    """Whether every device's HBM (rows and reservations) and host memory hold their part."""
-    _, host = memory_use(task, device, rows)
-    hbm = hbm_use(task, device, rows)
-    dev = task.device_arrays
-    return bool((hbm <= dev.hbm_capacity).all() and (host <= dev.host_capacity).all())
 
 
 def device_loads(task: ShardingTask, cost_model: CostModel, device: np.ndarray,

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoshard.pricing.bounds import table_cost_curves
 from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import table_cost_curves
 from autoshard.task import ShardingTask
 
 #: Threshold multipliers, from no row in HBM (inf) to all rows (0).
@@ -30,7 +30,7 @@ def bucket_rows(task: ShardingTask, cost_model: CostModel,
                 multipliers: tuple[float, ...] = MULTIPLIERS) -> np.ndarray:
     """HBM rows of every table in every bucket, shape [T, len(multipliers)], int64.
 
-    Rows are taken at the points of :func:`autoshard.pricing.bounds.table_cost_curves` (device 0's
+    Rows are taken at the points of :func:`autoshard.pricing.curves.table_cost_curves` (device 0's
     curves, capped at its HBM capacity); a multiplier of 0 means all of the table's rows.
     """
     cost, used = table_cost_curves(task, cost_model, 0)

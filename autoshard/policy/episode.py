@@ -16,17 +16,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoshard.layout import kinds
-from autoshard.pricing.bounds import device_kinds, lower_bound_ms
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError, gib
+from autoshard.layout import kinds
 from autoshard.layout.placement import PlacementState
 from autoshard.layout.plan import Plan
+from autoshard.layout.shards import ShardGeometry, one_per_device
 from autoshard.policy.buckets import MULTIPLIERS, bucket_rows
 from autoshard.policy.features import CLIP, ObsLayout, StaticOptions, nearest_legal
 from autoshard.policy.refill import checked_mode, level_offer, refill_device
-from autoshard.search.waterfill import Curves
-from autoshard.layout.shards import ShardGeometry, one_per_device
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import Curves, device_kinds
 from autoshard.task import ShardingTask
 
 #: Bound of every observation entry (the observation space's box).

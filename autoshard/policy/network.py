@@ -28,9 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from autoshard.pricing.bounds import DeadlineReached
-from autoshard.pricing.cost import CostModel
-from autoshard.errors import InputError
+from autoshard.errors import DeadlineReached, InputError
 from autoshard.fileio import (
     atomic_write_text,
     check_finite,
@@ -38,12 +36,13 @@ from autoshard.fileio import (
     read_structured,
     write_output,
 )
+from autoshard.layout.shards import ShardGeometry
 from autoshard.limits import POLICY_HIDDEN, Range, int_in
 from autoshard.policy.choice import GRIDS, ChoiceEpisode, SplitOffer, choice_layout
 from autoshard.policy.episode import LIMIT, PlacementEpisode, PricedTask
 from autoshard.policy.features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
 from autoshard.policy.refill import MODES, checked_mode
-from autoshard.layout.shards import ShardGeometry
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 
 FORMAT = "autoshard-placement-policy"
@@ -322,7 +321,7 @@ def decode(net: PlacementNet, multipliers: tuple[float, ...], task: ShardingTask
     """The policy's greedy episode on ``task``, then ``samples`` sampled ones (see
     :func:`rollouts`), over one pricing of the task (``priced``: one made by
     :func:`price_task` and shared, e.g. by the decodes in each refill mode). Past
-    ``deadline`` (a ``time.perf_counter`` instant): :class:`autoshard.pricing.bounds.DeadlineReached`.
+    ``deadline`` (a ``time.perf_counter`` instant): :class:`autoshard.errors.DeadlineReached`.
     ``refill``: the episodes' refill mode (default: the policy's)."""
     if priced is None:
         priced = price_task(task, cost_model, multipliers)
@@ -399,7 +398,7 @@ def _play(net: PlacementNet, episodes: list[Any], layout: ObsLayout, samples: in
           greedy: bool, seed: int, deadline: float | None = None) -> None:
     """Steps ``episodes`` in lockstep until all are done (the greedy one first when
     ``greedy``, the others sampled), one network call per step for those still running;
-    :class:`autoshard.pricing.bounds.DeadlineReached` once ``deadline`` passes, or as soon as the
+    :class:`autoshard.errors.DeadlineReached` once ``deadline`` passes, or as soon as the
     steps so far say the episodes' tables (at least one step each) would not all be placed
     by then (after :data:`PROJECT_AFTER` of them: a machine slower than a decode's estimate
     assumed leaves the time to the search stage, not to a decode that would be dropped)."""

@@ -7,7 +7,7 @@ An episode's ``refill`` mode (:data:`MODES`) says how it does so:
   water-filled once finished);
 - ``device``: after each placement, :func:`refill_device` water-fills the device: every item
   there that may change its HBM rows takes the hull segments of its cost curve
-  (:class:`autoshard.search.waterfill.Curves`) by worth, the largest first, until the device's
+  (:class:`autoshard.pricing.curves.Curves`) by worth, the largest first, until the device's
   HBM for rows (its free HBM, what its items' rows hold, less what the items still to place
   keep back for their reservations) is full. The device keeps the new rows only where they
   lower its load and its host memory holds the rest. The observation then shows each device's
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoshard.layout.placement import PlacementState
-from autoshard.search.waterfill import Curves
+from autoshard.pricing.curves import Curves
 
 #: The refill modes (module docstring), and the suffix of a decode's name in each where it is
 #: not the policy's own.

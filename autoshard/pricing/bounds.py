@@ -1,69 +1,17 @@
-"""Lower bounds on the step cost of any feasible plan of a task, and the kinds of device they
-(and the MILP) price on."""
+"""Lower bounds on the step cost of any feasible plan of a task: a fractional knapsack over
+the tables' cost curves (:mod:`autoshard.pricing.curves`)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from autoshard.layout import kinds
-from autoshard.access import GRID
-from autoshard.pricing.cost import CostModel
 from autoshard.layout.shards import ShardGeometry, shard_task
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import device_kinds, hull_values, table_cost_curves
 from autoshard.task import ShardingTask
-
-#: Most (table, device, rows) points priced in one call when pricing against a deadline.
-PRICE_CHUNK = 100_000
-
-
-class DeadlineReached(Exception):
-    """Raised by a phase that was given a deadline (a ``time.perf_counter`` instant) and
-    reached it before finishing; the caller falls back to what it already has."""
-
-
-def price_total(task: ShardingTask, cost_model: CostModel, table_idx: np.ndarray,
-                device_idx: np.ndarray, hbm_rows: np.ndarray, deadline: float | None = None
-                ) -> np.ndarray:
-    """Total cost (ms) of each (table, device, HBM rows) point; with ``deadline``, priced in
-    chunks of :data:`PRICE_CHUNK` points and :class:`DeadlineReached` raised once it passes."""
-    if deadline is None or table_idx.size <= PRICE_CHUNK:
-        if deadline is not None and time.perf_counter() >= deadline:
-            raise DeadlineReached("pricing")
-        return cost_model.price(task, table_idx, device_idx, hbm_rows).total_ms
-    out = np.empty(table_idx.size)
-    for lo in range(0, table_idx.size, PRICE_CHUNK):
-        if time.perf_counter() >= deadline:
-            raise DeadlineReached("pricing")
-        part = slice(lo, lo + PRICE_CHUNK)
-        out[part] = cost_model.price(task, table_idx[part], device_idx[part],
-                                     hbm_rows[part]).total_ms
-    return out
-
-
-def table_cost_curves(task: ShardingTask, cost_model: CostModel, device: int = 0,
-                      hbm_bytes: float | None = None, deadline: float | None = None,
-                      reserved: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Each table's cost (ms) and HBM bytes with the hottest :data:`GRID` fraction of its rows
-    in the HBM of ``device``. Shapes [T, len(GRID)].
-
-    Row counts are the exact (fractional) grid points, so that a cost model linear in the HBM
-    share between grid points (the analytical model) is linear between these samples too; they
-    are capped by ``hbm_bytes`` (default: that device's HBM capacity). A row's bytes are its
-    weights (and optimizer state), or with ``reserved`` what the task's runtime counts for a
-    row in HBM (:meth:`autoshard.task.TableArrays.hbm_bytes`). Past ``deadline``:
-    :class:`DeadlineReached`.
-    """
-    a = task.table_arrays
-    per_row = a.hbm_bytes_per_row if reserved else a.memory_bytes_per_row
-    cap = task.device_arrays.hbm_capacity[device] if hbm_bytes is None else hbm_bytes
-    max_rows = np.minimum(a.rows, np.floor(cap / per_row))
-    k = np.minimum(GRID[None, :] * a.rows[:, None], max_rows[:, None])
-    t_idx = np.repeat(np.arange(task.num_tables), GRID.size)
-    d_idx = np.full(t_idx.size, device)
-    cost = price_total(task, cost_model, t_idx, d_idx, k.ravel(), deadline).reshape(k.shape)
-    return cost, k * per_row[:, None]
 
 
 def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
@@ -86,7 +34,7 @@ def lower_bound_ms(task: ShardingTask, cost_model: CostModel, whole_tables: bool
 
     With ``whole_tables`` the bound holds only for plans that place every table whole, and is
     also at least the dearest single table's cheapest cost on any device. Past ``deadline`` (a
-    ``time.perf_counter`` instant): :class:`DeadlineReached`.
+    ``time.perf_counter`` instant): :class:`autoshard.errors.DeadlineReached`.
 
     By default the HBM counts the rows' weights alone (a bound of the same tables on any
     runtime). With ``reserved`` it counts what the task's reservation keeps
@@ -126,7 +74,7 @@ def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
           deadline: float | None = None, reserved: bool = False, replicas: bool = False
           ) -> Relaxation:
     """Solves the fractional knapsack of :func:`lower_bound_ms` (see there); past ``deadline``
-    (a ``time.perf_counter`` instant): :class:`DeadlineReached`."""
+    (a ``time.perf_counter`` instant): :class:`autoshard.errors.DeadlineReached`."""
     dev = task.device_arrays
     kinds = device_kinds(task).representative
     # A whole table uses at most one device's HBM; a split one may use every device's.
@@ -191,52 +139,12 @@ def _with_replicas(task: ShardingTask, cost_model: CostModel, device: int, cost:
                                             used[:, -1]))))
 
 
-def lower_hull(cost: np.ndarray, used: np.ndarray) -> np.ndarray:
-    """Each curve (cost [T, G] against increasing bytes [T, G]) replaced by its lower convex
-    hull at the same points, flat past its cheapest point: at most the curve everywhere, with
-    savings per byte that only fall along it. Curves that are already so (the analytical
-    model's) are returned as they are; others (a cost model whose price can rise with HBM
-    rows, as TorchRec's estimator's does) are hulled one by one."""
-    saving = cost[:, :-1] - cost[:, 1:]
-    extra = used[:, 1:] - used[:, :-1]
-    rate = np.divide(saving, extra, out=np.zeros_like(saving), where=extra > 0)
-    # Segments of no bytes (rows capped by the HBM) take their predecessor's rate.
-    last = np.maximum.accumulate(np.where(extra > 0, np.arange(extra.shape[1]), 0), axis=1)
-    rate = np.take_along_axis(rate, last, axis=1)
-    rising = rate[:, 1:] > rate[:, :-1] * (1 + 1e-6) + 1e-300
-    bad = (saving < -1e-9 * np.abs(cost[:, :-1])).any(axis=1) | rising.any(axis=1)
-    if not bad.any():
-        return cost
-    out = cost.copy()
-    for t in np.flatnonzero(bad):
-        out[t] = _hull_row(cost[t], used[t])
-    return out
-
-
-def _hull_row(cost: np.ndarray, used: np.ndarray) -> np.ndarray:
-    """One curve's lower convex hull up to its cheapest point, then flat (see
-    :func:`lower_hull`)."""
-    last = int(np.argmin(cost))
-    keep: list[int] = []
-    for i in range(last + 1):
-        while len(keep) >= 2:
-            a, b = keep[-2], keep[-1]
-            cross = ((used[b] - used[a]) * (cost[i] - cost[a])
-                     - (cost[b] - cost[a]) * (used[i] - used[a]))
-            if cross > 0:
-                break
-            keep.pop()
-        keep.append(i)
-    hull = np.interp(used[:last + 1], used[keep], cost[keep])
-    return np.concatenate((hull, np.full(cost.size - last - 1, cost[last])))
-
-
 def _least_work(cost: np.ndarray, used: np.ndarray, budget: float
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Each table's cost and HBM bytes when, together, their bytes stay within ``budget`` and
     their total cost is least, relaxed to a fractional knapsack over the segments of the
     curves' lower hulls (cost [T, G], bytes [T, G])."""
-    cost = lower_hull(cost, used)
+    cost = hull_values(cost, used)
     saving = cost[:, :-1] - cost[:, 1:]
     extra = used[:, 1:] - used[:, :-1]
     owner = np.broadcast_to(np.arange(cost.shape[0])[:, None], saving.shape)
@@ -255,38 +163,3 @@ def _least_work(cost: np.ndarray, used: np.ndarray, budget: float
     hbm = np.bincount(owner, weights=extra * bought, minlength=n) + used[:, 0]
     return cost[:, 0] - total_saving, hbm
 
-
-@dataclass(frozen=True)
-class DeviceKinds:
-    """Devices grouped into interchangeable kinds (same capacities, bandwidths, link shares).
-
-    Args:
-        kind: Kind of each device ([D]).
-        representative: One device index per kind ([K]).
-    """
-
-    kind: np.ndarray
-    representative: np.ndarray
-
-    @property
-    def count(self) -> int:
-        return int(self.representative.size)
-
-    def members(self, k: int) -> np.ndarray:
-        return np.flatnonzero(self.kind == k)
-
-
-def device_kinds(task: ShardingTask) -> DeviceKinds:
-    """Groups the task's devices by every attribute a cost model or a capacity can see."""
-    dev = task.device_arrays
-    keys: dict[tuple[float, ...], int] = {}
-    kind = np.empty(task.num_devices, dtype=np.int64)
-    reps: list[int] = []
-    for d in range(task.num_devices):
-        key = tuple(float(v[d]) for v in (dev.hbm_capacity, dev.host_capacity, dev.hbm_gbps,
-                                           dev.host_gbps, dev.intra_share))
-        if key not in keys:
-            keys[key] = len(reps)
-            reps.append(d)
-        kind[d] = keys[key]
-    return DeviceKinds(kind, np.array(reps, dtype=np.int64))

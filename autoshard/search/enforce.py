@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError, gib
 from autoshard.layout.kinds import ShardingKind
-from autoshard.search.move_search import Polisher
-from autoshard.search.waterfill import Curves
 from autoshard.layout.shards import ShardLayout, pricing_task
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import Curves
+from autoshard.search.move_search import Polisher
 from autoshard.task import ShardingTask
 
 

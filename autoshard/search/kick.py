@@ -17,11 +17,11 @@ import time
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
 from autoshard.layout.plan import Plan
-from autoshard.search.polish import polish_plan, step_seconds
-from autoshard.search.waterfill import Curves
 from autoshard.layout.shards import ShardLayout, held_shards, plan_layout, pricing_task
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import Curves
+from autoshard.search.polish import polish_plan, step_seconds
 from autoshard.task import ShardingTask
 
 #: Kicks at most, and items moved per kick.

@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 from autoshard.pricing.cost import CostModel
-from autoshard.search.waterfill import Curves, SegmentLists, by_device
+from autoshard.pricing.curves import Curves
+from autoshard.search.waterfill import SegmentLists, by_device
 from autoshard.task import ShardingTask
 
 #: Candidate moves (and swaps) priced exactly per round, best estimates first.

@@ -2,7 +2,7 @@
 shards) moved and swapped between devices.
 
 Both steps work on each item's cost curve per kind of device: the lower hull of its cost
-against HBM bytes from :func:`autoshard.milp.curves.cost_curves` (vertices at whole
+against HBM bytes from :func:`autoshard.pricing.curves.cost_curves` (vertices at whole
 rows where the access curve bends), priced by the task's cost model.
 
 - **Rows.** Given every item's device, each device's HBM is water-filled: the hull segments of
@@ -37,19 +37,18 @@ import time
 import numpy as np
 
 from autoshard.layout import kinds
-from autoshard.pricing.cost import CostModel
-from autoshard.pricing.evaluator import evaluate, step_cost_ms
-from autoshard.milp.curves import CostCurves
-from autoshard.milp.plans import feasible
+from autoshard.layout.feasibility import feasible
 from autoshard.layout.plan import Plan
-from autoshard.search.move_search import MARGIN, Polisher
-from autoshard.search.waterfill import Curves
 from autoshard.layout.shards import (
     ShardLayout,
     fixed_shards,
     plan_layout,
     pricing_task,
 )
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import CostCurves, Curves
+from autoshard.pricing.evaluator import evaluate, step_cost_ms
+from autoshard.search.move_search import MARGIN, Polisher
 from autoshard.task import ShardingTask
 
 #: Rounds of the move search: :data:`ROUNDS_PER_DEVICE` per device, at least

@@ -32,10 +32,7 @@ import time
 import numpy as np
 
 from autoshard.layout import kinds
-from autoshard.pricing.cost import CostModel
 from autoshard.layout.plan import Plan
-from autoshard.search.polish import polish_plan, step_seconds
-from autoshard.search.waterfill import Curves
 from autoshard.layout.shards import (
     ShardGeometry,
     ShardLayout,
@@ -46,6 +43,9 @@ from autoshard.layout.shards import (
     whole_tables,
 )
 from autoshard.layout.splitting import candidate_splits
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import Curves
+from autoshard.search.polish import polish_plan, step_seconds
 from autoshard.task import ShardingTask
 
 #: A table is re-split when it costs at least this share of the most loaded device's load.

@@ -1,12 +1,12 @@
-"""Every item's cost curve on every kind of device, and its segments in water-filling order.
+"""Water-filling a device's HBM over its items' cost curves.
 
 An item (a table, or a shard priced as one) has, on each kind of device, the lower hull of its
-cost against HBM bytes (:func:`autoshard.milp.curves.cost_curves`, vertices at whole rows
-where the access curve bends). Water-filling a device's HBM takes its items' hull segments by
-worth (saving per byte), the largest first; :class:`SegmentLists` keeps every device's
-segments in that order with running sums, so that a device's best saving for any HBM budget is
-one search; after a move only the two devices' segments are laid out again
-(:meth:`SegmentLists.moved`). The polish (:mod:`autoshard.search.polish`) works on these.
+cost against HBM bytes (:class:`autoshard.pricing.curves.Curves`). Water-filling a device's HBM
+takes its items' hull segments by worth (saving per byte), the largest first;
+:class:`SegmentLists` keeps every device's segments in that order with running sums, so that a
+device's best saving for any HBM budget is one search; after a move only the two devices'
+segments are laid out again (:meth:`SegmentLists.moved`). The polish
+(:mod:`autoshard.search.polish`) works on these.
 """
 
 from __future__ import annotations
@@ -15,85 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autoshard.pricing.bounds import device_kinds
-from autoshard.pricing.cost import CostModel
-from autoshard.milp.curves import UNIT_BYTES, CostCurves, cost_curves
-from autoshard.milp.plans import hbm_terms
-from autoshard.task import ShardingTask
-
-
-@dataclass(frozen=True)
-class Curves:
-    """Every item's cost curve on every kind of device, and its segments' worth.
-
-    Args:
-        kind: Kind of each device ([D]).
-        cost: Cost (ms) at each grid point, [K, N, G].
-        used: HBM bytes at each grid point, [K, N, G].
-        extra: HBM bytes of each segment, [K, N, G - 1].
-        worth: Saving per byte of each segment, at most that of any hotter one, [K, N, G - 1].
-        segments: Per kind, the (owner item, bytes, worth, saving in ms) of every segment
-            that saves anything, the largest worth first (ties: hotter segments first).
-        owned: Per kind, (order, first): item ``i``'s segments are
-            ``order[first[i]:first[i + 1]]`` (indices into ``segments``, increasing).
-    """
-
-    kind: np.ndarray
-    cost: np.ndarray
-    used: np.ndarray
-    extra: np.ndarray
-    worth: np.ndarray
-    segments: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
-    owned: tuple[tuple[np.ndarray, np.ndarray], ...]
-
-    @classmethod
-    def price(cls, items: ShardingTask, cost_model: CostModel,
-              priced: CostCurves | None = None) -> Curves:
-        """Prices the curves of ``items`` on one device of each kind: the lower hulls of
-        :func:`autoshard.milp.curves.cost_curves` (vertices at whole rows, where the
-        access curve can bend), padded to one length by repeating the last vertex; ``priced``:
-        those hulls already priced (a MILP solve's)."""
-        kinds = device_kinds(items)
-        hulls = (priced if priced is not None else cost_curves(items, cost_model, kinds)).hulls
-        width = max(h[0].size for h in hulls)
-        shape = (items.num_tables, kinds.count, width)
-        used, cost = np.empty(shape), np.empty(shape)
-        for i, (hx, hy) in enumerate(hulls):
-            t, k = divmod(i, kinds.count)
-            used[t, k, :hx.size], used[t, k, hx.size:] = hx * UNIT_BYTES, hx[-1] * UNIT_BYTES
-            cost[t, k, :hy.size], cost[t, k, hy.size:] = hy, hy[-1]
-        # The curves count a row's memory; the water-filling counts the HBM it takes as the
-        # runtime counts it (its reservation), which may be more per row: the MILP's scale.
-        scale, _ = hbm_terms(items, np.arange(items.num_tables))
-        used *= scale[:, None, None]
-        used, cost = used.transpose(1, 0, 2).copy(), cost.transpose(1, 0, 2).copy()
-        saving = cost[:, :, :-1] - cost[:, :, 1:]
-        extra = used[:, :, 1:] - used[:, :, :-1]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(extra > 0, saving / extra, np.inf)
-        worth = np.maximum(np.minimum.accumulate(ratio, axis=2), 0.0)
-        segments = []
-        for k in range(kinds.count):
-            keep = (worth[k] > 0) & (extra[k] > 0)
-            owner, _ = np.nonzero(keep)
-            w, e, gain = worth[k][keep], extra[k][keep], saving[k][keep]
-            order = np.argsort(-w, kind="stable")
-            segments.append((owner[order], e[order], w[order], gain[order]))
-        owned = []
-        for owner, *_ in segments:
-            by_owner = np.argsort(owner, kind="stable")
-            owned.append((by_owner, np.searchsorted(owner[by_owner],
-                                                    np.arange(items.num_tables + 1))))
-        return cls(kinds.kind, cost, used, extra, worth, tuple(segments), tuple(owned))
-
-    def on_device(self, device: np.ndarray, d: int) -> np.ndarray:
-        """Indices into ``segments[kind[d]]`` of the segments of the items ``device`` puts on
-        device ``d``, in water-filling order."""
-        order, first = self.owned[self.kind[d]]
-        items = np.flatnonzero(device == d)
-        counts = first[items + 1] - first[items]
-        shift = np.repeat(first[items] - (np.cumsum(counts) - counts), counts)
-        return np.sort(order[shift + np.arange(counts.sum())])
+from autoshard.pricing.curves import Curves
 
 
 def by_device(device: np.ndarray) -> np.ndarray:

@@ -40,17 +40,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import autoshard
-from autoshard.pricing.bounds import DeadlineReached
-from autoshard.pricing.cost import CostModel
-from autoshard.errors import InputError, PlannerError
-from autoshard.pricing.evaluator import step_cost_ms, task_bound_ms
-from autoshard.limits import SEED, THREADS, TIME_LIMIT_S, Range
+from autoshard.errors import DeadlineReached, InputError, PlannerError
 from autoshard.layout.plan import Plan
+from autoshard.layout.shards import ShardGeometry, ShardLayout, pricing_task
+from autoshard.limits import SEED, THREADS, TIME_LIMIT_S, Range
 from autoshard.policy.geometries import split_geometries
 from autoshard.policy.refill import decode_modes
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import Curves
+from autoshard.pricing.evaluator import step_cost_ms, task_bound_ms
 from autoshard.search.enforce import enforce
 from autoshard.search.stage import refine
-from autoshard.search.waterfill import Curves
 from autoshard.sharders.ppo_names import TUNED_SUFFIX, provenance
 from autoshard.sharders.ppo_stage import (
     Clock,
@@ -61,7 +61,6 @@ from autoshard.sharders.ppo_stage import (
     resolve,
     settle,
 )
-from autoshard.layout.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.task import ShardingTask
 
 #: The committed policy, shipped as package data (``autoshard train --export`` writes one).

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.pricing.evaluator import plan_cost_ms, step_cost_ms
-from autoshard.milp.plans import feasible
+from autoshard.layout.feasibility import feasible
 from autoshard.layout.plan import Plan
+from autoshard.layout.shards import ShardLayout, held_shards, plan_layout, pricing_task
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import Curves
+from autoshard.pricing.evaluator import plan_cost_ms, step_cost_ms
 from autoshard.search.polish import budget, polish_plan
-from autoshard.search.waterfill import Curves
 from autoshard.sharders.ppo_names import (
     CANDIDATES,
     FALLBACK,
@@ -28,7 +29,6 @@ from autoshard.sharders.ppo_names import (
 )
 from autoshard.sharders.recshard import RecShard
 from autoshard.sharders.recshard_tables import search_from
-from autoshard.layout.shards import ShardLayout, held_shards, plan_layout, pricing_task
 from autoshard.task import ShardingTask
 
 #: On tasks over ``SMALL_TASK`` pairs, the winner is polished on while its moves help, for

@@ -2,7 +2,7 @@
 
 Each table goes to one device and keeps its hottest rows in HBM, the rest in host memory (UVM).
 Its cost as a function of its HBM bytes comes from the cost model at the points where its access
-curve bends (:mod:`autoshard.milp.curves`); rows never touched cost nothing wherever
+curve bends (:mod:`autoshard.pricing.curves`); rows never touched cost nothing wherever
 they live, and pooling factor and coverage scale its lookups. The MILP
 (:mod:`autoshard.milp.model`) minimises the step cost (max over devices) under HBM and
 host capacities. One solve:
@@ -55,14 +55,24 @@ from typing import ClassVar
 
 import numpy as np
 
-from autoshard.pricing.bounds import DeadlineReached, Relaxation, lower_bound_ms, relax
-from autoshard.pricing.cost import CostModel, is_model_spec
-from autoshard.errors import InputError, PlannerError
+from autoshard.errors import DeadlineReached, InputError, PlannerError
+from autoshard.layout.plan import Plan
+from autoshard.layout.shards import (
+    ShardGeometry,
+    ShardLayout,
+    is_whole,
+    pricing_task,
+    same_split,
+    split_pins,
+    whole_tables,
+)
+from autoshard.layout.splitting import replicate_tables, split_heavy_tables
 from autoshard.limits import MAX_DEVICES, MAX_TABLES, SEED, TIME_LIMIT_S, Range
 from autoshard.milp import model as milp_model
-from autoshard.milp.curves import cost_curves, device_kinds
 from autoshard.milp.plans import aggregated, single_bound, step_cost
-from autoshard.layout.plan import Plan
+from autoshard.pricing.bounds import Relaxation, lower_bound_ms, relax
+from autoshard.pricing.cost import CostModel, is_model_spec
+from autoshard.pricing.curves import cost_curves, device_kinds
 from autoshard.provenance import Provenance
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders.recshard_blend import solve_both
@@ -75,16 +85,6 @@ from autoshard.sharders.recshard_tables import (
     left,
     solve_tables,
 )
-from autoshard.layout.shards import (
-    ShardGeometry,
-    ShardLayout,
-    is_whole,
-    pricing_task,
-    same_split,
-    split_pins,
-    whole_tables,
-)
-from autoshard.layout.splitting import replicate_tables, split_heavy_tables
 from autoshard.task import ShardingTask
 
 __all__ = ["DEADLINE_STATUS", "MIN_SEARCH_S", "NO_SPLIT_STATUS", "RecShard", "RecShardResult",

@@ -14,23 +14,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autoshard.pricing.bounds import DeadlineReached, lower_bound_ms
-from autoshard.pricing.cost import CostModel
-from autoshard.errors import PlannerError
+from autoshard.errors import DeadlineReached, PlannerError
+from autoshard.layout.feasibility import feasible, fit_hbm
+from autoshard.layout.plan import Plan
 from autoshard.milp import model as milp_model
-from autoshard.milp.curves import (
-    CostCurves,
-    CostLines,
-    DeviceKinds,
-    cost_curves,
-    device_kinds,
-)
 from autoshard.milp.plans import (
     aggregated,
     device_loads,
     device_subproblem,
-    feasible,
-    fit_hbm,
     lp_packing,
     pin,
     polish,
@@ -39,7 +30,15 @@ from autoshard.milp.plans import (
     to_memory,
     to_rows,
 )
-from autoshard.layout.plan import Plan
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.curves import (
+    CostCurves,
+    CostLines,
+    DeviceKinds,
+    cost_curves,
+    device_kinds,
+)
 from autoshard.task import ShardingTask
 
 #: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
