@@ -8,9 +8,9 @@ from functools import cached_property
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.layout.constraints import NO_CONSTRAINTS, Constraints
 from autoshard.errors import InputError
 from autoshard.hardware import HardwareProfile
+from autoshard.layout.constraints import NO_CONSTRAINTS, Constraints
 from autoshard.limits import MAX_BATCH_SIZE, MAX_TABLES, int_in
 from autoshard.reservation import NO_RESERVATION, Reservation
 from autoshard.tables import Table, check_unique_names
@@ -135,9 +135,9 @@ class ShardingTask:
             (:mod:`autoshard.reservation`): TorchRec's (I/O buffers, cache state), as the
             suites, :func:`autoshard.workloads.constrained_task` and the CLI build tasks, or
             none (the weights alone: hand-checked cases, runtimes without TorchRec).
-        constraints: What each table may be (:mod:`autoshard.layout.constraints`: allowed kinds, share
-            of rows in HBM, narrowest column block), as a user of TorchRec's planner sets them;
-            none by default.
+        constraints: What each table may be (:mod:`autoshard.layout.constraints`: allowed kinds,
+            share of rows in HBM, narrowest column block), as a user of TorchRec's planner sets
+            them; none by default.
     """
 
     tables: tuple[Table, ...]

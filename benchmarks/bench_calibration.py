@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.pricing.cost import load_cost_model
 from autoshard.cost_models.calibrate import SAMPLE_FILE, stratified_sample
 from autoshard.cost_models.evaluate import metrics
 from autoshard.cost_models.features import dataset
 from autoshard.cost_models.microbench import Timing, done_ids, sweep
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import machine_record
+from autoshard.pricing.cost import load_cost_model
 
 COMMITTED = Path("autoshard/data/cost_model")
 COMMITTED_METRICS = Path("results/cost_model/metrics.json")

@@ -33,8 +33,8 @@ import numpy as np
 from autoshard.envs import PlacementEnv, TaskSampler
 from autoshard.envs.batched import BatchedPlacementEnv
 from autoshard.fileio import atomic_write_text
-from autoshard.machine import describe_machine
 from autoshard.layout.placement import PlacementState
+from autoshard.machine import describe_machine
 
 TABLES, DEVICES = 100, 8
 BATCHES = (16, 64, 256)

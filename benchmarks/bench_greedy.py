@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import get_sharder
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables

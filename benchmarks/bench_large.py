@@ -33,14 +33,14 @@ import os
 import time
 from pathlib import Path
 
-from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.compare.suites import get_suite
 from autoshard.errors import PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import get_sharder
 from autoshard.sharders.base import Sharder
-from autoshard.compare.suites import get_suite
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, default_pools, dlrm_tables
 

@@ -56,17 +56,17 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 import torch
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.compare.harness import COLUMNS, CompareRow, FixedTask, run_one
-from autoshard.pricing.evaluator import evaluate
+from autoshard.compare.suites import get_suite
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.public_models import MODEL_TABLES, model_tables
 from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options, get_sharder
 from autoshard.sharders.ppo import PPOSharder
 from autoshard.sharders.ppo_names import CANDIDATES
-from autoshard.compare.suites import get_suite
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 from autoshard.training.evaluation import BENCH_SEED, eval_tasks

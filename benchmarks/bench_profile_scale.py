@@ -131,7 +131,6 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
 def single_pass(folder: Path, hash_size: str) -> dict[str, Any]:
     """The reference: every TSV file counted in this process by one accumulator, no pieces."""
-    from autoshard.stats.table_stats import CountAccumulator
     from autoshard.stats.readers_columnar import (
         ExactDistinct,
         column_plan,
@@ -139,6 +138,7 @@ def single_pass(folder: Path, hash_size: str) -> dict[str, Any]:
         iter_lookups,
     )
     from autoshard.stats.readers_criteo import criteo_layout
+    from autoshard.stats.table_stats import CountAccumulator
 
     start = time.perf_counter()
     files = sorted((folder / "tsv").iterdir())

@@ -21,11 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.errors import PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import cpu_model
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import common_options, get_sharder, sharder_info
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
@@ -138,8 +138,8 @@ def report(rows: list[dict[str, Any]], command: str) -> str:
             "", f"Tasks: generated DLRM-like tables (autoshard.workloads.dlrm_tables), "
             f"8xH100-80GB profile with HBM per device set so that all devices together hold "
             f"{HBM_FRACTION:.0%} of the tables' bytes (train mode, batch 65536); analytical "
-            "cost model. Lower bound: the larger of autoshard.pricing.bounds.lower_bound_ms and the "
-            "bound recshard proved on that task.", "",
+            "cost model. Lower bound: the larger of autoshard.pricing.bounds.lower_bound_ms and "
+            "the bound recshard proved on that task.", "",
             "| task | sharder | step ms | cost / bound | load balance | UVM lookups | plan s |"
             " gap |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:

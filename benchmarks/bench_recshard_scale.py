@@ -24,12 +24,12 @@ import os
 import time
 from pathlib import Path
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.evaluator import evaluate
+from autoshard.compare.suites import get_suite
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders.recshard import RecShard
-from autoshard.compare.suites import get_suite
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, default_pools, dlrm_tables
 

@@ -20,10 +20,10 @@ import json
 import time
 from pathlib import Path
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.fileio import atomic_write_text
 from autoshard.hardware import load_hardware
 from autoshard.machine import describe_machine
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.public_models import model_tables
 from autoshard.reservation import get_reservation
 from autoshard.sharders.recshard import RecShard

@@ -24,10 +24,10 @@ import math
 import time
 from pathlib import Path
 
-from autoshard.pricing.cost import load_cost_model
-from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
+from autoshard.pricing.cost import load_cost_model
+from autoshard.pricing.evaluator import evaluate
 from autoshard.public_models import model_tables
 from autoshard.sharders.recshard import RecShard
 from autoshard.task import ShardingTask

@@ -41,13 +41,13 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.errors import PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.hardware import HardwareProfile, Tier
-from autoshard.machine import describe_machine
 from autoshard.layout.plan import Plan
+from autoshard.machine import describe_machine
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.runner import RunConfig, run_plan
 from autoshard.sharders import common_options, get_sharder, sharder_info, sharder_names
 from autoshard.tables import Table
@@ -253,8 +253,8 @@ def per_device_models(plans: dict[str, Plan], host_task: ShardingTask,
                       runs: dict[str, list[dict[str, Any]]], specs: list[str]
                       ) -> dict[str, dict[str, Any]]:
     """Spearman and MAPE of modelled vs measured compute CPU time per (plan, device)."""
-    from autoshard.pricing.cost import load_cost_model
     from autoshard.errors import InputError
+    from autoshard.pricing.cost import load_cost_model
 
     measured = np.array([min(m["per_device"][d]["compute_cpu_ms"] for m in runs[name])
                          for name in plans for d in range(host_task.num_devices)])

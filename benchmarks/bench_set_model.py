@@ -30,15 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.pricing.cost import load_cost_model
 from autoshard.cost_models.evaluate import metrics
 from autoshard.cost_models.features import OP_CODES, TIER_CODES, partition_features
 from autoshard.cost_models.set_bench import read_sets, sweep_sets
 from autoshard.cost_models.set_model import SetCostModel, frame_features
 from autoshard.errors import PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import machine_record
+from autoshard.pricing.cost import load_cost_model
+from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import common_options, get_sharder, sharder_info, sharder_names
 from autoshard.workloads import constrained_task, dlrm_tables
 

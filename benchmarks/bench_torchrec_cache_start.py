@@ -15,10 +15,10 @@ import argparse
 import time
 from pathlib import Path
 
-from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.compare.suites import get_suite
 from autoshard.fileio import atomic_write_text
 from autoshard.machine import describe_machine
-from autoshard.compare.suites import get_suite
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.torchrec.sharder import TorchRecSharder
 
 SUITES = ("constrained-50x4", "constrained-100x8", "dcnv2-8", "dcnv2-16", "criteo1tb-8")

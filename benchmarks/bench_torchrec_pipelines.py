@@ -33,14 +33,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from autoshard.compare.suites import get_suite
+from autoshard.fileio import atomic_write_text
+from autoshard.layout.plan import Plan
+from autoshard.machine import describe_machine
 from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.evaluator import evaluate
-from autoshard.fileio import atomic_write_text
-from autoshard.machine import describe_machine
-from autoshard.layout.plan import Plan
 from autoshard.reservation import get_reservation
 from autoshard.sharders.recshard import RecShard
-from autoshard.compare.suites import get_suite
 from autoshard.torchrec.estimate import estimate_plan
 from autoshard.torchrec.runtime_memory import PIPELINES, pipeline_of
 from autoshard.torchrec.sharder import TorchRecSharder

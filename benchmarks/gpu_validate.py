@@ -155,9 +155,9 @@ def table_of(args: argparse.Namespace) -> Any:
 def modelled(args: argparse.Namespace, hbm_rows: int, model: Any) -> dict[str, Any]:
     """The model's figures for the table alone on one device of ``--hardware`` with
     ``hbm_rows`` of its hottest rows in HBM (an error's message instead when it fails)."""
-    from autoshard.pricing.evaluator import evaluate
     from autoshard.hardware import load_hardware
     from autoshard.layout.plan import Placement, Plan
+    from autoshard.pricing.evaluator import evaluate
     from autoshard.task import ShardingTask, Workload
 
     hardware = load_hardware(args.hardware, devices=1)

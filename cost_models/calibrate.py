@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
 from autoshard.cost_models.features import FEATURE_NAMES, OP_CODES
 from autoshard.cost_models.grid import BenchConfig, grid_configs
 from autoshard.cost_models.lgb_text import file_digest
@@ -45,6 +44,7 @@ from autoshard.cost_models.model import (
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text, write_output, write_structured
 from autoshard.machine import machine_record
+from autoshard.pricing.cost import CostModel
 
 FORMAT = "autoshard-calibrated-cost-model"
 RESIDUAL_FILE = "residual.txt"

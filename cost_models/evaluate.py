@@ -73,8 +73,8 @@ def shown(value: float | None, spec: str = ".4f", scale: float = 1.0) -> str:
 class AnalyticalFit:
     """ms = passes x overhead_ms + bytes / bandwidth, fitted to measurements.
 
-    Bytes follow :class:`autoshard.pricing.analytical.AnalyticalCostModel`: per lookup the row (and in
-    training the row's gradient read-modify-write and its optimizer state), plus the pooled
+    Bytes follow :class:`autoshard.pricing.analytical.AnalyticalCostModel`: per lookup the row (and
+    in training the row's gradient read-modify-write and its optimizer state), plus the pooled
     output per pass; without its narrow-row factor, a GPU kernel's lane use that CPU kernels do
     not share.
     """

@@ -2,8 +2,8 @@
 
 The model learns log(latency per work byte) of a partition from :func:`features.partition_features`
 (so its predictions grow with the bytes a partition moves beyond the measured sizes, where trees
-alone would flatten). As a :class:`autoshard.pricing.cost.CostModel` it prices a table split at its k
-hottest rows as two partitions, the hot rows in HBM and the cold rows in host memory (UVM),
+alone would flatten). As a :class:`autoshard.pricing.cost.CostModel` it prices a table split at its
+k hottest rows as two partitions, the hot rows in HBM and the cold rows in host memory (UVM),
 each priced as FBGEMM's table-batched operator over that partition alone, for the task's batch
 and mode:
 
@@ -16,8 +16,8 @@ and mode:
 
 A split's price is the cheapest split with at most k hot rows (a plan may leave rows it was given
 HBM for in host memory), interpolated between the access grid's points, so more HBM rows never
-cost more. Communication (``comm_ms``) comes from :class:`autoshard.pricing.analytical.AnalyticalCostModel`:
-the microbenchmarks do not measure it.
+cost more. Communication (``comm_ms``) comes from
+:class:`autoshard.pricing.analytical.AnalyticalCostModel`: the microbenchmarks do not measure it.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from typing import Any
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.pricing.analytical import replica_update_ms
-from autoshard.pricing.cost import CostModel, Pricing, load_cost_model
 from autoshard.cost_models.features import (
     FEATURE_NAMES,
     OP_CODES,
@@ -43,6 +41,8 @@ from autoshard.cost_models.features import (
 from autoshard.cost_models.lgb_text import checked_model_text, file_digest, verify_digest
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text, output_folder, write_structured
+from autoshard.pricing.analytical import replica_update_ms
+from autoshard.pricing.cost import CostModel, Pricing, load_cost_model
 from autoshard.task import ShardingTask
 
 MODEL_FILE = "model.txt"

@@ -29,8 +29,6 @@ from typing import Any
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.pricing.analytical import replica_update_ms
-from autoshard.pricing.cost import CostModel, Pricing, load_cost_model
 from autoshard.cost_models.features import task_partitions
 from autoshard.cost_models.lgb_text import file_digest
 from autoshard.cost_models.model import (
@@ -42,6 +40,8 @@ from autoshard.cost_models.model import (
 )
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text, output_folder, write_structured
+from autoshard.pricing.analytical import replica_update_ms
+from autoshard.pricing.cost import CostModel, Pricing, load_cost_model
 from autoshard.task import ShardingTask
 
 FORMAT = "autoshard-set-cost-model"

@@ -34,7 +34,6 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.envs.batched_arrays import EpisodeArrays
 from autoshard.envs.batched_choice import ChoiceArrays
 from autoshard.envs.placement import ILLEGAL_PENALTY, PlacementEnv, final_info
@@ -44,6 +43,7 @@ from autoshard.layout.plan import Plan
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.episode import LIMIT, PlacementEpisode
 from autoshard.policy.features import nearest_legal
+from autoshard.pricing.cost import CostModel, load_cost_model
 
 
 class BatchedPlacementEnv(VecEnv):

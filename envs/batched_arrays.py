@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.pricing.cost import CostModel
 from autoshard.policy.episode import _SCALED, PlacementEpisode, PricedTask
 from autoshard.policy.features import CLIP, ObsLayout
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask, curve_share
 
 # Columns of the float sequence array: per-row memory bytes, lookups per step, row bytes,

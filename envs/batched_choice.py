@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
 from autoshard.envs.batched_arrays import (
     BYTES_LEFT,
     DIM,
@@ -25,10 +24,11 @@ from autoshard.envs.batched_arrays import (
     SUMMARY,
     EpisodeArrays,
 )
+from autoshard.layout.shards import ShardGeometry, ShardLayout, whole_tables
 from autoshard.policy.choice import GRIDS, ChoiceEpisode, SplitOffer
 from autoshard.policy.episode import PlacementEpisode, PricedTask, fill_parts
 from autoshard.policy.features import CLIP, ObsLayout, StaticOptions
-from autoshard.layout.shards import ShardGeometry, ShardLayout, whole_tables
+from autoshard.pricing.cost import CostModel
 
 
 class ChoiceArrays(EpisodeArrays):

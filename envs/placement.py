@@ -8,15 +8,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from autoshard.pricing.cost import CostModel, load_cost_model, prices_device_sets
 from autoshard.envs.sampler import TaskSampler
-from autoshard.pricing.evaluator import evaluate
 from autoshard.layout.plan import Plan
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.choice import ChoiceEpisode, choice_layout, split_offer
 from autoshard.policy.episode import LIMIT, PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout
 from autoshard.policy.refill import checked_mode
+from autoshard.pricing.cost import CostModel, load_cost_model, prices_device_sets
+from autoshard.pricing.evaluator import evaluate
 from autoshard.task import ShardingTask
 
 #: Reward added (in units of the task's lower bound) when an action that does not fit was
@@ -42,15 +42,16 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     bound, negated, so an episode without illegal actions returns -(step cost / lower bound).
     At the end of an episode ``info`` holds the ``plan`` and, if enabled, its evaluator
     ``report``. With a cost model that prices a device's whole table set (a set model, see
-    :func:`autoshard.pricing.cost.device_compute`), the steps add the tables' own prices, and the last
-    reward settles the difference to the evaluator's device-level step cost: the return is still
-    -(step cost / lower bound) and ``info["step_cost_ms"]`` is that step cost (the sum of the
+    :func:`autoshard.pricing.cost.device_compute`), the steps add the tables' own prices, and the
+    last reward settles the difference to the evaluator's device-level step cost: the return is
+    still -(step cost / lower bound) and ``info["step_cost_ms"]`` is that step cost (the sum of the
     tables' prices is ``info["summed_step_cost_ms"]``).
 
     Args:
         sampler: Draws a task at every reset without ``options={"task": ...}`` (default: the
             domain-randomised :class:`autoshard.envs.sampler.TaskSampler`).
-        cost_model: A :class:`autoshard.pricing.cost.CostModel`, or ``"analytical"`` / a model folder.
+        cost_model: A :class:`autoshard.pricing.cost.CostModel`, or ``"analytical"`` / a model
+            folder.
         max_devices: Device slots in the observation and action space (default: the sampler's
             largest device count, 8 without a sampler); tasks may use fewer.
         multipliers: The buckets' HBM value multipliers (see

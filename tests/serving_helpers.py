@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoshard.serving.model import ServingModel, build_model
 from autoshard.serving.cluster import ServingProfile
+from autoshard.serving.model import ServingModel, build_model
 from autoshard.tables import Table
 
 GBYTES = 10**9

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from handcase import hand_profile, hand_tables, reference_price_ms
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.errors import InputError
 from autoshard.hardware import Device, HardwareProfile, Tier
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 

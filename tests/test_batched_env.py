@@ -10,10 +10,10 @@ import pytest
 from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.cost import Pricing
 from autoshard.envs import ENV_ID, TaskSampler
 from autoshard.envs.batched import BatchedPlacementEnv
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.cost import Pricing
 from autoshard.task import ShardingTask
 
 FIXED = TaskSampler(tables=(40, 40), devices=(8,), hbm_fraction=(0.3, 0.3),

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.compare.harness import COLUMNS, read_rows, run_suite
 from autoshard.compare.report import markdown_table, summarize
-from autoshard.sharders import sharder_names
 from autoshard.compare.suites import SUITES, TaskSpec, get_suite
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.sharders import sharder_names
 from autoshard.workloads import default_pools
 
 BASELINES = ["random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy",

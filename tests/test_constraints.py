@@ -8,14 +8,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.layout.constraints import Constraints, TableConstraint
 from autoshard.errors import InputError, PlannerError
-from autoshard.pricing.evaluator import evaluate
+from autoshard.layout.constraints import Constraints, TableConstraint
 from autoshard.layout.kinds import ShardingKind
+from autoshard.layout.shards import plan_layout
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.search.enforce import enforce
 from autoshard.sharders import get_sharder
-from autoshard.layout.shards import plan_layout
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 

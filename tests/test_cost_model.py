@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.cli import main
-from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.cost_models.evaluate import AnalyticalFit, group_split, metrics
 from autoshard.cost_models.features import FEATURE_NAMES, dataset, partition_features, work_bytes
 from autoshard.cost_models.microbench import COLUMNS
 from autoshard.cost_models.model import LightGBMCostModel, NotFittedError
 from autoshard.errors import InputError
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.workloads import constrained_task, dlrm_tables
 
 OVERHEAD_MS = 0.03  # per pass

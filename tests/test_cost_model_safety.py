@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoshard.pricing.cost import load_cost_model, machine_warning
 from autoshard.cost_models.features import partition_features
 from autoshard.cost_models.lgb_text import file_digest
 from autoshard.cost_models.model import LightGBMCostModel
 from autoshard.errors import InputError
 from autoshard.machine import machine_record
+from autoshard.pricing.cost import load_cost_model, machine_warning
 from tests.cli_helpers import run_cli
 
 

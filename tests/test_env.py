@@ -9,16 +9,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import lower_bound_ms
-from autoshard.pricing.cost import Pricing
 from autoshard.envs import ENV_ID, PlacementEnv, TaskSampler
 from autoshard.envs.placement import ILLEGAL_PENALTY
 from autoshard.errors import InputError, PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.layout.plan import check_plan
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS, bucket_rows
 from autoshard.policy.features import ObsLayout
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.cost import Pricing
+from autoshard.pricing.evaluator import evaluate
 from autoshard.reservation import get_reservation
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables

@@ -10,12 +10,12 @@ import pytest
 from handcase import HAND_HBM_BYTES, hand_profile, hand_tables, reference_price_ms
 
 from autoshard.access import AccessCurve
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.errors import PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.hardware import Device, Tier
 from autoshard.layout.plan import Placement, Plan
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.evaluator import evaluate
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 

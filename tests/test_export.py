@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from autoshard.access import AccessCurve
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.cli import main
 from autoshard.errors import InputError, PlannerError
 from autoshard.hardware import load_hardware
 from autoshard.layout.plan import Placement, Plan, Shard
-from autoshard.sharders import get_sharder
 from autoshard.layout.shards import plan_layout
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.sharders import get_sharder
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable

@@ -12,22 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoshard.layout import kinds
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import lower_bound_ms
-from autoshard.layout.constraints import Constraints, TableConstraint
 from autoshard.errors import InputError, PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.hardware import Device, HardwareProfile, Tier, save_hardware
+from autoshard.layout import kinds
+from autoshard.layout.constraints import Constraints, TableConstraint
 from autoshard.layout.kinds import ShardingKind, split_kind
 from autoshard.layout.plan import Placement, Plan, Shard
-from autoshard.policy.buckets import MULTIPLIERS
-from autoshard.policy.episode import PlacementEpisode, PricedTask
-from autoshard.policy.features import ObsLayout
-from autoshard.policy.geometries import split_geometries
-from autoshard.reservation import NO_RESERVATION
-from autoshard.sharders import get_sharder
-from autoshard.sharders.recshard import RecShard
 from autoshard.layout.shards import (
     ShardGeometry,
     ShardLayout,
@@ -42,6 +32,16 @@ from autoshard.layout.shards import (
     whole_tables,
 )
 from autoshard.layout.splitting import candidate_splits, split_heavy_tables
+from autoshard.policy.buckets import MULTIPLIERS
+from autoshard.policy.episode import PlacementEpisode, PricedTask
+from autoshard.policy.features import ObsLayout
+from autoshard.policy.geometries import split_geometries
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.evaluator import evaluate
+from autoshard.reservation import NO_RESERVATION
+from autoshard.sharders import get_sharder
+from autoshard.sharders.recshard import RecShard
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask, Workload
 from autoshard.torchrec import torchrec_unavailable
@@ -459,8 +459,8 @@ def test_torchrecs_estimators_price_and_size_grid_shards_as_we_do() -> None:
 
 @needs_torchrec
 def test_the_torchrec_sharder_names_grids_for_dominant_tables_on_several_nodes() -> None:
-    from autoshard.torchrec.timed_planning import predicted_shards
     from autoshard.torchrec.sharder import TorchRecSharder, offered_sharding_types
+    from autoshard.torchrec.timed_planning import predicted_shards
 
     task = _wide_task()
     offered = offered_sharding_types(task, MODEL)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.episode import PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout
 from autoshard.policy.network import PlacementNet
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.training.imitation import (
     collect,
     expert_action,

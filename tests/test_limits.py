@@ -12,10 +12,10 @@ from cli_helpers import run_cli as run
 from handcase import hand_task_of
 
 from autoshard.compare.harness import FixedTask, run_suite
-from autoshard.pricing.cost import Pricing
 from autoshard.errors import InputError, PlannerError
 from autoshard.hardware import BUNDLED, Device, HardwareProfile, Tier, load_hardware
 from autoshard.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_ROWS, check_finite_costs
+from autoshard.pricing.cost import Pricing
 from autoshard.tables import Table, load_tables, save_tables
 from autoshard.task import ShardingTask, Workload
 

@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.compare.suites import get_suite
 from autoshard.errors import PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.layout.placement import PlacementState
 from autoshard.layout.plan import Placement, Plan, Shard, hbm_use
+from autoshard.layout.shards import ShardLayout, plan_layout, pricing_task
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder, sharder_info, sharder_names
-from autoshard.layout.shards import ShardLayout, plan_layout, pricing_task
-from autoshard.compare.suites import get_suite
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.shardings import table_shardings

@@ -13,10 +13,10 @@ import pytest
 from cli_helpers import run_cli as run
 from handcase import hand_task_of
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.compare.harness import COLUMNS, FixedTask, read_rows, run_suite
-from autoshard.pricing.cost import Pricing, model_identity
 from autoshard.errors import InputError
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.cost import Pricing, model_identity
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
 

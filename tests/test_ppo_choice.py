@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.evaluator import evaluate
 from autoshard.layout.kinds import ShardingKind
+from autoshard.layout.shards import check_layout
+from autoshard.layout.splitting import split_heavy_tables
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.choice import GRIDS, ChoiceEpisode, choice_layout, split_offer
 from autoshard.policy.episode import PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout
 from autoshard.policy.network import PlacementNet, decode, decode_choice, regrid
-from autoshard.layout.shards import check_layout
-from autoshard.layout.splitting import split_heavy_tables
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.policy.buckets import N_BUCKETS
 from autoshard.policy.episode import PlacementEpisode, PricedTask
 from autoshard.policy.features import DEVICE, OPTION, SUMMARY, TABLE, ObsLayout
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()

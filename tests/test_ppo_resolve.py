@@ -8,14 +8,20 @@ import time
 import numpy as np
 import pytest
 
+from autoshard.layout.plan import Plan
+from autoshard.layout.shards import (
+    ShardLayout,
+    check_layout,
+    one_per_device,
+    plan_layout,
+    split_pins,
+)
 from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.cost import CostModel
 from autoshard.pricing.evaluator import evaluate
-from autoshard.layout.plan import Plan
 from autoshard.search.polish import polish_plan
 from autoshard.sharders import get_sharder, ppo_stage
 from autoshard.sharders.ppo_stage import resolved
-from autoshard.layout.shards import ShardLayout, check_layout, one_per_device, plan_layout, split_pins
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 

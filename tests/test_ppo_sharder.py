@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 import torch
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.errors import InputError, PlannerError
-from autoshard.pricing.evaluator import evaluate
+from autoshard.layout.shards import check_layout
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.network import PlacementNet, save_policy
 from autoshard.policy.refill import MODES
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import get_sharder, sharder_info
 from autoshard.sharders import ppo as ppo_module
 from autoshard.sharders.ppo import DEFAULT_POLICY, PPOSharder
 from autoshard.sharders.ppo_stage import refined_starts
-from autoshard.layout.shards import check_layout
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 from autoshard.training.evaluation import GREEDY, eval_tasks
@@ -228,9 +228,9 @@ def test_large_tasks_on_several_nodes_are_offered_the_node_local_split() -> None
     """The one split choice of a large task is the one ``recshard`` makes first there: with
     row shards kept on one node offered (on 16 devices of 8 per node it differs from the
     choice without them)."""
-    from autoshard.policy.geometries import split_geometries
     from autoshard.layout.shards import same_split
     from autoshard.layout.splitting import split_heavy_tables
+    from autoshard.policy.geometries import split_geometries
 
     task = constrained_task(_dominated_task().tables, 16, hbm_fraction=0.3)
     assert task.hardware.devices_per_node < task.num_devices

@@ -8,18 +8,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoshard.layout import kinds
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.errors import InputError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.hardware import load_hardware
+from autoshard.layout import kinds
 from autoshard.layout.kinds import ShardingKind
 from autoshard.layout.plan import Placement, Plan, Shard
-from autoshard.reservation import get_reservation
-from autoshard.sharders.recshard import RecShard
 from autoshard.layout.shards import plan_layout, replicas, shard_task, whole_tables
 from autoshard.layout.splitting import replicate_tables
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.evaluator import evaluate
+from autoshard.reservation import get_reservation
+from autoshard.sharders.recshard import RecShard
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 from autoshard.torchrec import torchrec_unavailable

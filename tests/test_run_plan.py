@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from autoshard.cli import main
-from autoshard.pricing.cost import load_cost_model
 from autoshard.errors import InputError
-from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.hardware import load_hardware
 from autoshard.layout.plan import Placement, Plan, Shard
+from autoshard.pricing.cost import load_cost_model
+from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.runner import FAULT_ENV, MeasuredReport, RunConfig, RunError, run_plan
 from autoshard.runner.config import ShardTable
 from autoshard.runner.data import (

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from autoshard.cli import main
-from autoshard.pricing.cost import load_cost_model
 from autoshard.hardware import load_hardware
 from autoshard.layout.kinds import REPLICATED, ShardingKind
 from autoshard.layout.plan import Placement, Plan, Shard
+from autoshard.pricing.cost import load_cost_model
 from autoshard.runner import RunConfig, check_plan
 from autoshard.runner.check import compare, reference, table_weights
 from autoshard.runner.config import ShardTable

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autoshard.layout.shards import check_layout, one_per_device, plan_layout
 from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.evaluator import evaluate
 from autoshard.search.kick import kick_plan
 from autoshard.search.polish import polish_plan
 from autoshard.sharders import get_sharder
-from autoshard.layout.shards import check_layout, one_per_device, plan_layout
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()

@@ -7,13 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from autoshard.layout.shards import check_layout, one_per_device, plan_layout
 from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.pricing.evaluator import evaluate
 from autoshard.public_models import model_tables
 from autoshard.search.resplit import _variants, resplit_plan
 from autoshard.sharders import get_sharder
-from autoshard.layout.shards import check_layout, one_per_device, plan_layout
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()

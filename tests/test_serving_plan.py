@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autoshard.serving.cluster import load_serving_profile
 from autoshard.serving.evaluation import Evaluator, Interval
 from autoshard.serving.planning import PlanOptions, answer, server_range, sweep
-from autoshard.serving.cluster import load_serving_profile
 from autoshard.serving.suites import suite_model
 from autoshard.serving.task import ServingTask
 from tests.serving_helpers import profile, two_group_model

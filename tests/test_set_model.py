@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoshard.pricing.cost import load_cost_model
+from autoshard.compare.suites import get_suite
 from autoshard.cost_models.evaluate import metrics
 from autoshard.cost_models.set_model import (
     SET_FEATURES,
@@ -18,10 +18,10 @@ from autoshard.cost_models.set_model import (
     set_features,
 )
 from autoshard.errors import InputError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.layout.plan import Placement, Plan
+from autoshard.pricing.cost import load_cost_model
+from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import get_sharder
-from autoshard.compare.suites import get_suite
 from autoshard.workloads import constrained_task, dlrm_tables
 
 

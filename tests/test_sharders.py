@@ -8,10 +8,11 @@ from handcase import hand_profile, hand_tables, reference_price_ms
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.layout.plan import check_plan
+from autoshard.layout.shards import check_layout, shard_memory
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import (
     common_options,
     get_sharder,
@@ -19,7 +20,6 @@ from autoshard.sharders import (
     sharder_info,
     sharder_names,
 )
-from autoshard.layout.shards import check_layout, shard_memory
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 
@@ -235,8 +235,8 @@ def test_best_split_prefers_most_free_hbm_then_least_load() -> None:
 
 
 def test_split_greedy_variant_splits_only_tables_above_the_device_mean() -> None:
-    from autoshard.pricing.bounds import lower_bound_ms
     from autoshard.layout.shards import check_layout
+    from autoshard.pricing.bounds import lower_bound_ms
     from autoshard.tables import Table
     from autoshard.workloads import constrained_task, dlrm_tables
 

@@ -10,10 +10,7 @@ import pytest
 from handcase import HAND_BATCH, HAND_INTRA_GBPS, hand_profile, reference_price_ms
 
 from autoshard.access import AccessCurve
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.errors import PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.hardware import Device, Tier
 from autoshard.layout.kinds import ShardingKind
 from autoshard.layout.plan import Placement, Plan, Shard
@@ -25,6 +22,9 @@ from autoshard.layout.shards import (
     shard_memory,
     shard_task,
 )
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.evaluator import evaluate
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, Workload
 
@@ -259,8 +259,8 @@ def test_learned_model_prices_split_plans(hand_task: ShardingTask) -> None:
 
 
 def test_model_suites() -> None:
-    from autoshard.public_models import dcnv2_tables
     from autoshard.compare.suites import get_suite
+    from autoshard.public_models import dcnv2_tables
     from autoshard.workloads import total_bytes
 
     tables = dcnv2_tables()

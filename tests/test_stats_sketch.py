@@ -12,8 +12,8 @@ import pytest
 from cli_helpers import run_cli
 
 from autoshard.stats.partial import ProfileSchema, TableSchema, merge_partials
-from autoshard.stats.table_stats import CountHistogram
 from autoshard.stats.scan import PartialAccumulator, _choose_modes
+from autoshard.stats.table_stats import CountHistogram
 
 ROWS = 2_000_000
 

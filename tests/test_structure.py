@@ -28,7 +28,8 @@ FOLDERS = {"autoshard": ROOT / "autoshard", "autoshard.envs": ROOT / "envs",
 UPPER = ("autoshard.cost_models", "autoshard.envs", "autoshard.training", "autoshard.torchrec")
 KIND_NAMES = ("table_wise", "row_wise", "table_row_wise", "column_wise", "table_column_wise",
               "data_parallel", "grid_shard")
-KIND_OWNERS = {"autoshard/layout/kinds.py", "autoshard/torchrec/mapping.py", "autoshard/layout/plan.py"}
+KIND_OWNERS = {"autoshard/layout/kinds.py", "autoshard/torchrec/mapping.py",
+               "autoshard/layout/plan.py"}
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 800, 60
 
 

@@ -9,20 +9,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.cli import main
-from autoshard.pricing.evaluator import evaluate
 from autoshard.layout.kinds import ShardingKind
+from autoshard.layout.shards import check_layout, even_split, shard_task, split_pins
+from autoshard.layout.splitting import candidate_splits, split_heavy_tables
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.episode import PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout
 from autoshard.policy.geometries import split_geometries
+from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.evaluator import evaluate
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder
 from autoshard.sharders.recshard import RecShard
-from autoshard.layout.shards import check_layout, even_split, shard_task, split_pins
-from autoshard.layout.splitting import candidate_splits, split_heavy_tables
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.cli.common import build_task
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import accepted_options, get_sharder, sharder_info, sharder_names
 from autoshard.synth import default_tables

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.cli import main
+from autoshard.compare.suites import get_suite
 from autoshard.errors import PlannerError
+from autoshard.layout.splitting import dominant_tables
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import get_sharder, sharder_info
-from autoshard.layout.splitting import dominant_tables
-from autoshard.compare.suites import get_suite
 from autoshard.tables import save_tables
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.estimate import estimate_plan

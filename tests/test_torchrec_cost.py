@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autoshard.compare.suites import get_suite
+from autoshard.errors import InputError
+from autoshard.layout.plan import Plan
 from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.cost import load_cost_model, model_identity
-from autoshard.errors import InputError
 from autoshard.pricing.evaluator import evaluate
-from autoshard.layout.plan import Plan
 from autoshard.sharders import get_sharder
 from autoshard.sharders.recshard import RecShard
 from autoshard.sharders.recshard_blend import BlendedCostModel, choose
-from autoshard.compare.suites import get_suite
 from autoshard.tables import save_tables
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.runtime_memory import PIPELINES

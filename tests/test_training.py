@@ -19,8 +19,8 @@ from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.features import ObsLayout
 from autoshard.policy.network import PADDED, PlacementNet, load_policy, save_policy
 from autoshard.training.config import TrainConfig
-from autoshard.training.wandb_runs import offline_history
 from autoshard.training.train import train
+from autoshard.training.wandb_runs import offline_history
 
 TINY = {"timesteps": 256, "n_envs": 2, "n_steps": 64, "batch_size": 64, "n_epochs": 2,
         "train_tables": (4, 8), "eval_tables": (8,), "eval_devices": (2, 3),

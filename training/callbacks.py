@@ -14,10 +14,10 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from autoshard.compare.harness import CompareRow
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import InputError
 from autoshard.limits import int_in, is_finite
 from autoshard.policy.network import save_policy
+from autoshard.pricing.cost import CostModel
 from autoshard.training.checkpoint import save_checkpoint
 from autoshard.training.config import TrainConfig
 from autoshard.training.evaluation import (

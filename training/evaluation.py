@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from autoshard.compare.harness import CompareRow, FixedTask, run_one
-from autoshard.pricing.cost import CostModel
 from autoshard.envs.sampler import TaskSampler, roomy
+from autoshard.pricing.cost import CostModel
 from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options
 from autoshard.sharders.ppo_names import GREEDY

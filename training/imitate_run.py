@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.envs.sampler import TaskSampler
 from autoshard.fileio import atomic_write_text
+from autoshard.layout.shards import pricing_task
 from autoshard.machine import describe_machine
 from autoshard.policy.network import PlacementNet, load_policy, regrid, save_policy
+from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.sharders.ppo import DEFAULT_POLICY
-from autoshard.layout.shards import pricing_task
 from autoshard.training.evaluation import eval_tasks, evaluate_policy, mean_ratio
 from autoshard.training.imitation import (
     Demo,

@@ -32,14 +32,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
+from autoshard.layout.shards import ShardGeometry, pricing_task, split_pins, whole_tables
 from autoshard.policy.episode import LIMIT, PlacementEpisode, PricedTask
 from autoshard.policy.features import ObsLayout
 from autoshard.policy.geometries import split_geometries
 from autoshard.policy.network import PlacementNet
+from autoshard.pricing.cost import CostModel
 from autoshard.sharders.recshard_tables import SolveSettings, solve_tables
-from autoshard.layout.shards import ShardGeometry, pricing_task, split_pins, whole_tables
 from autoshard.task import ShardingTask
 
 #: The expert's settings (``recshard``'s defaults, a shorter time limit per solve).

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.compare.harness import COLUMNS, CompareRow
-from autoshard.pricing.cost import CostModel
 from autoshard.fileio import atomic_write_text, csv_text, write_structured
 from autoshard.machine import describe_machine
 from autoshard.policy.network import load_policy
+from autoshard.pricing.cost import CostModel
 from autoshard.training.callbacks import RunState
 from autoshard.training.config import TrainConfig
 from autoshard.training.evaluation import (

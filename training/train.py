@@ -21,13 +21,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.envs import ENV_ID, TaskSampler
 from autoshard.errors import InputError
 from autoshard.fileio import check_finite, output_folder, read_structured, write_structured
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.choice import GRIDS
 from autoshard.policy.network import PlacementNet, load_policy, regrid, save_policy
+from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.training.callbacks import (
     CheckpointCallback,
     CurveCallback,

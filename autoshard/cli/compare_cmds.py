@@ -36,13 +36,13 @@ from autoshard.compare.report import (
     summary_table,
     write_plots,
 )
-from autoshard.pricing.cost import load_cost_model, model_identity
+from autoshard.compare.suites import SUITES, get_suite
 from autoshard.errors import InputError
 from autoshard.fileio import atomic_write_text, read_structured
 from autoshard.limits import names_in
 from autoshard.machine import describe_machine
+from autoshard.pricing.cost import load_cost_model, model_identity
 from autoshard.sharders import sharder_names
-from autoshard.compare.suites import SUITES, get_suite
 from autoshard.tracking import Tracker, run_name
 
 #: Where results go unless --out says otherwise: a scratch folder, never the committed results.

@@ -16,11 +16,11 @@ from typing import Annotated
 import typer
 
 from autoshard.cli.common import build_task, check_options
-from autoshard.pricing.cost import model_identity, spec_of
 from autoshard.errors import InputError
 from autoshard.hardware import GB, HardwareProfile, load_hardware
 from autoshard.layout.plan import Plan
 from autoshard.layout.plan_context import PlanContext, read_table_set, tables_digest
+from autoshard.pricing.cost import model_identity, spec_of
 from autoshard.reservation import get_reservation
 from autoshard.task import ShardingTask, Workload
 

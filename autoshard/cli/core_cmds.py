@@ -48,12 +48,12 @@ from autoshard.cli.context import (
 from autoshard.cli.report import show_report, show_torchrec_estimate
 from autoshard.cli.torchrec_cmds import PlanTablesOpt as TablesOrModelOpt
 from autoshard.cli.torchrec_cmds import StatsOpt, TorchRecModelOpt, plan_tables
-from autoshard.pricing.cost import CostModel, load_cost_model, machine_warning
 from autoshard.errors import InputError, PlannerError
-from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.hardware import BUNDLED, load_hardware
-from autoshard.limits import check_finite_costs, one_of
 from autoshard.layout.plan import Plan
+from autoshard.limits import check_finite_costs, one_of
+from autoshard.pricing.cost import CostModel, load_cost_model, machine_warning
+from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.sharders import (
     accepted_options,
     check_sharder_options,

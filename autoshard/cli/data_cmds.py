@@ -267,8 +267,8 @@ def synth(
         help="Also write the tables with statistics measured on the trace.")] = None,
 ) -> None:
     """Generate a synthetic DLRM-like trace in Meta's format (.pt, or .pt.gz gzipped)."""
-    from autoshard.stats.table_stats import profile_table
     from autoshard.stats.readers_dlrm import save_trace
+    from autoshard.stats.table_stats import profile_table
     from autoshard.synth import draw_tables, generate_trace
     from autoshard.tables import save_tables
 

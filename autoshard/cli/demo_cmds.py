@@ -21,11 +21,11 @@ from autoshard.cli.common import (
 )
 from autoshard.compare.harness import CompareRow, FixedTask, read_rows, run_suite
 from autoshard.compare.report import markdown_table, summarize, write_plots
-from autoshard.pricing.cost import CostModel, load_cost_model, model_identity
 from autoshard.errors import InputError
-from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.fileio import atomic_write_text, output_folder, read_structured
 from autoshard.limits import BATCH_SIZE, DEVICES, TRACE_SIZE, Range
+from autoshard.pricing.cost import CostModel, load_cost_model, model_identity
+from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.sharders import sharder_info
 from autoshard.tables import Table
 from autoshard.task import ShardingTask

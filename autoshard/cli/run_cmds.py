@@ -35,8 +35,8 @@ from autoshard.cli.context import (
 )
 from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import write_structured
-from autoshard.limits import TIME_LIMIT_S, Range
 from autoshard.layout.plan import Plan
+from autoshard.limits import TIME_LIMIT_S, Range
 
 #: What runs a plan: our runner, or TorchRec's DistributedModelParallel.
 ENGINES = ("autoshard", "torchrec")

@@ -64,8 +64,8 @@ def load_inputs(model: str, profile: str | None, ceiling: float | None = None,
     """The served model and its serving profile (a suite's own profile by default)."""
     from dataclasses import replace
 
-    from autoshard.serving.model import load_model
     from autoshard.serving.cluster import load_serving_profile
+    from autoshard.serving.model import load_model
     from autoshard.serving.suites import SUITES, suite_model
 
     if model in SUITES and not Path(model).exists():

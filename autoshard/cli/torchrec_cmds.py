@@ -8,8 +8,9 @@ weights are allocated, and the tables of its ``EmbeddingBagCollection`` and
 by table or feature name), else TorchRec's default pooling factor, with a warning.
 
 A plan made from a model records its tables inline in its context
-(:class:`autoshard.layout.plan_context.PlanContext`), with the source ``torchrec-model:MODULE:FACTORY``,
-so ``evaluate``, ``export`` and ``run-plan`` price it without importing the model again.
+(:class:`autoshard.layout.plan_context.PlanContext`), with the source
+``torchrec-model:MODULE:FACTORY``, so ``evaluate``, ``export`` and ``run-plan`` price it without
+importing the model again.
 """
 
 from __future__ import annotations

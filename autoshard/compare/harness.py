@@ -36,14 +36,14 @@ from autoshard.compare.rows import (
     rewrite_rows,
     utc_now,
 )
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.fileio import read_structured, write_structured
-from autoshard.limits import check_finite_costs
-from autoshard.machine import describe_machine
 from autoshard.layout.plan import Plan
 from autoshard.layout.plan_context import SUITE_PREFIX, PlanContext
+from autoshard.limits import check_finite_costs
+from autoshard.machine import describe_machine
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.sharders import (
     check_sharder_options,
     common_options,

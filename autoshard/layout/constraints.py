@@ -5,8 +5,8 @@ They are what TorchRec's ``ParameterConstraints`` say in its terms (the TorchRec
 :mod:`autoshard.torchrec.autoshard_planner`, translates them): ``sharding_types`` become the allowed
 kinds, ``compute_kernels`` and a cache's load factor the share of rows in HBM, and
 ``min_partition`` the narrowest column block. A task carries them; the split choice
-(:mod:`autoshard.layout.splitting`) offers only the allowed kinds and splits a table that may not stay
-whole, and :func:`autoshard.search.enforce.enforce` brings any plan's HBM rows within the
+(:mod:`autoshard.layout.splitting`) offers only the allowed kinds and splits a table that may not
+stay whole, and :func:`autoshard.search.enforce.enforce` brings any plan's HBM rows within the
 bounds, water-filling the other tables' HBM around them.
 """
 

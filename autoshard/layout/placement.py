@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError, gib
 from autoshard.layout.plan import Plan
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 
 

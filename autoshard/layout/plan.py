@@ -150,8 +150,8 @@ class Plan:
         provenance: How the sharder found it (which candidate won, what each search step
             added), if it records that.
         context: What it was made for (tables, hardware, workload, reservation, cost model:
-            :class:`autoshard.layout.plan_context.PlanContext`), as the command line records it; None
-            in plans of earlier schemas and those made in Python without it.
+            :class:`autoshard.layout.plan_context.PlanContext`), as the command line records it;
+            None in plans of earlier schemas and those made in Python without it.
     """
 
     placements: tuple[Placement, ...]

@@ -22,11 +22,11 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from autoshard.layout import kinds
-from autoshard.pricing.cost import CostModel, Pricing
 from autoshard.errors import InputError, PlannerError, gib
+from autoshard.layout import kinds
 from autoshard.layout.kinds import WHOLE, ShardingKind, split_kind
 from autoshard.layout.plan import Placement, Plan, Shard, check_devices, check_placement, hbm_use
+from autoshard.pricing.cost import CostModel, Pricing
 from autoshard.tables import Table
 from autoshard.task import ShardingTask, TableArrays
 

@@ -21,11 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard.layout import kinds
-from autoshard.pricing.bounds import Relaxation, relax
-from autoshard.layout.constraints import cols_allowed
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
+from autoshard.layout import kinds
+from autoshard.layout.constraints import cols_allowed
 from autoshard.layout.kinds import split_kind
 from autoshard.layout.shards import (
     ShardGeometry,
@@ -35,6 +33,8 @@ from autoshard.layout.shards import (
     shard_task,
     whole_tables,
 )
+from autoshard.pricing.bounds import Relaxation, relax
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 
 
@@ -222,8 +222,8 @@ REPLICA_MIN_SAVING = 0.05
 
 def replicate_tables(task: ShardingTask, cost_model: CostModel, g: ShardGeometry,
                      hbm_share: float = REPLICA_HBM_SHARE) -> ShardGeometry:
-    """``g`` with the tables whose replicas pay replicated (:func:`autoshard.layout.shards.replicas`),
-    ``g`` itself when none does.
+    """``g`` with the tables whose replicas pay replicated
+    (:func:`autoshard.layout.shards.replicas`), ``g`` itself when none does.
 
     A table pays when its replicas' total cost, every row in HBM, is below the total cost of
     its pieces in ``g`` (whole or split), every row in HBM, by :data:`REPLICA_MIN_SAVING` of

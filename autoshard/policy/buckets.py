@@ -2,11 +2,11 @@
 keeps in HBM.
 
 A bucket is a multiple of the task's HBM value threshold (the saving per HBM byte at which the
-fractional relaxation behind :func:`autoshard.pricing.bounds.lower_bound_ms` fills the cluster's HBM).
-Bucket ``m`` keeps the leading rows of the table's cost curve whose saving per byte is at least
-``m`` times that threshold: multiplier 1 reproduces the relaxation's split of the table, larger
-multipliers keep fewer rows (leaving HBM to other tables), smaller ones more. The first bucket
-keeps no row in HBM and the last keeps every row, so the two plain choices are always there.
+fractional relaxation behind :func:`autoshard.pricing.bounds.lower_bound_ms` fills the cluster's
+HBM). Bucket ``m`` keeps the leading rows of the table's cost curve whose saving per byte is at
+least ``m`` times that threshold: multiplier 1 reproduces the relaxation's split of the table,
+larger multipliers keep fewer rows (leaving HBM to other tables), smaller ones more. The first
+bucket keeps no row in HBM and the last keeps every row, so the two plain choices are always there.
 Because the buckets are defined by value rather than by a fixed share of rows, one choice means
 the same thing for a small hot table and a huge cold one, which is what a shared policy needs.
 """

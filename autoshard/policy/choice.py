@@ -25,10 +25,16 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.layout.placement import PlacementState
 from autoshard.layout.plan import Plan
+from autoshard.layout.shards import (
+    ShardGeometry,
+    ShardLayout,
+    ShardTask,
+    shard_task,
+    whole_tables,
+)
 from autoshard.policy.episode import (
     PlacementEpisode,
     PricedTask,
@@ -37,13 +43,7 @@ from autoshard.policy.episode import (
 )
 from autoshard.policy.features import ObsLayout
 from autoshard.policy.refill import checked_mode
-from autoshard.layout.shards import (
-    ShardGeometry,
-    ShardLayout,
-    ShardTask,
-    shard_task,
-    whole_tables,
-)
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask, TableArrays
 
 #: Option grids per device: the next item as it is, and the first shard of its split.

@@ -3,8 +3,8 @@ tables, by candidate prefix (:func:`split_geometries`)."""
 
 from __future__ import annotations
 
-from autoshard.pricing.cost import CostModel
 from autoshard.layout.shards import ShardGeometry
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 
 #: Tasks with fewer tables per device than this also get decodes over a finer split: tables
@@ -28,9 +28,9 @@ def split_geometries(task: ShardingTask, cost_model: CostModel, fine: bool = Tru
     intra-node links only; ``results/large`` measures it on the 856 x 128 tasks of
     ``benchmarks/bench_large.py``).
     """
-    from autoshard.pricing.bounds import relax
     from autoshard.layout.shards import same_split, whole_tables
     from autoshard.layout.splitting import replicate_tables, split_heavy_tables
+    from autoshard.pricing.bounds import relax
 
     relaxed = relax(task, cost_model)
     if not variants:

@@ -49,8 +49,8 @@ class AnalyticalCostModel:
     ``QUARTER_BLOCK_PENALTY``). So a table cut into narrow column blocks does more work in all
     than the table whole.
 
-    Shards (:mod:`autoshard.layout.shards`) are priced as small tables: a column block with its block
-    of r, a row shard with its share of L and the full r (its partial pooled sums); a
+    Shards (:mod:`autoshard.layout.shards`) are priced as small tables: a column block with its
+    block of r, a row shard with its share of L and the full r (its partial pooled sums); a
     table-row-wise shard sends (k-1)/k of its partial sums over the intra-node link (the
     reduce-scatter in its node) and 1/k of them through the all-to-all, and a grid shard (a
     row shard of a column block, k per block) does the same with its block's r. A replica
@@ -117,7 +117,8 @@ class AnalyticalCostModel:
             intra_node_gbps, inter_node_gbps: Link bandwidths, GB/s.
             a2a_scale, reduce_scale: See :func:`autoshard.pricing.shard_terms.comm_scales`.
             sync_bytes, update_bytes: A replica's all-reduce and dense-update bytes
-                (:func:`autoshard.pricing.shard_terms.replica_terms`); ``ring_gbps`` the all-reduce's link.
+                (:func:`autoshard.pricing.shard_terms.replica_terms`); ``ring_gbps`` the
+                all-reduce's link.
         """
         h, r = hbm_share, row_bytes
         read = r * narrow_row_factor(dim)

@@ -50,8 +50,8 @@ class CostModel(Protocol):
     """Prices (table, device, HBM rows) rows of a task, vectorised.
 
     A device's step cost is the sum of its tables' prices; a plan's step cost is the maximum over
-    devices. Implementations: :class:`autoshard.pricing.analytical.AnalyticalCostModel` and the learned
-    LightGBM model in ``cost_models``.
+    devices. Implementations: :class:`autoshard.pricing.analytical.AnalyticalCostModel` and the
+    learned LightGBM model in ``cost_models``.
     """
 
     name: str

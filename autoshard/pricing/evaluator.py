@@ -8,8 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.pricing.bounds import lower_bound_ms
-from autoshard.pricing.cost import CostModel, Pricing, device_compute
 from autoshard.layout.plan import Plan, hbm_use
 from autoshard.layout.shards import (
     ShardLayout,
@@ -18,6 +16,8 @@ from autoshard.layout.shards import (
     pricing_task,
     shard_memory,
 )
+from autoshard.pricing.bounds import lower_bound_ms
+from autoshard.pricing.cost import CostModel, Pricing, device_compute
 from autoshard.task import ShardingTask
 
 

@@ -1,8 +1,8 @@
 """What a priced row of a shard task (:class:`autoshard.layout.shards.ShardTask`) adds to a table's
 pricing: its share of the communication, the batch whose pooled outputs it writes, and a
 replica's gradient all-reduce and dense update. A task of whole tables gets the whole table's
-terms. The analytical model reads them (:mod:`autoshard.pricing.analytical`); the rules behind them are
-the kinds' (:mod:`autoshard.layout.kinds`).
+terms. The analytical model reads them (:mod:`autoshard.pricing.analytical`); the rules behind them
+are the kinds' (:mod:`autoshard.layout.kinds`).
 """
 
 from __future__ import annotations

@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.errors import InputError, gib
-from autoshard.pricing.evaluator import evaluate
 from autoshard.layout.plan import Plan
+from autoshard.layout.shards import check_layout
+from autoshard.pricing.cost import CostModel, load_cost_model
+from autoshard.pricing.evaluator import evaluate
 from autoshard.runner.check import CheckResult
 from autoshard.runner.config import FAULT_ENV, RunConfig
 from autoshard.runner.launch import RunError, launch_local
 from autoshard.runner.report import MeasuredDeviceReport, MeasuredReport, RunResult, measured_report
-from autoshard.layout.shards import check_layout
 from autoshard.task import ShardingTask, Workload
 
 __all__ = ["FAULT_ENV", "CheckResult", "MeasuredDeviceReport", "MeasuredReport", "RunConfig",

@@ -1,5 +1,5 @@
-"""Measured reports in the shape of :class:`autoshard.pricing.evaluator.CostReport`, and the comparison
-with a cost model's figures for the same plan."""
+"""Measured reports in the shape of :class:`autoshard.pricing.evaluator.CostReport`, and the
+comparison with a cost model's figures for the same plan."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.pricing.evaluator import CostReport, DeviceReport
 from autoshard.layout.plan import Plan
+from autoshard.pricing.evaluator import CostReport, DeviceReport
 from autoshard.runner.config import RunConfig
 from autoshard.task import ShardingTask
 

@@ -10,9 +10,10 @@ devices. This step revisits it on the plan itself:
 - Each round takes the tables that cost at least :data:`HEAVY_SHARE` of the most loaded
   device's load (a table that is a small part of every device's work cannot move the step cost
   by its split): the dearest :data:`TABLES` on that device and overall.
-- Each such table is tried in every other sharding :func:`autoshard.layout.splitting.candidate_splits`
-  offers (whole too); its new shards go where the split fixes them (one per device of the
-  world or of a node) or on the least loaded devices, with no HBM row.
+- Each such table is tried in every other sharding
+  :func:`autoshard.layout.splitting.candidate_splits` offers (whole too); its new shards go where
+  the split fixes them (one per device of the world or of a node) or on the least loaded devices,
+  with no HBM row.
 - Every variant's HBM is water-filled (:func:`autoshard.search.polish.polish_plan` with no
   move); the :data:`FINALISTS` cheapest are polished in full and the cheapest of those replaces
   the plan when it lowers the step cost.

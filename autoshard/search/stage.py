@@ -1,8 +1,8 @@
 """The search stage: polish, re-split and kicks around a finished plan.
 
 Each step runs on the best plan so far and is kept only where it lowers the step cost (as
-:func:`autoshard.pricing.evaluator.evaluate` prices it), so the stage never returns a worse plan; the
-result says what each kept step brought (:class:`Searched`), which a plan's provenance records
+:func:`autoshard.pricing.evaluator.evaluate` prices it), so the stage never returns a worse plan;
+the result says what each kept step brought (:class:`Searched`), which a plan's provenance records
 (:class:`autoshard.layout.plan.Provenance`).
 
 1. **polish** (:mod:`autoshard.search.polish`): HBM rows water-filled per device, then items
@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from functools import partial
 
-from autoshard.pricing.cost import CostModel
 from autoshard.layout.plan import Plan
+from autoshard.pricing.cost import CostModel
 from autoshard.search.kick import kick_plan
 from autoshard.search.polish import STEP_MAX_SECONDS, polish_plan
 from autoshard.search.resplit import resplit_plan

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoshard.serving.cluster import ServingProfile
 from autoshard.serving.model import INDEX_BYTES, ServingModel
 from autoshard.serving.parts import PartSet, row_bytes
-from autoshard.serving.cluster import ServingProfile
 
 FP32_BYTES = 4  # pooled results leave a server in fp32
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from autoshard.errors import InputError, PlannerError, gib
 from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.serving.cluster import ServingProfile
 from autoshard.serving.model import ServingModel
 from autoshard.serving.parts import PartSet
-from autoshard.serving.cluster import ServingProfile
 
 MAIN = -1  # server index of the main server
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoshard.errors import InputError
+from autoshard.serving.cluster import ServingProfile
 from autoshard.serving.costs import PartCosts
 from autoshard.serving.mapping import MAIN, Mapping
 from autoshard.serving.model import ServingModel
-from autoshard.serving.cluster import ServingProfile
 from autoshard.serving.queueing import host_slowdown, solve_queues, stall_delays
 
 CHUNK = 8192  # requests per vectorised block (bounds working memory)

@@ -24,8 +24,8 @@ from typing import Any
 
 from autoshard.fileio import atomic_write_text, write_structured
 from autoshard.machine import describe_machine
-from autoshard.serving.evaluation import Evaluator
 from autoshard.serving.cluster import ServingProfile, load_serving_profile
+from autoshard.serving.evaluation import Evaluator
 from autoshard.serving.registry import get_strategy
 from autoshard.serving.report import markdown_table
 from autoshard.serving.suites import SUITES, suite_model

@@ -7,17 +7,17 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from autoshard.serving.cluster import (
+    ServingProfile,
+    load_serving_profile,
+    with_calibration,
+)
 from autoshard.serving.planning import (
     advantage_at_equal_servers,
     answer,
     fewest_servers,
     server_range,
     sweep,
-)
-from autoshard.serving.cluster import (
-    ServingProfile,
-    load_serving_profile,
-    with_calibration,
 )
 from autoshard.serving.registry import get_strategy, strategy_names
 from autoshard.serving.report import spearman

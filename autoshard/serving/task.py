@@ -9,10 +9,10 @@ from functools import cached_property
 
 from autoshard.errors import PlannerError, gib
 from autoshard.limits import P99_TARGET_MS, QPS, SIMULATED_REQUESTS
+from autoshard.serving.cluster import ServingProfile
 from autoshard.serving.costs import PartCosts, part_costs
 from autoshard.serving.model import ServingModel
 from autoshard.serving.parts import PartSet, check_precision, fitting_parts
-from autoshard.serving.cluster import ServingProfile
 from autoshard.serving.ranges import SAMPLES
 from autoshard.serving.simulate import RequestSample, sample_requests
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
-from autoshard.pricing.cost import CostModel
 from autoshard.layout.plan import Plan
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 
 

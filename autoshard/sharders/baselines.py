@@ -6,10 +6,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
-from autoshard.limits import SEED, Range
 from autoshard.layout.placement import PlacementState
 from autoshard.layout.plan import Plan
+from autoshard.limits import SEED, Range
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 
 

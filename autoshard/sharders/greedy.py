@@ -6,12 +6,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
 from autoshard.layout.placement import PlacementState
 from autoshard.layout.plan import Plan
 from autoshard.layout.shards import ShardLayout, pricing_task, split_pins
 from autoshard.layout.splitting import split_heavy_tables
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 
 
@@ -22,8 +22,8 @@ class GreedySharder:
 
     Args:
         split: First split every table whose cost exceeds the per-device mean of the least work
-            (:func:`autoshard.layout.splitting.split_heavy_tables`), then place the shards as tables.
-            Off by default: the greedy family is the table-wise baseline.
+            (:func:`autoshard.layout.splitting.split_heavy_tables`), then place the shards as
+            tables. Off by default: the greedy family is the table-wise baseline.
     """
 
     name: ClassVar[str] = "greedy"

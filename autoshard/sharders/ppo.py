@@ -2,9 +2,9 @@
 greedy sharders' plans as candidates; the plan with the lowest step cost wins.
 
 Splits: the tables that dominate are split as ``split_lookup_greedy`` and ``recshard`` split them
-(:func:`autoshard.layout.splitting.split_heavy_tables`), and the policy also places the resulting shards
-as items (each shard priced like a table through the cost model); its split decodes compete with
-its whole-table ones. In one more decode the policy chooses the splits itself
+(:func:`autoshard.layout.splitting.split_heavy_tables`), and the policy also places the resulting
+shards as items (each shard priced like a table through the cost model); its split decodes compete
+with its whole-table ones. In one more decode the policy chooses the splits itself
 (:mod:`autoshard.policy.choice`): at each dominant table it either places the table whole
 or splits it as the heuristic would and places its shards (``ppo-choice-greedy``). On tasks
 over :data:`SMALL_TASK` (table, device) pairs only the main split choice is offered (node-local

@@ -32,8 +32,8 @@ time tables stay whole; the status says so (:data:`DEADLINE_STATUS`, :data:`NO_S
 
 With ``split`` (the default) tables may be split: the tables whose cost alone exceeds a share of
 the per-device mean of the least work are split column-wise or row-wise
-(:func:`autoshard.layout.splitting.split_heavy_tables`), their shards placed by the solve above as if
-they were tables (with their own HBM rows), for each choice in :data:`SPLIT_TARGETS` while time
+(:func:`autoshard.layout.splitting.split_heavy_tables`), their shards placed by the solve above as
+if they were tables (with their own HBM rows), for each choice in :data:`SPLIT_TARGETS` while time
 is left and the gap is open, then every table whole unless a split plan already costs less than
 the table-wise bound; the cheapest plan is kept. On tasks too large for the whole MILP only the
 first split choice is tried, its search capped (``split_search_cap``), so that splitting

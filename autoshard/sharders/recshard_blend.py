@@ -26,9 +26,9 @@ from typing import Protocol
 
 import numpy as np
 
+from autoshard.layout.plan import Plan
 from autoshard.pricing.cost import CostModel, Pricing
 from autoshard.pricing.evaluator import plan_cost_ms
-from autoshard.layout.plan import Plan
 from autoshard.sharders.recshard_tables import RecShardResult
 from autoshard.task import ShardingTask
 

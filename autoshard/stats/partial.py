@@ -29,9 +29,9 @@ import numpy as np
 from autoshard.errors import InputError
 from autoshard.fileio import check_schema, json_text, write_output
 from autoshard.stats.inputs import Piece
-from autoshard.stats.table_stats import CountHistogram, DenseCounts, SparseCounts, TableProfile
 from autoshard.stats.readers_columnar import ExactDistinct
 from autoshard.stats.sketch import LG_DISTINCT, LG_FREQUENT, LG_SAMPLE, DistinctSketch, TableSketch
+from autoshard.stats.table_stats import CountHistogram, DenseCounts, SparseCounts, TableProfile
 
 KIND = "partial-profile"
 VERSION = 1

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from autoshard.errors import InputError
 from autoshard.fileio import open_text
-from autoshard.stats.table_stats import TableProfile
 from autoshard.stats.readers_columnar import CsvLayout, Progress, profile_columnar
+from autoshard.stats.table_stats import TableProfile
 
 DENSE = tuple(f"I{i}" for i in range(1, 14))
 CATEGORICAL = tuple(f"C{i}" for i in range(1, 27))

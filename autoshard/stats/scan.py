@@ -23,7 +23,6 @@ from autoshard.errors import InputError
 from autoshard.limits import MAX_THREADS, Range
 from autoshard.stats.inputs import Piece, fingerprint, parquet_pieces, text_pieces
 from autoshard.stats.partial import PartialProfile, ProfileSchema, TableSchema, TableState
-from autoshard.stats.table_stats import SparseCounts
 from autoshard.stats.readers_columnar import (
     ColumnPlan,
     CsvLayout,
@@ -35,6 +34,7 @@ from autoshard.stats.readers_columnar import (
     parquet_batches,
 )
 from autoshard.stats.sketch import SKETCH_BYTES, DistinctSketch, TableSketch
+from autoshard.stats.table_stats import SparseCounts
 
 #: Memory per process for exact counts, GB (``--memory-gb``): from 1 MB to 1 PB.
 MEMORY_GB = Range(0.001, 1e6)

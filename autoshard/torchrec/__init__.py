@@ -12,8 +12,8 @@
   :mod:`~autoshard.torchrec.cost`: its perf estimator as a cost model;
   :mod:`~autoshard.torchrec.opinion`: its figures beside ours for a comparison's plans;
 - :mod:`~autoshard.torchrec.sharder`: TorchRec's planner as a sharder;
-- :mod:`~autoshard.torchrec.autoshard_planner`: the other way round, autoshard behind TorchRec's planner
-  interface (``AutoshardPlanner``), with :mod:`~autoshard.torchrec.model_tables` (a model's
+- :mod:`~autoshard.torchrec.autoshard_planner`: the other way round, autoshard behind TorchRec's
+  planner interface (``AutoshardPlanner``), with :mod:`~autoshard.torchrec.model_tables` (a model's
   tables), :mod:`~autoshard.torchrec.topology` (a Topology as our hardware) and
   :mod:`~autoshard.torchrec.parameter_constraints` (its ParameterConstraints as ours).
 

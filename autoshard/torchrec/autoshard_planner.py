@@ -17,8 +17,8 @@ it plans with autoshard:
    path (:func:`autoshard.torchrec.export.sharding_plan`), checked with TorchRec's own
    validation.
 
-A short report goes to the ``autoshard.torchrec.autoshard_planner`` logger at INFO: the sharder and how it
-stopped, the step cost and lower bound under our cost model, the HBM reserved per rank, and
+A short report goes to the ``autoshard.torchrec.autoshard_planner`` logger at INFO: the sharder and
+how it stopped, the step cost and lower bound under our cost model, the HBM reserved per rank, and
 TorchRec's own estimate of the plan beside ours. The plan in our terms, with its context
 (tables recorded inline), is ``last_plan``: ``last_plan.save("plan.json")`` and
 ``autoshard evaluate plan.json`` price it again.
@@ -31,16 +31,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from autoshard.layout.constraints import Constraints
-from autoshard.pricing.cost import is_model_spec, load_cost_model, model_identity
 from autoshard.errors import InputError, PlannerError, gib
-from autoshard.pricing.evaluator import CostReport, evaluate
-from autoshard.limits import MAX_BATCH_SIZE, TIME_LIMIT_S, int_in
+from autoshard.layout.constraints import Constraints
 from autoshard.layout.plan import Plan
 from autoshard.layout.plan_context import PlanContext
+from autoshard.layout.shards import plan_layout
+from autoshard.limits import MAX_BATCH_SIZE, TIME_LIMIT_S, int_in
+from autoshard.pricing.cost import is_model_spec, load_cost_model, model_identity
+from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.search.enforce import enforce
 from autoshard.sharders import check_sharder_options, common_options, get_sharder
-from autoshard.layout.shards import plan_layout
 from autoshard.task import ShardingTask, Workload
 from autoshard.torchrec.export import sharding_plan
 from autoshard.torchrec.model_tables import (

@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.layout import kinds
-from autoshard.pricing.cost import Pricing
 from autoshard.errors import PlannerError
+from autoshard.layout import kinds
 from autoshard.layout.kinds import WHOLE, ShardingKind
 from autoshard.layout.shards import ShardTask, even_split, whole_tables
+from autoshard.pricing.cost import Pricing
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.mapping import (
@@ -57,8 +57,9 @@ class TorchRecCostModel:
     """Prices rows with TorchRec's ``EmbeddingPerfEstimator`` (see the module docstring).
 
     Args:
-        pipeline: TorchRec's training pipeline (:data:`autoshard.torchrec.runtime_memory.PIPELINES`);
-            None: the one each task's reservation keeps HBM for.
+        pipeline: TorchRec's training pipeline
+            (:data:`autoshard.torchrec.runtime_memory.PIPELINES`); None: the one each task's
+            reservation keeps HBM for.
         use_stats: Give TorchRec the access curves as cache statistics (as the ``torchrec``
             sharder does).
     """

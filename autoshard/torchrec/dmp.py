@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.errors import InputError, gib
-from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.layout.plan import Plan
+from autoshard.pricing.cost import CostModel, load_cost_model
+from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.runner.config import RunConfig
 from autoshard.runner.report import MeasuredReport
 from autoshard.tables import Table

@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from autoshard.compare.harness import TaskSource
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import InputError, PlannerError
-from autoshard.pricing.evaluator import evaluate
 from autoshard.fileio import append_csv_row
 from autoshard.layout.plan import Plan
+from autoshard.pricing.cost import CostModel
+from autoshard.pricing.evaluator import evaluate
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autoshard.layout.constraints import TableConstraint
 from autoshard.errors import PlannerError
+from autoshard.layout.constraints import TableConstraint
 from autoshard.layout.kinds import ShardingKind
 from autoshard.torchrec.mapping import (
     FUSED,

@@ -12,8 +12,8 @@ storage estimate of every shard. The cache search starts from a load factor whos
 the cluster's HBM (TorchRec's default 0.2 when that fits), so that big tables get an HBM cache
 instead of falling back to host memory whole. On large tasks (more than
 :data:`FULL_STRENGTH_CELLS` tables x devices) only the dominant tables (dearer whole than the
-per-device mean, :func:`autoshard.layout.splitting.dominant_tables`) are offered the split types, the
-others ``table_wise``, as a user planning a large model constrains them: TorchRec enumerates a
+per-device mean, :func:`autoshard.layout.splitting.dominant_tables`) are offered the split types,
+the others ``table_wise``, as a user planning a large model constrains them: TorchRec enumerates a
 row-wise option as one shard per rank, so otherwise its options grow with tables x devices.
 
 Our statistics go where TorchRec takes them: lookups per sample (pooling factor x coverage) as
@@ -44,11 +44,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from autoshard.pricing.cost import CostModel
 from autoshard.errors import PlannerError
-from autoshard.limits import MAX_DEVICES, MAX_TABLES, TIME_LIMIT_S, Range
 from autoshard.layout.plan import Plan
 from autoshard.layout.splitting import REPLICA_HBM_SHARE, dominant_tables
+from autoshard.limits import MAX_DEVICES, MAX_TABLES, TIME_LIMIT_S, Range
+from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.mapping import (
@@ -61,13 +61,13 @@ from autoshard.torchrec.mapping import (
     WHOLE_TYPE,
     data_type,
 )
+from autoshard.torchrec.shardings import from_parameter_sharding, to_plan
 from autoshard.torchrec.timed_planning import (
     PLANNED_KERNELS,
     SearchSpace,
     largest_hbm,
     predicted_shards,
 )
-from autoshard.torchrec.shardings import from_parameter_sharding, to_plan
 
 #: Share of the cluster's HBM the starting caches may fill, leaving the partitioner room.
 _START_FILL = 0.9
