@@ -66,7 +66,7 @@ from autoshard.public_models import MODEL_TABLES, model_tables
 from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options, get_sharder
 from autoshard.sharders.ppo import PPOSharder
-from autoshard.sharders.ppo_names import CANDIDATES
+from autoshard.sharders.ppo.candidates import CANDIDATES
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 from autoshard.training.evaluation import BENCH_SEED, eval_tasks
@@ -308,7 +308,7 @@ def _header(command: str, overhead: str) -> list[str]:
              "`autoshard/search/resplit.py`, `+resplit`, and are kicked, "
              "`autoshard/search/kick.py`, `+kick`; on tasks of up to 20,000 table-device "
              "pairs the winner then goes through `recshard`'s group re-solve, "
-             "`autoshard/sharders/ppo_stage.py`, `+lns`); `ppo without polish` is the "
+             "`autoshard/search/lns.py`, `+lns`); `ppo without polish` is the "
              "same without that stage; `policy "
              "alone` is the learned policy's own greedy decodes (whole tables and shards, in "
              "the three refill modes, each with its HBM water-filled, the cheapest). Per-task "

@@ -43,6 +43,7 @@ from autoshard.layout.plan import Plan
 from autoshard.policy.buckets import MULTIPLIERS
 from autoshard.policy.episode import LIMIT, PlacementEpisode
 from autoshard.policy.features import nearest_legal
+from autoshard.policy.observation import bounded
 from autoshard.pricing.cost import CostModel, load_cost_model
 
 
@@ -107,7 +108,7 @@ class BatchedPlacementEnv(VecEnv):
         rewards = arr.place(played) - np.where(illegal, ILLEGAL_PENALTY, 0.0)
         done = arr.step == arr.tables
         self._observe(done)
-        out = _bounded(arr.obs)
+        out = bounded(arr.obs, LIMIT)
         masks = arr.mask.copy()
         infos: list[dict[str, Any]] = [
             {"action_mask": masks[n], "illegal_action": bad, "action": a,
@@ -201,9 +202,3 @@ class BatchedPlacementEnv(VecEnv):
         arr.observe_options(fits)
         arr.clear(done)
 
-
-def _bounded(obs: np.ndarray) -> np.ndarray:
-    """A copy of ``obs`` with every entry within [-LIMIT, LIMIT]."""
-    out = np.minimum(obs, LIMIT)
-    np.maximum(out, -LIMIT, out=out)
-    return out

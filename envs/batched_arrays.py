@@ -18,8 +18,18 @@ from typing import Any
 import numpy as np
 
 from autoshard.access import GRID
-from autoshard.policy.episode import _SCALED, PlacementEpisode, PricedTask
-from autoshard.policy.features import CLIP, ObsLayout
+from autoshard.policy.episode import PlacementEpisode, PricedTask
+from autoshard.policy.features import ObsLayout
+from autoshard.policy.observation import (
+    RAW,
+    SCALED,
+    bucket_parts,
+    record_placement,
+    write_dynamic_options,
+    write_fill_option,
+    write_slack,
+    write_summary,
+)
 from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask, curve_share
 
@@ -60,9 +70,8 @@ class EpisodeArrays:
                                                         len(layout.option))
         assert np.shares_memory(self.options, self.obs), "the option view must not copy"
         self.mask = np.zeros((n, m * layout.buckets), dtype=bool)
-        self._scaled = np.array([layout.device[name] for name in _SCALED])
-        self._col = {name: i for i, name in enumerate(_SCALED)}
-        f = len(_SCALED)
+        self._scaled = np.array([layout.device[name] for name in SCALED])
+        f = len(SCALED)
         # Devices ([n, m]); the features scaled into the observation and their scales.
         self.free_hbm, self.free_host, self.load_ms = (np.zeros((n, m)) for _ in range(3))
         self.hbm_cap = np.ones((n, m))
@@ -177,7 +186,7 @@ class EpisodeArrays:
 
     def place(self, played: np.ndarray) -> np.ndarray:
         """Places every episode's next table with its legal action; returns the rewards."""
-        ar, c, i = self._ar, self._col, self.step
+        ar, i = self._ar, self.step
         d, k = np.divmod(played, self.buckets)
         fill = k == self.values
         kv = np.minimum(k, self.values - 1)
@@ -192,15 +201,11 @@ class EpisodeArrays:
         t = self.seq_i[ar, i, ORDER]
         self.placed_device[ar, t], self.placed_rows[ar, t] = d, rows
         raw = self.raw[ar, d]
-        raw[:, [c["load_hbm"], c["load_uvm"], c["load_comm"]]] += parts
-        raw[:, c["load"]] = self.load_ms[ar, d]
-        raw[:, c["free_hbm"]] = self.free_hbm[ar, d]
-        raw[:, c["free_host"]] = self.free_host[ar, d]
-        raw[:, c["tables"]] += 1.0
-        raw[:, c["max_table"]] = np.maximum(raw[:, c["max_table"]], price)
+        record_placement(raw, parts, price, self.load_ms[ar, d], self.free_hbm[ar, d],
+                         self.free_host[ar, d])
         self.raw[ar, d] = raw
         self.dev_obs[ar[:, None], d[:, None], self._scaled[None, :]] = raw * self.scale[ar, d]
-        top = np.maximum(self.top, raw[:, c["load"]])
+        top = np.maximum(self.top, raw[:, RAW["load"]])
         reward: np.ndarray = -(top - self.top) / self.lower_bound
         self.top = top
         self.step += 1
@@ -208,17 +213,13 @@ class EpisodeArrays:
 
     def observe_summary(self) -> None:
         """The device slacks and the summary of every episode."""
-        ar, s, dn, step = self._ar, self.layout.summary, self.layout.device, self.step
+        ar, lay, step = self._ar, self.layout, self.step
         top = self.top / self.lower_bound
-        load = self.dev_obs[:, :, dn["load"]]
-        np.subtract(top[:, None], load, out=self.dev_obs[:, :, dn["slack"]], where=self.valid)
-        summary = self.summary_obs
-        summary[:] = self.seq_f[ar, step, SUMMARY:SUMMARY + len(s)]
-        free, load_sum = self._sums()
-        summary[:, s["bytes_left"]] = np.minimum(
-            self.seq_f[ar, step, BYTES_LEFT] / np.maximum(free, 1.0), CLIP)
-        summary[:, s["max_load"]] = top
-        summary[:, s["mean_load"]] = load_sum / (self.devices * self.lower_bound)
+        write_slack(self.dev_obs, top[:, None], lay, where=self.valid)
+        free, load = self._sums()
+        base = self.seq_f[ar, step, SUMMARY:SUMMARY + len(lay.summary)]
+        write_summary(self.summary_obs, lay, base, self.seq_f[ar, step, BYTES_LEFT], free, load,
+                      top, self.devices, self.lower_bound)
 
     def _sums(self) -> tuple[np.ndarray, np.ndarray]:
         """Every episode's free HBM and load summed over its own devices, as numpy sums a
@@ -261,10 +262,8 @@ class EpisodeArrays:
         fit = np.floor(np.maximum(self.free_hbm, 0.0) / per_row[:, None])
         rows = np.minimum(fit, self.seq_i[ar, i, ROWS][:, None]).astype(np.int64)
         rows = np.minimum(rows, self.seq_i[ar, i, USED][:, None])
-        same = rows[:, :, None] == self.seq_i[ar, i, BUCKETS:][:, None, :]
-        bucket = same.argmax(axis=2)
-        parts = self.cur_parts[ar[:, None], self._dev_idx[None, :], bucket]
-        new = ~same.any(axis=2) & self.valid & live[:, None]
+        parts, unmatched = bucket_parts(rows, self.seq_i[ar, i, BUCKETS:], self.cur_parts)
+        new = unmatched & self.valid & live[:, None]
         if new.any():
             parts[new] = self._price(new, rows)
         self.fill_rows, self.fill_parts, self.fill_total = rows, parts, parts.sum(axis=-1)
@@ -314,29 +313,18 @@ class EpisodeArrays:
 
     def observe_options(self, fits: np.ndarray) -> None:
         """The option features of every device and bucket, and the mask."""
-        ov, o = self.options, self.layout.option
         per_row = self.seq_f[self._ar, self._i, PER_ROW]
-        ov[:, :, -1] = 0.0
-        ov[:, :, -1, o["price"]] = np.minimum(self.fill_total / self.lower_bound[:, None], CLIP)
-        ov[:, :, -1, o["hbm_bytes"]] = np.minimum(
-            self.fill_rows * per_row[:, None] / self.hbm_cap, CLIP)
-        self._dynamic_options(fits)
+        write_fill_option(self.options[:, :, -1], self.fill_total,
+                          self.fill_rows * per_row[:, None], self.lower_bound[:, None],
+                          self.hbm_cap, self.layout)
+        self.write_dynamic(fits)
         self.mask[:] = fits.reshape(self.n, -1)
 
-    def _dynamic_options(self, fits: np.ndarray) -> None:
-        """The option features that depend on the devices' state: load after, the step cost's
-        increase, free HBM after, and whether the option fits."""
-        ov, o, dn = self.options, self.layout.option, self.layout.device
-        after, increase = ov[..., o["load_after"]], ov[..., o["increase"]]
-        np.add(self.dev_obs[:, :, dn["load"]][:, :, None], ov[..., o["price"]], out=after)
-        np.minimum(after, CLIP, out=after)
-        np.subtract(after, (self.top / self.lower_bound)[:, None, None], out=increase)
-        np.maximum(increase, 0.0, out=increase)
-        free_after = ov[..., o["free_after"]]
-        np.subtract(self.dev_obs[:, :, dn["free_hbm"]][:, :, None], ov[..., o["hbm_bytes"]],
-                    out=free_after)
-        np.maximum(free_after, -CLIP, out=free_after)
-        ov[..., o["fits"]] = fits
+    def write_dynamic(self, fits: np.ndarray) -> None:
+        """The option features that depend on the devices' state, of every option grid
+        (:func:`autoshard.policy.observation.write_dynamic_options`)."""
+        write_dynamic_options(self.options, self.dev_obs,
+                              (self.top / self.lower_bound)[:, None, None], fits, self.layout)
 
     def clear(self, done: np.ndarray) -> None:
         """The observation of finished episodes: no next table, no option, nothing allowed."""

@@ -27,7 +27,8 @@ from autoshard.envs.batched_arrays import (
 from autoshard.layout.shards import ShardGeometry, ShardLayout, whole_tables
 from autoshard.policy.choice import GRIDS, ChoiceEpisode, SplitOffer
 from autoshard.policy.episode import PlacementEpisode, PricedTask, fill_parts
-from autoshard.policy.features import CLIP, ObsLayout, StaticOptions
+from autoshard.policy.features import ObsLayout, StaticOptions
+from autoshard.policy.observation import write_fill_option
 from autoshard.pricing.cost import CostModel
 
 
@@ -218,18 +219,14 @@ class ChoiceArrays(EpisodeArrays):
 
     def observe_options(self, fits: np.ndarray) -> None:
         """The option features of both grids, and the mask (grid 1 zero where not offered)."""
-        k, lb = self.buckets, self.lower_bound[:, None]
-        ov, o = self.options, self.layout.option
+        k, lb, ov = self.buckets, self.lower_bound[:, None], self.options
         for grid, (total, rows, per_row) in enumerate((
                 (self.fill_total, self.fill_rows, self.seq_f[self._ar, self._i, PER_ROW]),
                 (self.split_fill_total, self.split_fill_rows, self._split_per_row()))):
-            col = (grid + 1) * k - 1
-            ov[:, :, col] = 0.0
-            ov[:, :, col, o["price"]] = np.minimum(total / lb, CLIP)
-            ov[:, :, col, o["hbm_bytes"]] = np.minimum(rows * per_row[:, None] / self.hbm_cap,
-                                                       CLIP)
+            write_fill_option(ov[:, :, (grid + 1) * k - 1], total, rows * per_row[:, None], lb,
+                              self.hbm_cap, self.layout)
         both = np.concatenate([fits, self.split_fits], axis=2)
-        self._dynamic_options(both)
+        self.write_dynamic(both)
         ov[~self.offered, :, k:] = 0.0
         self.mask[:] = both.reshape(self.n, -1)
 

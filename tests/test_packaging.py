@@ -13,7 +13,7 @@ import pytest
 from cli_helpers import run_cli as run
 
 import autoshard
-import autoshard.sharders.ppo as ppo
+import autoshard.sharders.ppo.sharder as ppo
 from autoshard.errors import InputError
 from autoshard.sharders import get_sharder, sharder_info
 from autoshard.tables import Table, save_tables

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from autoshard.errors import InputError, PlannerError
+from autoshard.layout.plan import Plan
 from autoshard.layout.shards import check_layout
 from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.network import PlacementNet, save_policy
@@ -17,9 +18,10 @@ from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import get_sharder, sharder_info
-from autoshard.sharders import ppo as ppo_module
-from autoshard.sharders.ppo import DEFAULT_POLICY, PPOSharder
-from autoshard.sharders.ppo_stage import refined_starts
+from autoshard.sharders.ppo import DEFAULT_POLICY, PPOSharder, tuning
+from autoshard.sharders.ppo import sharder as ppo_module
+from autoshard.sharders.ppo.candidates import TUNED_SUFFIX, Candidate
+from autoshard.sharders.ppo.portfolio import refined_starts
 from autoshard.tables import Table
 from autoshard.task import ShardingTask
 from autoshard.training.evaluation import GREEDY, eval_tasks
@@ -191,7 +193,7 @@ def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_task
         min(choice.costs.values()), rel=1e-9)
     for name in ("ppo-split-greedy", "ppo-split-sample-1", "ppo-choice-sample-1"):  # valid plans
         assert choice.costs[name] >= lower_bound_ms(task, MODEL)
-    monkeypatch.setattr(ppo_module, "SMALL_TASK", task.num_tables * task.num_devices - 1)
+    monkeypatch.setattr(tuning, "SMALL_TASK", task.num_tables * task.num_devices - 1)
     best.shard(task, MODEL)
     assert best.last_choice is not None
     names = set(best.last_choice.costs)
@@ -202,7 +204,7 @@ def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_task
     assert "ppo-choice-greedy" in names and "lookup_greedy" not in names
     assert not any(n.startswith(("ppo-greedy", "ppo-split", "ppo-node", "ppo-fine", "ppo-rows",
                                  "split_lookup_greedy", "size_greedy")) for n in names)
-    monkeypatch.setattr(ppo_module, "FALLBACK_MARGIN", 1e9)  # as if it might not
+    monkeypatch.setattr(tuning, "FALLBACK_MARGIN", 1e9)  # as if it might not
     best.shard(task, MODEL)
     assert best.last_choice is not None
     assert {"ppo-choice-greedy", "lookup_greedy"} <= set(best.last_choice.costs)
@@ -212,7 +214,7 @@ def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_task
     names = set(best.last_choice.costs)
     assert {"ppo-split-greedy", "lookup_greedy"} <= names
     assert not any(n.startswith("ppo-choice") for n in names)
-    monkeypatch.setattr(ppo_module, "FALLBACK_MARGIN", 2.0)
+    monkeypatch.setattr(tuning, "FALLBACK_MARGIN", 2.0)
 
     def no_plan(*args: object) -> list[tuple[str, object]]:
         raise PlannerError("capacity", "some shard fits nowhere")
@@ -262,16 +264,31 @@ def test_each_decode_keeps_its_devices_with_its_hbm_water_filled(untrained: Path
     assert polish_plan(plan, task, MODEL, cost, fill_only=True)[1] == cost
 
 
+def _candidate(layout: str, cost: float, *, rival: str | None = None, tuned: bool = False,
+               polished: float | None = None) -> list[Candidate]:
+    """A candidate (a rival's where ``rival``; the first policy's greedy decode, or the tuned
+    one's, over ``layout`` otherwise) and, with ``polished``, the polish's result from it."""
+    plan = Plan((), "test")
+    made = (Candidate.of_rival(rival, plan, cost) if rival else
+            Candidate.decoded(layout, "", tuned, None, plan, cost))
+    return [made] if polished is None else [made, made.then("polish", plan, polished)]
+
+
 def test_the_search_stage_runs_from_the_two_cheapest_candidates_of_distinct_decodes() -> None:
-    costs = {"ppo-split-greedy": 5.0, "ppo-split-greedy+polish": 3.0,
-             "ppo-choice-greedy+polish": 3.0, "ppo-choice-greedy": 4.0, "lookup_greedy": 3.5}
-    assert refined_starts(costs) == ["ppo-split-greedy+polish", "ppo-choice-greedy+polish"]
-    assert refined_starts({"lookup_greedy": 1.0}) == ["lookup_greedy"]
+    found = [*_candidate("ppo-split", 5.0, polished=3.0),
+             *_candidate("ppo-choice", 4.0, polished=3.0),
+             *_candidate("ppo", 3.5, rival="lookup_greedy")]
+    assert [c.name for c in refined_starts(found)] == ["ppo-split-greedy+polish",
+                                                       "ppo-choice-greedy+polish"]
+    alone = _candidate("ppo", 1.0, rival="lookup_greedy")
+    assert [c.name for c in refined_starts(alone)] == ["lookup_greedy"]
     # The tuned policy's cheapest comes after the starts there would be without it.
-    tuned = {"ppo-split-greedy-tuned+polish": 0.5, "ppo-choice-greedy-tuned": 0.6,
-             "ppo-split-greedy": 2.0, "ppo-greedy+polish": 3.0, "lookup_greedy": 4.0}
-    assert refined_starts(tuned) == ["ppo-split-greedy", "ppo-greedy+polish",
-                                     "ppo-split-greedy-tuned+polish"]
+    tuned = [*_candidate("ppo-split", 0.7, tuned=True, polished=0.5),
+             *_candidate("ppo-choice", 0.6, tuned=True), *_candidate("ppo-split", 2.0),
+             *_candidate("ppo", 3.2, polished=3.0),
+             *_candidate("ppo", 4.0, rival="lookup_greedy")]
+    assert [c.name for c in refined_starts(tuned)] == ["ppo-split-greedy", "ppo-greedy+polish",
+                                                       "ppo-split-greedy-tuned+polish"]
 
 
 def test_the_default_decodes_both_committed_policies_on_tasks_up_to_the_small_size(
@@ -287,15 +304,15 @@ def test_the_default_decodes_both_committed_policies_on_tasks_up_to_the_small_si
     cost_both = evaluate(both.shard(task, MODEL), task, MODEL).step_cost_ms
     cost_first = evaluate(first.shard(task, MODEL), task, MODEL).step_cost_ms
     names, own = set(both.last_choice.costs), set(first.last_choice.costs)  # type: ignore
-    tuned = {n for n in names if n.endswith(ppo_module.TUNED_SUFFIX)}
-    assert tuned == {n + ppo_module.TUNED_SUFFIX for n in own} and names == own | tuned
+    tuned = {n for n in names if n.endswith(TUNED_SUFFIX)}
+    assert tuned == {n + TUNED_SUFFIX for n in own} and names == own | tuned
     assert cost_both <= cost_first
     bare = constrained_task(dlrm_tables(24, seed=5), 4, 0.3)  # no room kept
     both.shard(bare, MODEL)
-    assert not any(n.endswith(ppo_module.TUNED_SUFFIX) for n in both.last_choice.costs)  # type: ignore
-    monkeypatch.setattr(ppo_module, "SMALL_TASK", task.num_tables * task.num_devices - 1)
+    assert not any(n.endswith(TUNED_SUFFIX) for n in both.last_choice.costs)  # type: ignore
+    monkeypatch.setattr(tuning, "SMALL_TASK", task.num_tables * task.num_devices - 1)
     both.shard(task, MODEL)
-    assert not any(n.endswith(ppo_module.TUNED_SUFFIX) for n in both.last_choice.costs)  # type: ignore
+    assert not any(n.endswith(TUNED_SUFFIX) for n in both.last_choice.costs)  # type: ignore
 
 
 def test_the_tuned_policy_must_share_the_first_ones_buckets(

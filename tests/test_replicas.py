@@ -180,7 +180,9 @@ def test_recshard_with_replicas_costs_no_more_than_without_under_torchrecs_estim
     model = load_cost_model("torchrec")
     costs = {rep: evaluate(RecShard(time_limit=60, replicate=rep).shard(task, model), task,
                            model).step_cost_ms for rep in (True, False)}
-    assert costs[True] <= costs[False] * (1 + 1e-9)
+    # Both solves end at HiGHS's MIP gap, not at one optimum: their costs may differ in the
+    # seventh digit either way (4.086873 against 4.086870 ms in one run).
+    assert costs[True] <= costs[False] * (1 + 1e-6)
 
 
 def test_ppo_decodes_its_replicated_candidates_where_hbm_is_short() -> None:

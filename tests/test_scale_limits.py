@@ -15,7 +15,7 @@ from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.evaluator import evaluate, plan_cost_ms
 from autoshard.sharders import get_sharder
 from autoshard.sharders.ppo import DEFAULT_POLICY, PPOPolicySharder, PPOSharder
-from autoshard.sharders.ppo_names import FALLBACK
+from autoshard.sharders.ppo.candidates import FALLBACK
 from autoshard.sharders.recshard import RecShard
 from autoshard.workloads import constrained_task, dlrm_tables
 

@@ -18,7 +18,7 @@ from autoshard.envs.sampler import TaskSampler, roomy
 from autoshard.pricing.cost import CostModel
 from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options
-from autoshard.sharders.ppo_names import GREEDY
+from autoshard.sharders.ppo.candidates import GREEDY
 from autoshard.task import ShardingTask
 
 __all__ = ["BENCH_SEED", "EVAL_SEED", "GREEDY", "POLICY_SHARDER", "EvalTask",

@@ -23,6 +23,19 @@ from autoshard.layout.plan import Plan
 from autoshard.layout.shards import ShardGeometry, one_per_device
 from autoshard.policy.buckets import MULTIPLIERS, bucket_rows
 from autoshard.policy.features import CLIP, ObsLayout, StaticOptions, nearest_legal
+from autoshard.policy.observation import (
+    LOAD_PARTS,
+    RAW,
+    SCALED,
+    bounded,
+    bucket_parts,
+    initial_devices,
+    record_placement,
+    write_dynamic_options,
+    write_fill_option,
+    write_slack,
+    write_summary,
+)
 from autoshard.policy.refill import checked_mode, level_offer, refill_device
 from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.pricing.cost import CostModel
@@ -31,9 +44,6 @@ from autoshard.task import ShardingTask
 
 #: Bound of every observation entry (the observation space's box).
 LIMIT = 100.0
-#: Device features kept unnormalised and scaled at each update (all but ``slack``).
-_SCALED = ("load_hbm", "load_uvm", "load_comm", "load", "free_hbm", "free_host", "tables",
-           "max_table")
 
 
 @dataclass(frozen=True)
@@ -280,44 +290,35 @@ class PlacementEpisode:
         self._dev_view[:, self._scaled] = self._dev_raw * self._dev_scale
 
     def _init_device_features(self, n_t: int, n_d: int) -> None:
-        """Unnormalised device features (the _SCALED ones) and their per-device scales."""
-        dev, lb, names = self.task.device_arrays, self.lower_bound, self.layout.device
-        self._scaled = [names[n] for n in _SCALED]
-        self._col = {n: i for i, n in enumerate(_SCALED)}
-        self._dev_raw = np.zeros((n_d, len(_SCALED)))
-        self._dev_raw[:, self._col["free_hbm"]] = dev.hbm_capacity
-        self._dev_raw[:, self._col["free_host"]] = dev.host_capacity
-        self._dev_scale = np.full((n_d, len(_SCALED)), 1.0 / lb)
-        self._dev_scale[:, self._col["free_hbm"]] = 1.0 / self._hbm_cap
-        self._dev_scale[:, self._col["free_host"]] = 1.0 / np.maximum(dev.host_capacity, 1.0)
-        self._dev_scale[:, self._col["tables"]] = 1.0 / n_t
+        """Unnormalised device features (the :data:`SCALED` ones) and their per-device
+        scales."""
+        dev = self.task.device_arrays
+        self._scaled = [self.layout.device[n] for n in SCALED]
+        self._dev_raw, self._dev_scale = initial_devices(dev.hbm_capacity, dev.host_capacity,
+                                                         n_t, self.lower_bound)
 
     def _update_device(self, d: int, price: float, parts: np.ndarray) -> None:
         """Refreshes device ``d``'s observation row after a table was placed on it."""
-        state, raw, c = self.state, self._dev_raw[d], self._col
-        raw[[c["load_hbm"], c["load_uvm"], c["load_comm"]]] += parts
-        raw[c["load"]] = state.load_ms[d]
-        raw[c["free_hbm"]] = state.free_hbm[d]
-        raw[c["free_host"]] = state.free_host[d]
-        raw[c["tables"]] += 1.0
-        raw[c["max_table"]] = max(raw[c["max_table"]], price)
+        state, raw = self.state, self._dev_raw[d]
+        record_placement(raw, parts, price, state.load_ms[d], state.free_hbm[d],
+                         state.free_host[d])
         if self.refill != "none":
             self._refill(d)
-        self.top = max(self.top, raw[c["load"]])
+        self.top = max(self.top, raw[RAW["load"]])
         self._dev_view[d, self._scaled] = raw * self._dev_scale[d]
 
     def _refill(self, d: int) -> None:
         """Water-fills device ``d``'s HBM over its items (:mod:`autoshard.policy.refill`) and
         refreshes its raw features; the step cost so far is then the largest load."""
-        state, raw, c = self.state, self._dev_raw[d], self._col
+        state, raw = self.state, self._dev_raw[d]
         parts, self._level[d] = refill_device(state, self._item_curves(), d,
                                               float(state.kept_back()[d]))
         if parts is None:
             return
-        raw[[c["load_hbm"], c["load_uvm"], c["load_comm"]]] = parts
-        raw[c["load"]] = state.load_ms[d]
-        raw[c["free_hbm"]] = state.free_hbm[d]
-        raw[c["free_host"]] = state.free_host[d]
+        raw[LOAD_PARTS] = parts
+        raw[RAW["load"]] = state.load_ms[d]
+        raw[RAW["free_hbm"]] = state.free_hbm[d]
+        raw[RAW["free_host"]] = state.free_host[d]
         self.top = float(state.load_ms.max())
 
     def _item_curves(self) -> Curves:
@@ -363,16 +364,11 @@ class PlacementEpisode:
     def _write_summary(self, i: int) -> None:
         """Writes the device slacks and the summary of the work left from step ``i`` on."""
         p, state, lb, lay = self.priced, self.state, self.lower_bound, self.layout
-        dv, dn, s = self._dev_view, lay.device, lay.summary
-        load = dv[:, dn["load"]]
         top = self.top / lb
-        np.subtract(top, load, out=dv[:, dn["slack"]])
-        summary = self.obs[len(lay.table):lay.head]
-        summary[:] = p.summary[i]
-        summary[s["bytes_left"]] = min(p.bytes_left[i] / max(float(state.free_hbm.sum()), 1.0),
-                                       CLIP)
-        summary[s["max_load"]] = top
-        summary[s["mean_load"]] = float(state.load_ms.sum()) / (self.task.num_devices * lb)
+        write_slack(self._dev_view, top, lay)
+        write_summary(self.obs[len(lay.table):lay.head], lay, p.summary[i], p.bytes_left[i],
+                      float(state.free_hbm.sum()), float(state.load_ms.sum()), top,
+                      self.task.num_devices, lb)
 
     def _clear(self) -> None:
         """The observation and mask once every table is placed."""
@@ -396,28 +392,15 @@ class PlacementEpisode:
         """Writes the option features of ``item`` ([devices, buckets, OPTION] view ``ov``):
         its value buckets' ``static`` features, its fill bucket (price ``fill_total`` ms,
         ``fill_bytes`` of HBM per device) and what each option does to the devices."""
-        lb, o = self.lower_bound, self.layout.option
-        dv, dn = self._dev_view, self.layout.device
         static.write(ov[:, :-1], item, self.layout)
-        ov[:, -1] = 0.0
-        ov[:, -1, o["price"]] = np.minimum(fill_total / lb, CLIP)
-        ov[:, -1, o["hbm_bytes"]] = np.minimum(fill_bytes / self._hbm_cap, CLIP)
-        after, increase = ov[:, :, o["load_after"]], ov[:, :, o["increase"]]
-        np.add(dv[:, dn["load"]][:, None], ov[:, :, o["price"]], out=after)
-        np.minimum(after, CLIP, out=after)
-        np.subtract(after, self.top / lb, out=increase)
-        np.maximum(increase, 0.0, out=increase)
-        free_after = ov[:, :, o["free_after"]]
-        np.subtract(dv[:, dn["free_hbm"]][:, None], ov[:, :, o["hbm_bytes"]], out=free_after)
-        np.maximum(free_after, -CLIP, out=free_after)
-        ov[:, :, o["fits"]] = fits
+        write_fill_option(ov[:, -1], fill_total, fill_bytes, self.lower_bound, self._hbm_cap,
+                          self.layout)
+        write_dynamic_options(ov, self._dev_view, self.top / self.lower_bound, fits, self.layout)
 
     def bounded_obs(self) -> np.ndarray:
         """A copy of the observation with every entry within [-LIMIT, LIMIT] (np.clip's result,
         without its per-call overhead)."""
-        out = np.minimum(self.obs, LIMIT)
-        np.maximum(out, -LIMIT, out=out)
-        return out
+        return bounded(self.obs, LIMIT)
 
     def _fits(self, t: int) -> np.ndarray:
         """Offers the fill bucket of table ``t`` and tests every bucket on every device in one
@@ -475,10 +458,8 @@ def fill_parts(priced: PricedTask, t: int, rows: np.ndarray, devices: np.ndarray
     none where HBM is full, ...), that bucket's price is taken; only the other devices are
     priced, in one call to the cost model.
     """
-    same = rows[:, None] == priced.rows[t]  # [devices, value buckets]
-    bucket = same.argmax(axis=1)  # the first equal one, or 0 where none is
-    parts = priced.parts[t, devices, bucket]
-    new = (~same[devices, bucket]).nonzero()[0]
+    parts, unmatched = bucket_parts(rows, priced.rows[t], priced.parts[t, devices])
+    new = unmatched.nonzero()[0]
     if new.size:
         p = priced.cost_model.price(priced.task, np.full(new.size, t), new, rows[new])
         parts[new] = np.array((p.hbm_ms, p.uvm_ms, p.comm_ms)).T

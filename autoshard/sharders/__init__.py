@@ -31,8 +31,8 @@ _ENTRIES: dict[str, str] = {
     "split_lookup_greedy": "autoshard.sharders.greedy:SplitLookupGreedy",
     "recshard": "autoshard.sharders.recshard:RecShard",
     "torchrec": "autoshard.torchrec.sharder:TorchRecSharder",
-    "ppo": "autoshard.sharders.ppo:PPOSharder",
-    "ppo-policy": "autoshard.sharders.ppo:PPOPolicySharder",
+    "ppo": "autoshard.sharders.ppo.sharder:PPOSharder",
+    "ppo-policy": "autoshard.sharders.ppo.sharder:PPOPolicySharder",
 }
 
 

@@ -75,6 +75,7 @@ from autoshard.pricing.cost import CostModel, is_model_spec
 from autoshard.pricing.curves import cost_curves, device_kinds
 from autoshard.provenance import Provenance
 from autoshard.reservation import NO_RESERVATION
+from autoshard.search.lns import GROUP_DEVICES, MAX_PAIRS, MIP_REL_GAP
 from autoshard.sharders.recshard_blend import solve_both
 from autoshard.sharders.recshard_tables import (
     DEADLINE_STATUS,
@@ -165,8 +166,9 @@ class RecShard:
         "group_devices": Range(2, MAX_DEVICES, integer=True), "seed": SEED,
         "split_search_cap": Range(0, 1000, open_low=True)}
 
-    def __init__(self, time_limit: float = 60.0, mip_rel_gap: float = 5e-3,
-                 max_lines: int | None = None, max_pairs: int = 2400, group_devices: int = 2,
+    def __init__(self, time_limit: float = 60.0, mip_rel_gap: float = MIP_REL_GAP,
+                 max_lines: int | None = None, max_pairs: int = MAX_PAIRS,
+                 group_devices: int = GROUP_DEVICES,
                  seed: int = 0, split: bool = True, stall: float = 5e-3,
                  node_splits: bool = True, also_for: str | None = None,
                  split_search_cap: float | None = SPLIT_SEARCH_OVER_SETUP,
@@ -377,8 +379,7 @@ class RecShard:
 
     @property
     def settings(self) -> SolveSettings:
-        """The options a placement solve reads (also :func:`autoshard.sharders.
-        recshard_tables.search_from`'s, where ``ppo`` runs the search alone)."""
+        """The options a placement solve reads."""
         return SolveSettings(self.time_limit, self.mip_rel_gap, self.max_lines, self.max_pairs,
                              self.group_devices, self.seed, self.stall)
 

@@ -2,13 +2,13 @@
 
 One placement solve (the sharder's steps 1-4, :mod:`autoshard.sharders.recshard`): the
 aggregated LP relaxation, warm starts (the greedy family and an LP-guided packing, each with its
-row splits re-optimised), a large-neighbourhood search re-solving the MILP a few devices at a
-time, and on tasks small enough the whole MILP, each within its share of the deadline.
+row splits re-optimised), the search stage's large-neighbourhood search re-solving the MILP a
+few devices at a time (:mod:`autoshard.search.lns`), and on tasks small enough the whole MILP,
+each within its share of the deadline.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, replace
 
@@ -19,61 +19,44 @@ from autoshard.layout.feasibility import feasible, fit_hbm
 from autoshard.layout.plan import Plan
 from autoshard.milp import model as milp_model
 from autoshard.milp.plans import (
-    aggregated,
-    device_loads,
     device_subproblem,
     lp_packing,
     pin,
     polish,
-    single_bound,
     step_cost,
     to_memory,
     to_rows,
 )
-from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.pricing.cost import CostModel
-from autoshard.pricing.curves import (
-    CostCurves,
-    CostLines,
-    DeviceKinds,
-    cost_curves,
-    device_kinds,
+from autoshard.pricing.curves import CostCurves, cost_curves, device_kinds
+from autoshard.search.lns import (
+    MIN_SEARCH_S,
+    LNSSettings,
+    Neighbourhood,
+    even_shares,
+    left,
+    lns_search,
+    lp_seconds,
+    set_up,
 )
 from autoshard.task import ShardingTask
-
-#: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
-#: :data:`LARGE_TASK_LINES` evenly spaced ones (a weaker but still valid relaxation).
-FULL_LINES_LIMIT = 200_000
-LARGE_TASK_LINES = 32
 
 #: Greedy sharders tried as warm starts (the best feasible one is kept); the first is built
 #: before anything else and returned when the deadline comes before any better plan.
 WARM_STARTS = ("lookup_greedy", "size_lookup_greedy", "size_greedy", "dim_greedy")
 
-#: Shares of one placement solve's budget by which its setup phases must finish: the pricing
-#: of the MILP's cost curves (past it, the first warm start is returned) and the table-wise
-#: spread bound (past it, skipped).
+#: Share of one placement solve's budget by which the pricing of the MILP's cost curves must
+#: finish (past it, the first warm start is returned; the table-wise spread bound's share is
+#: :data:`autoshard.search.lns.BOUND_SHARE`).
 CURVES_SHARE = 0.6
-BOUND_SHARE = 0.3
-#: The aggregated LP starts only with this share of a placement solve's budget left; a warm
-#: start's row splits are re-optimised only with this share of the time limit left.
-LP_SHARE = 0.5
+#: A warm start's row splits are re-optimised only with this share of the time limit left.
 POLISH_SHARE = 0.1
-#: Cost lines per second that building and presolving an LP over every table gets through (a
-#: conservative figure from a 2-core Xeon; HiGHS's time limit leaves that work out): such an
-#: LP starts only when the time left covers it too.
-LP_LINES_PER_SECOND = 100_000
-
 #: On tasks too large for the whole MILP, the warm start that water-fills cheapest also goes
 #: through the search stage's polish (HBM water-filled, items moved:
 #: :func:`autoshard.search.polish.polish_arrays`) until this share of the time left has
 #: passed; without it a greedy start on thousands of tables can stay several times its bound
 #: (4.5x at 20,000 x 64, HBM for 30% of the bytes).
 SEARCH_START_SHARE = 0.8
-#: Lines per cost curve in the search's group re-solves on tasks too large for the whole MILP.
-SEARCH_LINES = 24
-#: Seconds the search runs before it may stop for lack of progress (``stall``).
-MIN_SEARCH_S = 1.0
 #: Status reported when the deadline came before the MILP's curves were priced.
 DEADLINE_STATUS = f"deadline: {WARM_STARTS[0]} plan, cost curves not priced in time"
 
@@ -132,6 +115,12 @@ class SolveSettings:
     seed: int
     stall: float
 
+    @property
+    def lns(self) -> LNSSettings:
+        """The options the large-neighbourhood search reads."""
+        return LNSSettings(self.mip_rel_gap, self.max_lines, self.max_pairs,
+                           self.group_devices, self.seed, self.stall)
+
 
 def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostModel,
                  deadline: float, pins: np.ndarray | None = None,
@@ -153,11 +142,11 @@ def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostMo
         cost = step_cost(task, cost_model, *fallback[1:])
         return Found(*fallback[1:], cost, 0.0, "warm", DEADLINE_STATUS, fallback[0], cost,
                      time.perf_counter())
-    full, relaxed, bound, lines = _set_up(settings, task, cost_model, kinds, curves, start,
+    full, relaxed, bound, lines = set_up(settings.lns, task, cost_model, kinds, curves, start,
                                           deadline)
     whole = task.num_tables * task.num_devices <= settings.max_pairs
     search_end = start + budget * (0.5 if whole else 1.0)
-    ctx = _Context(task, cost_model, kinds, lines, full, search_end, bound, pins)
+    ctx = Neighbourhood(task, cost_model, kinds, lines, full, search_end, bound, pins)
     name, device, rows = _warm_start(settings, ctx, relaxed, fallback, time.perf_counter() - start,
                                      searched=None if whole else curves)
     warm_cost = step_cost(task, cost_model, device, rows)
@@ -166,12 +155,12 @@ def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostMo
         ctx = replace(ctx, deadline=min(ctx.deadline, now + max(
             MIN_SEARCH_S, search_cap * (now - start))))
     found_at = time.perf_counter()
-    device, rows, improved = _search(settings, ctx, device, rows, settings.stall)
+    device, rows, improved = lns_search(settings.lns, ctx, device, rows, settings.stall)
     cost = step_cost(task, cost_model, device, rows)
     method, status = ("lns" if cost < warm_cost else "warm"), "search"
     found_at = improved or found_at
     if whole and (cost - bound) > settings.mip_rel_gap * cost:
-        ctx = _Context(task, cost_model, kinds, lines, full, deadline, bound, pins)
+        ctx = Neighbourhood(task, cost_model, kinds, lines, full, deadline, bound, pins)
         status, better, mip_bound, when = _whole(settings, ctx, device, rows, bound)
         bound = max(bound, mip_bound)
         if better is not None and feasible(task, *better):
@@ -179,92 +168,13 @@ def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostMo
             if new_cost < cost:
                 (device, rows), cost, method = better, new_cost, "milp"
                 found_at = when or time.perf_counter()
-    even = _even_shares(task, kinds, full, device, deadline)
+    even = even_shares(task, kinds, full, device, deadline)
     if even is not None:
         rows, cost = even, step_cost(task, cost_model, device, even)
     return Found(device, rows, cost, bound, method, status, name, warm_cost, found_at)
 
 
-def search_from(settings: SolveSettings, task: ShardingTask, cost_model: CostModel,
-                device: np.ndarray, rows: np.ndarray, deadline: float,
-                pins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-    """Step 3 alone (:func:`_search`, the MILP re-solved a few devices at a time) from a
-    given placement of ``task``'s tables (or shards), ``pins`` kept; the cost curves, the
-    relaxation and the lines as a whole solve sets them up (:func:`_set_up`), each split
-    table's shards then kept at one HBM share where the runtime holds one
-    (:func:`_even_shares`). The devices and HBM rows found, or None when nothing improved or
-    the curves were not priced by ``deadline``."""
-    start, kinds = time.perf_counter(), device_kinds(task)
-    try:
-        curves = cost_curves(task, cost_model, kinds, deadline=deadline)
-    except DeadlineReached:
-        return None
-    full, _, bound, lines = _set_up(settings, task, cost_model, kinds, curves, start, deadline)
-    ctx = _Context(task, cost_model, kinds, lines, full, deadline, bound, pins)
-    found, found_rows, improved = _search(settings, ctx, device, rows, settings.stall)
-    if improved is None:
-        return None
-    even = _even_shares(task, kinds, full, found, deadline, least=0.0)
-    return found, found_rows if even is None else even
-
-
-def _set_up(settings: SolveSettings, task: ShardingTask, cost_model: CostModel,
-            kinds: DeviceKinds, curves: CostCurves, start: float, deadline: float
-            ) -> tuple[CostLines, milp_model.Solution, float, CostLines]:
-    """What a solve begun at ``start`` builds on its priced ``curves``: the lines over every
-    hull segment (evenly spaced ones past :data:`FULL_LINES_LIMIT`), the aggregated relaxation
-    and the best bound in time (:func:`_relaxation`), and the lines kept under each curve for
-    the MILP (by a fifth of the budget): ``max_lines``, or as many as keep the whole model near
-    20,000 rows (:data:`SEARCH_LINES` for the search alone), focused where the relaxation puts
-    each table's HBM."""
-    full = curves.lines()
-    if int(full.count.sum()) > FULL_LINES_LIMIT:  # keep the LPs small enough to stop in time
-        full = curves.lines(LARGE_TASK_LINES, deadline=0.0)
-    relaxed, bound = _relaxation(task, cost_model, kinds, full, start, deadline)
-    focus = None
-    if relaxed.memory is not None:
-        focus = np.repeat(relaxed.memory[:, None], kinds.count, axis=1)
-    pairs = task.num_tables * task.num_devices
-    count = (int(np.clip(20000 // pairs, 8, 48)) if pairs <= settings.max_pairs
-             else SEARCH_LINES)
-    lines = curves.lines(settings.max_lines or count, focus,
-                         deadline=start + 0.2 * max(deadline - start, 0.01))
-    return full, relaxed, bound, lines
-
-
-def _even_shares(task: ShardingTask, kinds: DeviceKinds, full: CostLines, device: np.ndarray,
-                 deadline: float, least: float = 2.0) -> np.ndarray | None:
-    """On a task of shards whose runtime keeps one HBM share per split table (TorchRec's
-    one), the HBM rows of every item on ``device`` re-chosen by the LP with each split
-    table's shards at one share, given until ``deadline`` or ``least`` seconds; None
-    elsewhere or when that does not fit."""
-    tied = _tied(task)
-    if tied is None:
-        return None
-    even = polish(task, kinds, full, np.arange(task.num_tables), np.arange(task.num_devices),
-                  device, max(left(deadline), least), tied)
-    return even if even is not None and feasible(task, device, even) else None
-
-
-def _relaxation(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds,
-                full: CostLines, start: float, deadline: float
-                ) -> tuple[milp_model.Solution, float]:
-    """The aggregated LP relaxation (skipped when too little time is left) and the best bound
-    in time: the LP's, the dearest single table's, and the table-wise spread bound."""
-    budget = max(deadline - start, 0.01)
-    # HiGHS's limit leaves out building the model: started only with half the budget left.
-    relaxed = milp_model.Solution(None, None, np.inf, np.inf, "skipped", 0.0)
-    if left(deadline) > LP_SHARE * budget + _lp_seconds(full):
-        relaxed = milp_model.solve(aggregated(task, kinds), full,
-                                   time_limit=min(0.5 * left(deadline), 0.3 * budget))
-    bound = max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full))
-    with contextlib.suppress(DeadlineReached):  # the spread bound too, while time allows
-        bound = max(bound, lower_bound_ms(task, cost_model, whole_tables=True,
-                                          deadline=start + BOUND_SHARE * budget))
-    return relaxed, bound
-
-
-def _warm_start(settings: SolveSettings, ctx: _Context, relaxed: milp_model.Solution,
+def _warm_start(settings: SolveSettings, ctx: Neighbourhood, relaxed: milp_model.Solution,
                 first: tuple[str, np.ndarray, np.ndarray] | None, first_s: float,
                 searched: CostCurves | None = None) -> tuple[str, np.ndarray, np.ndarray]:
     """The cheapest feasible plan among the greedy family (``first``: the first of
@@ -308,7 +218,7 @@ def _warm_start(settings: SolveSettings, ctx: _Context, relaxed: milp_model.Solu
         starts.append(found)
     for name, device, rows in starts:
         scored.append((step_cost(task, model, device, rows), name, device, rows))
-        if left(ctx.deadline) < POLISH_SHARE * settings.time_limit + _lp_seconds(ctx.full):
+        if left(ctx.deadline) < POLISH_SHARE * settings.time_limit + lp_seconds(ctx.full):
             continue
         better = polish(task, ctx.kinds, ctx.full, everything, devices, device,
                         min(left(ctx.deadline), 10.0))
@@ -318,7 +228,7 @@ def _warm_start(settings: SolveSettings, ctx: _Context, relaxed: milp_model.Solu
     return best[1], best[2], best[3]
 
 
-def _searched_start(ctx: _Context, starts: list[tuple[str, np.ndarray, np.ndarray]],
+def _searched_start(ctx: Neighbourhood, starts: list[tuple[str, np.ndarray, np.ndarray]],
                     curves: CostCurves) -> tuple[str, np.ndarray, np.ndarray] | None:
     """The start that water-fills cheapest, through the search stage's polish
     (``<name>+search``) until :data:`SEARCH_START_SHARE` of the time left has passed; pinned
@@ -339,7 +249,7 @@ def _searched_start(ctx: _Context, starts: list[tuple[str, np.ndarray, np.ndarra
     return f"{starts[index][0]}+search", device, rows
 
 
-def _whole(settings: SolveSettings, ctx: _Context, device: np.ndarray, rows: np.ndarray,
+def _whole(settings: SolveSettings, ctx: Neighbourhood, device: np.ndarray, rows: np.ndarray,
            bound: float
            ) -> tuple[str, tuple[np.ndarray, np.ndarray] | None, float, float | None]:
     """The whole task as one MILP (stopped at its gap, its stall rule or the deadline), then
@@ -361,73 +271,6 @@ def _whole(settings: SolveSettings, ctx: _Context, device: np.ndarray, rows: np.
             task, ctx.cost_model, sol.device, new_rows):
         new_rows = better
     return sol.status, (sol.device, new_rows), sol.bound, sol.improved_at
-
-
-def _search(settings: SolveSettings, ctx: _Context, device: np.ndarray, rows: np.ndarray,
-            stall: float) -> tuple[np.ndarray, np.ndarray, float | None]:
-    """Large-neighbourhood search: re-solve the most loaded device with a few others (until
-    it stalls: :func:`autoshard.milp.model.stalled`); also returns when it last improved
-    (None if it never did)."""
-    task = ctx.task
-    rng = np.random.default_rng(settings.seed)
-    device, rows = device.copy(), rows.copy()
-    loads = device_loads(task, ctx.cost_model, device, rows)
-    group = min(settings.group_devices, task.num_devices)
-    if group < 2:
-        return device, rows, None
-    improved = None
-    stale, patience = 0, max(3 * task.num_devices // group, 6)
-    history = [(time.perf_counter(), float(loads.max()))]
-    while left(ctx.deadline) > 0.2 and stale < patience:
-        if loads.max() - ctx.bound <= settings.mip_rel_gap * loads.max():
-            break
-        if milp_model.stalled(history, stall, MIN_SEARCH_S):
-            break
-        order = np.argsort(loads)
-        worst = int(order[-1])
-        lighter = order[: max(task.num_devices // 2, group - 1)]
-        pool = lighter[lighter != worst]
-        if stale == 0:  # the lightest first, then random lighter ones
-            partners = pool[: group - 1]
-        else:
-            partners = rng.choice(pool, size=group - 1, replace=False)
-        devs = np.unique(np.append(partners, worst))
-        if _improve(settings, ctx, devs, device, rows, loads):
-            stale, improved = 0, time.perf_counter()
-        else:
-            stale += 1
-        history.append((time.perf_counter(), float(loads.max())))
-    return device, rows, improved
-
-
-def _improve(settings: SolveSettings, ctx: _Context, devs: np.ndarray, device: np.ndarray,
-             rows: np.ndarray, loads: np.ndarray) -> bool:
-    """Re-solves the tables of ``devs``; updates the arrays in place if their max drops."""
-    task = ctx.task
-    tables = np.flatnonzero(np.isin(device, devs))
-    if tables.size == 0:
-        return False
-    sub = device_subproblem(task, ctx.kinds, tables, devs, pins=ctx.pins)
-    position = np.searchsorted(devs, device[tables])
-    limit = min(left(ctx.deadline), 5.0)
-    sol = milp_model.solve(sub, ctx.lines, warm=(position, to_memory(task, rows[tables],
-                                                                      tables)),
-                           spread=1e-3, mip_rel_gap=settings.mip_rel_gap, time_limit=limit)
-    if sol.device is None or sol.memory is None:
-        return False
-    split = polish(task, ctx.kinds, ctx.full, tables, devs, sol.device,
-                   min(left(ctx.deadline), 5.0))
-    new_device, new_rows = device.copy(), rows.copy()
-    new_device[tables] = devs[sol.device]
-    new_rows[tables] = split if split is not None else to_rows(task, sol.memory, tables)
-    new_rows = fit_hbm(task, new_device, new_rows)
-    if not feasible(task, new_device, new_rows):
-        return False
-    new_loads = device_loads(task, ctx.cost_model, new_device, new_rows)
-    if new_loads[devs].max() >= loads[devs].max() * (1 - 1e-9):
-        return False
-    device[:], rows[:], loads[:] = new_device, new_rows, new_loads
-    return True
 
 
 @dataclass(frozen=True)
@@ -460,40 +303,7 @@ def _cheap_start(task: ShardingTask, cost_model: CostModel, pins: np.ndarray | N
     return None if placed is None else (name, *placed)
 
 
-def _tied(task: ShardingTask) -> np.ndarray | None:
-    """For a task of shards whose runtime keeps one HBM share per split table, each shard's
-    table when it is split (-1 when whole); else None."""
-    g = getattr(task, "geometry", None)
-    if g is None or not task.reservation.one_share_per_table or not (g.parts > 1).any():
-        return None
-    return np.where(g.parts > 1, g.table, -1)
-
-
-@dataclass(frozen=True)
-class _Context:
-    """What every stage of one solve shares."""
-
-    task: ShardingTask
-    cost_model: CostModel
-    kinds: DeviceKinds
-    lines: CostLines
-    full: CostLines
-    deadline: float
-    bound: float
-    pins: np.ndarray | None = None
-
-
-def _lp_seconds(lines: CostLines) -> float:
-    """Seconds to set up an LP over every table's ``lines`` (:data:`LP_LINES_PER_SECOND`)."""
-    return float(lines.count.sum()) / LP_LINES_PER_SECOND
-
-
 def _past(deadline: float) -> bool:
     return time.perf_counter() >= deadline
-
-
-def left(deadline: float) -> float:
-    """Seconds left before ``deadline`` (at least 0.01)."""
-    return max(deadline - time.perf_counter(), 0.01)
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -162,6 +163,10 @@ class TorchRecSharder:
     TorchRec's perf estimate of its slowest rank.
     """
 
+    #: The clock the time limit is kept by, seconds; a test may set a fake one on an instance
+    #: (a clock that counts steps keeps the run independent of the machine's speed).
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
     name: ClassVar[str] = "torchrec"
     summary: ClassVar[str] = ("TorchRec's EmbeddingShardingPlanner, every sharding type, cache "
                               "search, converted")
@@ -211,13 +216,13 @@ class TorchRecSharder:
             raise PlannerError("unavailable", reason)
         from autoshard.torchrec.estimate import quiet_torchrec, task_pipeline
 
-        began = time.monotonic()
+        began = self.clock()
         deadline = math.inf if self.time_limit is None else began + self.time_limit
         self.last_notes, self._rated = [], None
         pipeline = task_pipeline(task, self.pipeline)
         with quiet_torchrec():
             offered, kernels = self._offered_in_time(task, cost_model, deadline)
-            space = SearchSpace(task, offered, self.use_stats, pipeline, kernels)
+            space = SearchSpace(task, offered, self.use_stats, pipeline, kernels, self.clock)
             starts = ([self.cache_load_factor] if self.cache_load_factor is not None
                       else self._starts(space, task, deadline))
             rating, clf, plan = self._best_start(space, task, starts, deadline)
@@ -233,14 +238,14 @@ class TorchRecSharder:
 
         plans: list[tuple[float, Any]] = []
         for i, clf in enumerate(starts):
-            left = deadline - time.monotonic()
+            left = deadline - self.clock()
             need = MIN_START_S + (0.0 if clf in space.enumerated else space.enumerate_s)
             if plans and left < need:
                 self._note(f"time limit: cache start {clf:.3g} not tried ({left:.1f} s left), "
                            f"kept the plan from {plans[0][0]:.3g}")
                 break
             last = i == len(starts) - 1
-            stop = deadline if last else time.monotonic() + left * _FIRST_START_SHARE
+            stop = deadline if last else self.clock() + left * _FIRST_START_SHARE
             if left < 0 and not plans:
                 self._note(f"time limit passed before TorchRec proposed (its enumeration took "
                            f"{space.enumerate_s:.1f} s): its first proposals that fit are kept")
@@ -285,7 +290,7 @@ class TorchRecSharder:
         only, then for none; then the ``fused`` kernel alone where every table fits a device's
         HBM whole and all of them the cluster's, so that no option in host memory can be
         chosen; said in ``last_notes``)."""
-        budget = ENUMERATE_SHARE * (deadline - time.monotonic())
+        budget = ENUMERATE_SHARE * (deadline - self.clock())
         offered = self._offered(task, cost_model)
         if WHOLE_TYPE not in self.sharding_types:
             return offered, PLANNED_KERNELS
@@ -319,7 +324,7 @@ class TorchRecSharder:
         room = _START_FILL * float(task.device_arrays.hbm_capacity.sum())
         if largest_hbm(options) <= room:  # every start fits: the fitting one is the default
             return [DEFAULT_CACHE_LOAD_FACTOR]
-        left = deadline - time.monotonic()
+        left = deadline - self.clock()
         if left < 2 * space.enumerate_s + MIN_START_S:
             self._note(f"time limit: the fitting cache start not searched ({left:.1f} s "
                        f"left), planned from TorchRec's default {DEFAULT_CACHE_LOAD_FACTOR}")
@@ -354,7 +359,7 @@ class TorchRecSharder:
             return proposers
         if math.isinf(deadline):
             return [*proposers, EmbeddingOffloadScaleupProposer()]
-        left = deadline - time.monotonic()
+        left = deadline - self.clock()
         if left < max(MIN_START_S, enumerate_s):
             self._note(f"time limit: TorchRec's cache-size search not run ({left:.1f} s left)")
             return proposers

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from autoshard.task import ShardingTask
@@ -57,17 +58,18 @@ class SearchSpace:
     """The meta-device module, topology and per-table constraints TorchRec plans over, and
     the options enumerated at each starting load factor (each handed to one planner run).
     ``kernels``: the compute kernels offered (all of :data:`PLANNED_KERNELS` unless a time
-    limit cut them)."""
+    limit cut them); ``clock``: the seconds the time limit is kept by (the sharder's)."""
 
     def __init__(self, task: ShardingTask, offered: dict[str, list[str]],
                  use_stats: bool, pipeline: str,
-                 kernels: tuple[str, ...] = PLANNED_KERNELS) -> None:
+                 kernels: tuple[str, ...] = PLANNED_KERNELS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
         from autoshard.torchrec.estimate import declare_optimizers, torchrec_topology
 
         self.task, self.offered, self.use_stats = task, offered, use_stats
-        self.pipeline, self.kernels = pipeline, tuple(kernels)
+        self.pipeline, self.kernels, self.clock = pipeline, tuple(kernels), clock
         self.module = meta_collection([(t.name, t.rows, t.dim, data_type(t))
                                        for t in task.tables])
         if task.workload.train:
@@ -103,11 +105,11 @@ class SearchSpace:
         """TorchRec's enumerator at ``clf``, its constraints and its options, enumerated once
         (timed)."""
         if clf not in self.enumerated:
-            began = time.monotonic()
+            began = self.clock()
             chosen, constraints = self.enumerator(clf)
             self.enumerated[clf] = (chosen, constraints,
                                     chosen.enumerate(self.module, self.sharders))
-            self.enumerate_s = time.monotonic() - began
+            self.enumerate_s = self.clock() - began
         return self.enumerated[clf]
 
     def planned(self, clf: float, stop: float, deadline: float, task: ShardingTask,
@@ -128,7 +130,8 @@ class SearchSpace:
             topology=self.topology, batch_size=per_rank_batch(task),
             enumerator=_Enumerated(enumerator, options), constraints=constraints,
             storage_reservation=FixedPercentageStorageReservation(0.0),
-            proposer=[_UntilDeadline(p, stop, deadline, found) for p in proposers],
+            proposer=[_UntilDeadline(p, stop, deadline, found, self.clock)
+                      for p in proposers],
             debug=False)
         return planner.plan(self.module, self.sharders)
 
@@ -148,14 +151,15 @@ class _Enumerated:
 
 
 class _UntilDeadline:
-    """A TorchRec proposer that proposes nothing more once ``stop`` (time.monotonic) has
+    """A TorchRec proposer that proposes nothing more once ``stop`` (on ``clock``) has
     passed and some proposal fitted (``found``, shared by the run's proposers), nor once
     ``deadline`` would pass before another proposal is priced (as long as the last one took),
     but for its first proposal while none has fitted (so that a run whose enumeration took its
     time still gets a plan)."""
 
-    def __init__(self, proposer: Any, stop: float, deadline: float, found: list[bool]) -> None:
-        self._proposer, self._found = proposer, found
+    def __init__(self, proposer: Any, stop: float, deadline: float, found: list[bool],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._proposer, self._found, self._clock = proposer, found, clock
         self._stop, self._deadline = stop, deadline
         self._proposed = False
         self._last: float | None = None  # when it last proposed
@@ -165,7 +169,7 @@ class _UntilDeadline:
         self._proposer.load(search_space=search_space, enumerator=enumerator)
 
     def propose(self) -> Any:
-        now = time.monotonic()
+        now = self._clock()
         if self._last is not None:
             self._step = now - self._last
         late = (now + self._step > self._deadline

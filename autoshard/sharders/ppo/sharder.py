@@ -1,34 +1,7 @@
-"""The learned sharder: a trained placement policy, decoded greedily and by sampling, with the
-greedy sharders' plans as candidates; the plan with the lowest step cost wins.
-
-Splits: the tables that dominate are split as ``split_lookup_greedy`` and ``recshard`` split them
-(:func:`autoshard.layout.splitting.split_heavy_tables`), and the policy also places the resulting
-shards as items (each shard priced like a table through the cost model); its split decodes compete
-with its whole-table ones. In one more decode the policy chooses the splits itself
-(:mod:`autoshard.policy.choice`): at each dominant table it either places the table whole
-or splits it as the heuristic would and places its shards (``ppo-choice-greedy``). On tasks
-over :data:`SMALL_TASK` (table, device) pairs only the main split choice is offered (node-local
-on hardware of several nodes, as ``recshard`` splits), through the policy's choice decode (its
-plain decode only where that made no plan), with no whole-table decode where tables dominate
-and :data:`FALLBACK` the only rival, where it is made (see the time limit below).
-
-Time limit: ``time_limit`` seconds (the CLI's ``--time-limit``) for the whole run. The fallback
-is made first (on tasks over :data:`SMALL_TASK` pairs only where the first decode might not end
-in time: :data:`FALLBACK_MARGIN`; elsewhere only if no decode made a plan); a decode starts
-only when its estimated time fits before :data:`DECODE_SHARE` of the limit, and stops at
-:data:`DECODE_STOP_SHARE` (a first decode without a fallback, as in ``ppo-policy``, runs to
-its end); the polish and the search stage's steps get time guards within what is left, and
-the group re-solve that ends the stage on tasks of up to :data:`SMALL_TASK` pairs runs until
-the limit at most.
-:attr:`PPOSharder.last_notes` says what the limit cut.
-
-The policy is read safely: a JSON config and a plain state dict of tensors
-(``torch.load(weights_only=True)``), never a pickle. By default it is the policy committed
-as package data under ``autoshard/data/ppo_policy``, with its fine-tuned second
-(:data:`TUNED_POLICY`) decoded beside it on tasks of up to :data:`SMALL_TASK` pairs that keep
-HBM room per table;
-``policy=`` names another folder (e.g. the ``policy`` folder of an ``autoshard train`` run),
-decoded alone.
+"""The ``ppo`` sharder (:class:`PPOSharder`) and the policy alone (:class:`PPOPolicySharder`):
+the policies loaded, their decodes made into candidates (:mod:`autoshard.sharders.ppo.
+candidates`), the portfolio's improvement stage run over them (:mod:`autoshard.sharders.ppo.
+portfolio`), the cheapest returned. The package docstring tells the whole story.
 """
 
 from __future__ import annotations
@@ -37,7 +10,7 @@ import importlib.util
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import autoshard
 from autoshard.errors import DeadlineReached, InputError, PlannerError
@@ -51,10 +24,20 @@ from autoshard.pricing.curves import Curves
 from autoshard.pricing.evaluator import step_cost_ms, task_bound_ms
 from autoshard.search.enforce import enforce
 from autoshard.search.stage import refine
-from autoshard.sharders.ppo_names import TUNED_SUFFIX, provenance
-from autoshard.sharders.ppo_stage import (
+from autoshard.sharders.ppo import tuning
+from autoshard.sharders.ppo.candidates import (
+    CHOICE,
+    SPLIT,
+    TUNED_SUFFIX,
+    WHOLE,
+    WHOLE_REPLICAS,
+    Candidate,
+    cheapest,
+    provenance,
+)
+from autoshard.sharders.ppo.portfolio import (
     Clock,
-    add_greedy,
+    add_rivals,
     filled,
     polish_candidates,
     refined_starts,
@@ -71,53 +54,9 @@ DEFAULT_POLICY = Path(autoshard.__file__).resolve().parent / "data" / "ppo_polic
 #: keep HBM room per table, its candidates named with :data:`TUNED_SUFFIX`
 #: (``ppo-split-greedy-tuned``, ...).
 TUNED_POLICY = DEFAULT_POLICY.parent / "ppo_policy_tuned"
-#: Sampled rollouts by default: none. With the improvement stage polishing the cheapest
-#: candidate, one rollout lowers the held-out families' mean cost by under 1% for about a third
-#: more planning time (``benchmarks/bench_ppo.py --samples 1``, ``results/ppo/README.md``).
-SAMPLES = 0
-#: Tasks of up to this many (table, device) pairs get every split decode and candidate; larger
-#: ones the main split choice only (the policy's own choice over it; ``ppo-split`` where that
-#: fails), and ``lookup_greedy`` alone of the greedy family (its plan is the fallback, made
-#: only where a decode might not end in time: :data:`FALLBACK_MARGIN`).
-SMALL_TASK = 20_000
-#: Over this many pairs (856 x 128 has 109,568) the search stage runs no re-split and no
-#: kicks, only the polish and its settle: on the eight 856 x 128 tasks of
-#: ``benchmarks/bench_large.py`` the re-split's quick mode took about 0.3 s of ppo's 2.0-2.5 s,
-#: and without it the settle's plans were as cheap or cheaper on all eight at 60 s and on
-#: seven at 10 s (the eighth 0.2% dearer); at 2,000 x 256 as cheap at 10 s, 0.05% dearer at
-#: 60 s (a development comparison, one run each, 2-core Intel Xeon VM; not a committed
-#: benchmark).
-HUGE_TASK = 100_000
-#: Shares of the time limit: a decode starts only if its estimate ends before the first, and
-#: stops at the second (one begun in time may overrun it: at 2,000 x 256 and 10 s it ends near 6 s).
-DECODE_SHARE, DECODE_STOP_SHARE = 0.6, 0.8
-#: With the search stage (``polish``), the tuned policy's decodes start only if their estimate
-#: ends before this share of the limit, so that they do not take the search's time where the
-#: first policy's decodes already filled most of theirs.
-TUNED_SHARE = 0.3
-#: A decode is started only if this estimate of its seconds per (item, device) pair (the
-#: pricing of its options and one network call per item; about 5e-6 to 8.5e-6 on this
-#: project's 2-core machine in one run, more on a slower day) times its pairs fits before the
-#: decodes' deadline. A running decode stops once its pace projects its end past the decodes'
-#: stop, and its plan is dropped.
-DECODE_SECONDS_PER_PAIR = 1e-5
-#: On tasks over :data:`SMALL_TASK` pairs, where :data:`FALLBACK` is the only rival, its plan is
-#: made before the decodes only when this many times the first decode's estimate does not fit
-#: before the decodes' deadline; else only if no decode made a plan (at 856 x 128 it took
-#: 0.11-0.17 s of ppo's 1.9-2.3 s and never won, in a development timing on a 2-core Intel
-#: Xeon VM).
-FALLBACK_MARGIN = 2.0
-
-
-def decode_seconds(items: int, devices: int, samples: int) -> float:
-    """A decode's estimated seconds: :data:`DECODE_SECONDS_PER_PAIR` per (item, device) pair,
-    a quarter more per sampled rollout (they run in lockstep with the greedy one)."""
-    return DECODE_SECONDS_PER_PAIR * items * devices * (1 + 0.25 * samples)
-
-
 def _small(task: ShardingTask) -> bool:
     """Whether ``task`` has at most :data:`SMALL_TASK` (table, device) pairs."""
-    return task.num_tables * task.num_devices <= SMALL_TASK
+    return task.num_tables * task.num_devices <= tuning.SMALL_TASK
 
 
 def policy_folders(policy: str | Path | None) -> list[Path]:
@@ -139,10 +78,27 @@ def policy_missing(folder: Path) -> str | None:
 
 @dataclass(frozen=True)
 class Choice:
-    """Which candidate won the last plan, and every candidate's step cost (ms)."""
+    """Which candidate won the last plan (by name), every candidate's step cost (ms) by name,
+    and the candidates themselves."""
 
     winner: str
     costs: dict[str, float]
+    candidates: tuple[Candidate, ...] = ()
+
+
+class Decoded(NamedTuple):
+    """One episode of a decode and what made it (:class:`~autoshard.sharders.ppo.candidates.
+    Candidate`'s fields)."""
+
+    mode: str
+    tuned: bool
+    rollout: int | None
+    episode: Any
+
+
+def _rollouts(samples: int) -> list[int | None]:
+    """The greedy decode (None) and each sampled rollout's index, in a decode's order."""
+    return [None, *range(samples)]
 
 
 class PPOSharder:
@@ -168,15 +124,17 @@ class PPOSharder:
     ``<name>+polish`` if that improves them (the stage stops after a number of rounds, so
     plans stay deterministic, unless its time guard ends it first, as on large tasks). Where
     tables dominate (the split decodes ran) the two cheapest candidates of distinct decodes
-    (:data:`REFINED`; the winner alone over :data:`SMALL_TASK` pairs) then have their
+    (:data:`~autoshard.sharders.ppo.tuning.REFINED`; the winner alone over :data:`SMALL_TASK`
+    pairs) then have their
     heaviest tables' splits re-chosen (:mod:`autoshard.search.resplit`) and kicks around
     them (:mod:`autoshard.search.kick`), winning as ``<name>+resplit`` / ``+kick`` where that
     lowers their cost; on tasks over :data:`HUGE_TASK` pairs neither runs, and the winner's
     polish runs on instead (``+settle``). On tasks of up to :data:`SMALL_TASK` pairs the
-    winner then goes through ``recshard``'s large-neighbourhood search, the MILP re-solved on
-    the most loaded device and a lighter one at a time while it improves, in the time left
-    (:func:`autoshard.sharders.ppo_stage.resolve`, ``+lns``; with at least
-    :data:`~autoshard.sharders.ppo_stage.MIN_RESOLVE_S` left). The cheapest step cost wins
+    winner then goes through the search stage's large-neighbourhood search
+    (:mod:`autoshard.search.lns`), the MILP re-solved on the most loaded device and a
+    lighter one at a time while it improves, in the time left
+    (:func:`autoshard.sharders.ppo.portfolio.resolve`, ``+lns``; with at least
+    :data:`~autoshard.sharders.ppo.tuning.MIN_RESOLVE_S` left). The cheapest step cost wins
     (ties: the earlier candidate).
     :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
     policy alone: its greedy decodes (whole tables, shards where tables were split, and the
@@ -254,70 +212,83 @@ class PPOSharder:
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
         start = time.perf_counter()
         clock = Clock(*(start + share * self.time_limit
-                        for share in (DECODE_SHARE, DECODE_STOP_SHARE, 1.0,
-                                      TUNED_SHARE if self.polish else DECODE_SHARE)))
+                        for share in (tuning.DECODE_SHARE, tuning.DECODE_STOP_SHARE, 1.0,
+                                      tuning.TUNED_SHARE if self.polish
+                                      else tuning.DECODE_SHARE)))
         self.last_notes = []
-        rival_costs: dict[str, float] = {}
-        rival_plans: dict[str, Plan] = {}
+        small = _small(task)
+        rivals: list[Candidate] = []
         # First: the plan kept if no decode ends before its deadline.
-        fallback_first = self.candidates and (_small(task) or FALLBACK_MARGIN * decode_seconds(
-            task.num_tables, task.num_devices, self._samples) > clock.left(clock.decodes_end))
+        fallback_first = self.candidates and (small or tuning.FALLBACK_MARGIN * (
+            tuning.decode_seconds(task.num_tables, task.num_devices, self._samples))
+            > clock.left(clock.decodes_end))
         if fallback_first:
-            add_greedy(task, cost_model, rival_costs, rival_plans, _small(task))
+            add_rivals(task, cost_model, rivals, small)
         curves: dict[bytes, Curves] = {}
-        costs, plans, dominated = self._policy_plans(task, cost_model, clock, bool(rival_costs),
-                                                     curves)
-        if self.candidates and not fallback_first and not costs:  # no decode made a plan
-            add_greedy(task, cost_model, rival_costs, rival_plans, _small(task))
-        costs.update(rival_costs)
-        plans.update(rival_plans)
-        first_s = (polish_candidates(task, cost_model, costs, plans, clock, curves, _small(task))
-                   if self.polish else 0)
-        winner = min(costs, key=costs.__getitem__)
-        huge = task.num_tables * task.num_devices > HUGE_TASK
-        if self.polish and not huge and (dominated or (not _small(task) and self.split)):
+        candidates, dominated = self._policy_plans(task, cost_model, clock, bool(rivals), curves)
+        if self.candidates and not fallback_first and not candidates:  # no decode made a plan
+            add_rivals(task, cost_model, rivals, small)
+        candidates += rivals
+        first_s = (polish_candidates(task, cost_model, candidates, clock, curves, small)
+                   if self.polish else 0.0)
+        winner = cheapest(candidates)
+        if self.polish:
+            winner = self._search(task, cost_model, candidates, clock, curves, first_s,
+                                  dominated)
+        self.last_choice = Choice(winner.name, {c.name: c.cost_ms for c in candidates},
+                                  tuple(candidates))
+        return replace(winner.plan, sharder=self.name,
+                       provenance=provenance(winner, candidates))
+
+    def _search(self, task: ShardingTask, cost_model: CostModel, candidates: list[Candidate],
+                clock: Clock, curves: dict[bytes, Curves], first_s: float, dominated: bool
+                ) -> Candidate:
+        """The search stage after the polish: where tables dominate, the re-split and kicks
+        from the :func:`~autoshard.sharders.ppo.portfolio.refined_starts` (the winner alone
+        on large tasks, none on huge ones), then the group re-solve on small tasks or the
+        settle on large ones; each result joins ``candidates``. Returns the winner."""
+        small = _small(task)
+        winner = cheapest(candidates)
+        huge = task.num_tables * task.num_devices > tuning.HUGE_TASK
+        if not huge and (dominated or (not small and self.split)):
             bound = task_bound_ms(task, cost_model)  # the steps' time goes where the gap is
-            for name in refined_starts(costs) if _small(task) else [winner]:
-                if name != winner and not clock.left():
+            for begun in refined_starts(candidates) if small else [winner]:
+                if begun is not winner and not clock.left():
                     break
-                refined = refine(plans[name], task, cost_model, costs[name], seed=self.seed,
+                refined = refine(begun.plan, task, cost_model, begun.cost_ms, seed=self.seed,
                                  seconds=clock.left(), bound_ms=bound)
                 for tag, cost in refined.steps:
-                    name = f"{name}+{tag}"
-                    costs[name], plans[name] = cost, refined.plan
-            winner = min(costs, key=costs.__getitem__)
-        if self.polish and _small(task):
-            winner = resolve(task, cost_model, winner, costs, plans, clock, self.seed)
-        elif self.polish:
-            winner = settle(task, cost_model, winner, costs, plans, clock, curves, first_s,
-                            self.time_limit)
-        self.last_choice = Choice(winner, costs)
-        return replace(plans[winner], sharder=self.name,
-                       provenance=provenance(winner, costs))
+                    begun = begun.then(tag, refined.plan, cost)
+                    candidates.append(begun)
+            winner = cheapest(candidates)
+        if small:
+            return resolve(task, cost_model, winner, candidates, clock, self.seed)
+        return settle(task, cost_model, winner, candidates, clock, curves, first_s,
+                      self.time_limit)
 
     @property
     def _samples(self) -> int:
         """The sampled rollouts each decode plays (``samples``, or :data:`SAMPLES`)."""
-        return SAMPLES if self.samples is None else self.samples
+        return tuning.SAMPLES if self.samples is None else self.samples
 
     def _policy_plans(self, task: ShardingTask, cost_model: CostModel, clock: Clock,
                       fallback: bool, curves: dict[bytes, Curves]
-                      ) -> tuple[dict[str, float], dict[str, Plan], bool]:
-        """The policies' decodes (:meth:`_policies`), named, with their step costs; and whether
-        some table dominates (the split decodes ran). Each decode's HBM rows are water-filled
-        over the items it placed on each device (:func:`~autoshard.sharders.ppo_stage.filled`;
-        the curves priced go into ``curves``). Once some plan exists (``fallback``: a rival's;
+                      ) -> tuple[list[Candidate], bool]:
+        """The policies' decodes (:meth:`_policies`) as candidates; and whether some table
+        dominates (the split decodes ran). Each decode's HBM rows are water-filled over the
+        items it placed on each device (:func:`~autoshard.sharders.ppo.portfolio.filled`; the
+        curves priced go into ``curves``). Once some plan exists (``fallback``: a rival's;
         else the first decode's, which runs to its end) a decode runs only if ``clock`` says it
-        can end before the decodes' deadline (:data:`DECODE_SECONDS_PER_PAIR`); one that does
-        not is dropped, and :attr:`last_notes` says so."""
+        can end before the decodes' deadline (:data:`~autoshard.sharders.ppo.tuning.
+        DECODE_SECONDS_PER_PAIR`); one that does not is dropped, and :attr:`last_notes` says
+        so."""
         import torch
 
         samples = self._samples
-        costs: dict[str, float] = {}
-        plans: dict[str, Plan] = {}
-        if fallback and not self._in_time(clock, "ppo", task.num_tables, task.num_devices,
+        out: list[Candidate] = []
+        if fallback and not self._in_time(clock, WHOLE, task.num_tables, task.num_devices,
                                           samples):
-            return costs, plans, False  # no decode would end in time: no split priced either
+            return out, False  # no decode would end in time: no split priced either
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
@@ -327,52 +298,63 @@ class PPOSharder:
             # (31.4 against 11.0 ms on constrained-856x128): no whole-table decode there.
             whole = _small(task) or not geometries
             def timed() -> Clock | None:
-                return clock if fallback or costs else None
+                return clock if fallback or out else None
 
-            decoded = (self._decode(task, cost_model, samples, "ppo", timed(), clock) if whole
+            decoded = (self._decode(task, cost_model, samples, WHOLE, timed(), clock) if whole
                        else [])
-            for name, ep in decoded:
-                plans[name] = ep.plan(self.name)
-                costs[name] = step_cost_ms(task, cost_model, ep.state.device, ep.state.hbm_rows)
-            if "ppo-split" in geometries:
-                self._choose_splits(task, cost_model, geometries["ppo-split"], samples, costs,
-                                    plans, timed(), clock)
-            for prefix, geometry in geometries.items():
-                if not _small(task) and any(n.startswith("ppo-choice") for n in plans):
+            for d in decoded:
+                ep = d.episode
+                out.append(Candidate.decoded(WHOLE, d.mode, d.tuned, d.rollout,
+                                             ep.plan(self.name), step_cost_ms(
+                                                 task, cost_model, ep.state.device,
+                                                 ep.state.hbm_rows)))
+            if SPLIT in geometries:
+                self._choose_splits(task, cost_model, geometries[SPLIT], samples, out,
+                                    timed(), clock)
+            for layout_name, geometry in geometries.items():
+                if not _small(task) and any(c.layout == CHOICE for c in out):
                     break  # large tasks: the policy's own split choice stands for this decode
-                shards = pricing_task(task, geometry)
-                try:
-                    episodes = self._decode_or_greedy(shards, cost_model, samples, prefix,
-                                                      timed(), clock)
-                except PlannerError:  # some shard fits nowhere once others are placed
-                    continue
-                for name, ep in episodes:
-                    layout = enforce(task, ShardLayout(geometry, ep.state.device,
-                                                       ep.state.hbm_rows).even_shares(task),
-                                     cost_model)
-                    plans[name] = layout.to_plan(task, self.name)
-                    costs[name] = step_cost_ms(shards, cost_model, layout.device,
-                                               layout.hbm_rows)
+                self._decode_shards(task, cost_model, layout_name, geometry, samples, out,
+                                    timed(), clock)
         finally:
             torch.set_num_threads(before)
-        for name in plans:
-            plans[name], costs[name] = filled(plans[name], task, cost_model, costs[name], curves)
+        out = [c.refilled(*filled(c.plan, task, cost_model, c.cost_ms, curves)) for c in out]
         # Some table dominates where a split ran (replicas alone do not say so).
-        return costs, plans, any(name != "ppo-replicas" for name in geometries)
+        return out, any(name != WHOLE_REPLICAS for name in geometries)
+
+    def _decode_shards(self, task: ShardingTask, cost_model: CostModel, layout_name: str,
+                       geometry: ShardGeometry, samples: int, out: list[Candidate],
+                       clock: Clock | None, later: Clock) -> None:
+        """Adds the decodes over ``geometry``'s shards (:meth:`_decode_or_greedy`), each
+        layout's constraints enforced; none where some shard fits nowhere."""
+        shards = pricing_task(task, geometry)
+        try:
+            decoded = self._decode_or_greedy(shards, cost_model, samples, layout_name, clock,
+                                             later)
+        except PlannerError:  # some shard fits nowhere once others are placed
+            return
+        for d in decoded:
+            ep = d.episode
+            layout = enforce(task, ShardLayout(geometry, ep.state.device,
+                                               ep.state.hbm_rows).even_shares(task), cost_model)
+            out.append(Candidate.decoded(layout_name, d.mode, d.tuned, d.rollout,
+                                         layout.to_plan(task, self.name),
+                                         step_cost_ms(shards, cost_model, layout.device,
+                                                      layout.hbm_rows)))
 
     def _choose_splits(self, task: ShardingTask, cost_model: CostModel, geometry: ShardGeometry,
-                       samples: int, costs: dict[str, float], plans: dict[str, Plan],
-                       clock: Clock | None, later: Clock) -> None:
+                       samples: int, out: list[Candidate], clock: Clock | None,
+                       later: Clock) -> None:
         """Adds the decodes in which the policy chooses which tables of ``geometry``'s split to
         split (``ppo-choice-greedy``, ``ppo-choice-sample-i``; those in the other refill modes
         on ``later``'s clock)."""
         from autoshard.policy.network import decode_choice, price_choice
 
         priced = None  # one pricing of the task and its offer for every mode
-        for (mode, suffix), (_, choice_net, tag) in self._policies(task):
-            name, timed = f"ppo-choice{suffix}", self._timed(clock, later, suffix, tag)
-            if not self._in_time(timed, name + tag, geometry.num_shards, task.num_devices,
-                                 samples):
+        for (mode, suffix), (_, choice_net, tuned) in self._policies(task):
+            timed = self._timed(clock, later, suffix, tuned)
+            label = f"{CHOICE}{suffix}{TUNED_SUFFIX if tuned else ''}"
+            if not self._in_time(timed, label, geometry.num_shards, task.num_devices, samples):
                 return
             try:
                 priced = priced or price_choice(task, cost_model, self._multipliers, geometry)
@@ -383,40 +365,40 @@ class PPOSharder:
             except PlannerError:  # some item fits nowhere once others are placed
                 continue
             except DeadlineReached:
-                self.last_notes.append(f"{name}{tag}: stopped, it would not end in time; "
-                                       "dropped")
+                self.last_notes.append(f"{label}: stopped, it would not end in time; dropped")
                 return
-            names = [f"{name}-greedy{tag}"] + [f"{name}-sample-{i}{tag}" for i in range(samples)]
-            for name, ep in zip(names, episodes, strict=True):
+            for rollout, ep in zip(_rollouts(samples), episodes, strict=True):
                 layout = ep.shard_layout().even_shares(task)
-                plans[name] = layout.to_plan(task, self.name)
-                costs[name] = step_cost_ms(pricing_task(task, layout.geometry), cost_model,
-                                           layout.device, layout.hbm_rows)
+                out.append(Candidate.decoded(
+                    CHOICE, suffix, tuned, rollout, layout.to_plan(task, self.name),
+                    step_cost_ms(pricing_task(task, layout.geometry), cost_model,
+                                 layout.device, layout.hbm_rows)))
 
     def _decode_or_greedy(self, task: ShardingTask, cost_model: CostModel, samples: int,
-                          prefix: str, clock: Clock | None, later: Clock
-                          ) -> list[tuple[str, Any]]:
+                          layout: str, clock: Clock | None, later: Clock) -> list[Decoded]:
         """:meth:`_decode`, or its greedy decode alone where a sampled rollout places some
         item nowhere (the samples run in lockstep: one failure ends them all)."""
         try:
-            return self._decode(task, cost_model, samples, prefix, clock, later)
+            return self._decode(task, cost_model, samples, layout, clock, later)
         except PlannerError:
             if samples == 0:
                 raise
-            return self._decode(task, cost_model, 0, prefix, clock, later)
+            return self._decode(task, cost_model, 0, layout, clock, later)
 
-    def _decode(self, task: ShardingTask, cost_model: CostModel, samples: int, prefix: str,
-                clock: Clock | None, later: Clock) -> list[tuple[str, Any]]:
-        """The policy's greedy and ``samples`` sampled episodes on ``task``, named; none when
-        ``clock`` says they would not end in time, or they do not. On small tasks the same in
-        the other refill modes, on ``later``'s clock, over one pricing of the task."""
+    def _decode(self, task: ShardingTask, cost_model: CostModel, samples: int, layout: str,
+                clock: Clock | None, later: Clock) -> list[Decoded]:
+        """The policy's greedy and ``samples`` sampled episodes on ``task`` (over ``layout``'s
+        items); none when ``clock`` says they would not end in time, or they do not. On small
+        tasks the same in the other refill modes, on ``later``'s clock, over one pricing of
+        the task."""
         from autoshard.policy.network import decode, price_task
 
-        out: list[tuple[str, Any]] = []
+        out: list[Decoded] = []
         priced = None
-        for (mode, suffix), (net, _, tag) in self._policies(task):
-            name, timed = f"{prefix}{suffix}", self._timed(clock, later, suffix, tag)
-            if not self._in_time(timed, name + tag, task.num_tables, task.num_devices, samples):
+        for (mode, suffix), (net, _, tuned) in self._policies(task):
+            timed = self._timed(clock, later, suffix, tuned)
+            label = f"{layout}{suffix}{TUNED_SUFFIX if tuned else ''}"
+            if not self._in_time(timed, label, task.num_tables, task.num_devices, samples):
                 break
             priced = priced or price_task(task, cost_model, self._multipliers)
             try:
@@ -424,35 +406,37 @@ class PPOSharder:
                                   self.seed, None if timed is None else timed.decodes_stop, mode,
                                   priced)
             except DeadlineReached:
-                self.last_notes.append(f"{name}{tag}: stopped, it would not end in time; "
-                                       "dropped")
+                self.last_notes.append(f"{label}: stopped, it would not end in time; dropped")
                 break
             except PlannerError:  # the first policy's own mode raises; another is left out
-                if not suffix and not tag:
+                if not suffix and not tuned:
                     raise
                 continue
-            names = [f"{name}-greedy{tag}"] + [f"{name}-sample-{i}{tag}" for i in range(samples)]
-            out += zip(names, episodes, strict=True)
+            out += [Decoded(suffix, tuned, rollout, ep)
+                    for rollout, ep in zip(_rollouts(samples), episodes, strict=True)]
         return out
 
-    def _policies(self, task: ShardingTask) -> list[tuple[tuple[str, str], tuple[Any, Any, str]]]:
+    def _policies(self, task: ShardingTask
+                  ) -> list[tuple[tuple[str, str], tuple[Any, Any, bool]]]:
         """The decodes to play, in order: each refill mode (its name suffix) by each policy
-        (whole-table network, split-choice network, name tag); the tuned policy
-        (:data:`TUNED_POLICY`, tag :data:`TUNED_SUFFIX`) on tasks of up to :data:`SMALL_TASK`
-        pairs that keep HBM room per table (TorchRec's buffers), right after the first in each
-        mode, so that both get the modes that fit. On the validation tasks it was better than
-        the first with the room and no better without (``results/ppo-tuned-train``)."""
-        nets = [(*self._nets[0], "")]
+        (whole-table network, split-choice network, whether it is the tuned one); the tuned
+        policy (:data:`TUNED_POLICY`) on tasks of up to :data:`~autoshard.sharders.ppo.tuning.
+        SMALL_TASK` pairs that keep HBM room per table (TorchRec's buffers), right after the
+        first in each mode, so that both get the modes that fit. On the validation tasks it
+        was better than the first with the room and no better without
+        (``results/ppo-tuned-train``)."""
+        nets = [(*self._nets[0], False)]
         if _small(task) and task.reservation.keeps_room:
-            nets += [(*pair, TUNED_SUFFIX) for pair in self._nets[1:]]
+            nets += [(*pair, True) for pair in self._nets[1:]]
         return [(m, n) for m in decode_modes(self._net.refill, self.refills and _small(task))
                 for n in nets]
 
     @staticmethod
-    def _timed(clock: Clock | None, later: Clock, suffix: str, tag: str) -> Clock | None:
+    def _timed(clock: Clock | None, later: Clock, suffix: str, tuned: bool) -> Clock | None:
         """The clock of a decode: ``clock`` for the first policy's own mode, ``later`` for its
-        other modes, and ``later`` ending by :data:`TUNED_SHARE` for the tuned policy's."""
-        if tag:
+        other modes, and ``later`` ending by :data:`~autoshard.sharders.ppo.tuning.TUNED_SHARE`
+        for the tuned policy's."""
+        if tuned:
             return replace(later, decodes_end=min(later.decodes_end, later.tuned_end))
         return later if suffix else clock
 
@@ -462,7 +446,7 @@ class PPOSharder:
         a skipped one is noted."""
         if clock is None:
             return True
-        need = decode_seconds(items, devices, samples)
+        need = tuning.decode_seconds(items, devices, samples)
         if need <= clock.left(clock.decodes_end):
             return True
         self.last_notes.append(f"{name}: not decoded, its estimated {need:.1f} s exceeds the "
