@@ -131,14 +131,9 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
 def single_pass(folder: Path, hash_size: str) -> dict[str, Any]:
     """The reference: every TSV file counted in this process by one accumulator, no pieces."""
-    from autoshard.stats.readers_columnar import (
-        ExactDistinct,
-        column_plan,
-        csv_batches,
-        iter_lookups,
-    )
-    from autoshard.stats.readers_criteo import criteo_layout
-    from autoshard.stats.table_stats import CountAccumulator
+    from autoshard.stats.readers.columnar import column_plan, csv_batches, iter_lookups
+    from autoshard.stats.readers.criteo import criteo_layout
+    from autoshard.stats.table_stats import CountAccumulator, ExactDistinct
 
     start = time.perf_counter()
     files = sorted((folder / "tsv").iterdir())
@@ -147,8 +142,10 @@ def single_pass(folder: Path, hash_size: str) -> dict[str, Any]:
     distinct = [ExactDistinct() for _ in CATS]
     for path in files:
         batches = csv_batches(path, CATS, criteo_layout(path))
-        for table, idx, lengths in iter_lookups(batches, plan, str(path), distinct):
+        for table, idx, lengths, hashes in iter_lookups(batches, plan, str(path)):
             acc.add(table, idx, lengths)
+            if hashes is not None:
+                distinct[table].add(hashes)
     profiles = acc.result([d.count() for d in distinct])
     return {"seconds": time.perf_counter() - start,
             "lookups": sum(p.lookups for p in profiles),

@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from autoshard.fileio import atomic_write_text  # noqa: E402
 from autoshard.machine import describe_machine  # noqa: E402
 from autoshard.stats import profile_trace_file  # noqa: E402
-from autoshard.stats.readers_dlrm import Trace, load_trace, save_trace  # noqa: E402
+from autoshard.stats.readers.dlrm import Trace, load_trace, save_trace  # noqa: E402
 from autoshard.stats.table_stats import profile_table, reuse_bin  # noqa: E402
 from autoshard.synth import (  # noqa: E402
     DEFAULT_BATCH,

@@ -205,7 +205,7 @@ def test_cli_runs_a_plan_on_two_gloo_ranks(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_trace_lookups_reach_the_planned_tiers(tmp_path: Path) -> None:
-    from autoshard.stats.readers_dlrm import save_trace
+    from autoshard.stats.readers.dlrm import save_trace
 
     rng = np.random.default_rng(5)
     lengths = rng.integers(0, 4, size=(3, 32))
@@ -262,7 +262,7 @@ def test_plan_for_more_devices_exits_2_before_launching(
 
 
 def test_trace_with_other_table_count_is_refused(tmp_path: Path) -> None:
-    from autoshard.stats.readers_dlrm import save_trace
+    from autoshard.stats.readers.dlrm import save_trace
 
     save_trace(tmp_path / "t.pt", np.array([1, 2]), np.array([0, 1, 2]), np.array([[1, 1]]))
     with pytest.raises(InputError, match="trace has 1 tables"):

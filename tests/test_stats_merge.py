@@ -113,7 +113,7 @@ def test_a_mix_of_criteo_and_parquet_equals_their_concatenation(
 
 def test_dlrm_traces_merge_like_one_trace_of_all_samples(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from autoshard.stats.readers_dlrm import save_trace
+    from autoshard.stats.readers.dlrm import save_trace
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 4, (3, 400))

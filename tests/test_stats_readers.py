@@ -1,21 +1,30 @@
 """Readers: Meta's DLRM traces (plain and gzipped), Criteo files and CSV/Parquet columns,
-with every bad-input path."""
+with every bad-input path; the command line and the library give the same profile; a format is
+one reader class and one registry line."""
 
 from __future__ import annotations
 
 import csv
 import gzip
+import json
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from cli_helpers import run_cli
 
+import autoshard.stats.readers as readers
 from autoshard.errors import InputError
-from autoshard.stats import detect_format, profile_file, profile_trace_file
-from autoshard.stats.readers_columnar import parse_hash_sizes, profile_columnar
-from autoshard.stats.readers_criteo import CATEGORICAL, profile_criteo
+from autoshard.stats import profile_columnar, profile_criteo, profile_file, profile_trace_file
+from autoshard.stats.inputs import Piece
+from autoshard.stats.partial import ProfileSchema, TableSchema
+from autoshard.stats.readers import FilePlan, Reader, ScanOptions, Sink, detect_format
+from autoshard.stats.readers.columnar import parse_hash_sizes
+from autoshard.stats.readers.criteo import CATEGORICAL
+from autoshard.stats.table_stats import TableProfile
+from autoshard.tables import load_tables
 
 CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo_sample.txt"
 needs_criteo = pytest.mark.skipif(not CRITEO.is_file(),
@@ -217,3 +226,96 @@ def test_dlrm_trace_without_lookups_is_an_error(tmp_path: Path, capsys: pytest.C
                               capsys)
     assert code == 2 and str(path) in stderr and what in stderr, stderr
     assert not out.exists()
+
+
+def _old_library_profiles(path: Path, hash_size: int) -> list[TableProfile]:
+    """What the in-memory profilers the library used before it shared the scan gave: whole
+    tables of a trace through ``profile_table``, CSV batches through a ``CountAccumulator``."""
+    from autoshard.stats.readers.columnar import CsvLayout, column_plan, csv_batches, iter_lookups
+    from autoshard.stats.readers.dlrm import iter_tables, load_trace
+    from autoshard.stats.table_stats import CountAccumulator, ExactDistinct, profile_table
+
+    if path.suffix == ".pt":
+        return [profile_table(f"t{t}", idx, lengths, size) for t, idx, lengths, size
+                in iter_tables(load_trace(path), [hash_size] * 2)]
+    plan = column_plan(path, hash_size=hash_size)
+    acc = CountAccumulator(plan.names, plan.hash_sizes)
+    distinct = [ExactDistinct() for _ in plan.names]
+    for table, idx, lengths, hashes in iter_lookups(csv_batches(path, list(plan.names),
+                                                                CsvLayout()), plan, str(path)):
+        acc.add(table, idx, lengths)
+        distinct[table].add(hashes)
+    return acc.result([d.count() for d in distinct])
+
+
+@pytest.mark.parametrize("name", ["trace.pt", "f.csv"])
+def test_the_cli_and_the_library_give_the_same_profile(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        name: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / name
+    if name.endswith(".pt"):
+        write_trace(path, INDICES, LENGTHS)
+        library = profile_trace_file(path, 5)
+    else:
+        path.write_text("user,tags\nu1,a|b|c\nu2,\nu1,a\n")
+        library = profile_columnar(path, hash_size=5)
+    code, _, err = run_cli(["profile", str(path), "--hash-size", "5", "-o", "t.json",
+                            "--report", "r.json"], capsys)
+    assert code == 0, err
+    cli = [t.to_dict() for t in load_tables(tmp_path / "t.json")]
+    assert cli == [p.to_table().to_dict() for p in library]
+    assert cli == [p.to_table().to_dict() for p in _old_library_profiles(path, 5)]
+    details = json.loads((tmp_path / "r.json").read_text())["tables"]
+    assert details == [p.summary() for p in library]
+    lookups = [3, 5] if name.endswith(".pt") else [3, 4]
+    assert [t["lookups"] for t in details] == lookups
+
+
+def test_an_unknown_format_lists_the_registered_ones(tmp_path: Path) -> None:
+    from autoshard.stats.readers import get_reader, reader_names
+
+    assert {"dlrm", "criteo", "columnar"} <= set(reader_names())
+    with pytest.raises(InputError, match="unknown format") as err:
+        get_reader("nope")
+    assert all(name in str(err.value) for name in reader_names())
+    with pytest.raises(InputError, match="unknown format") as err:
+        profile_file(write_trace(tmp_path / "t.pt", INDICES, LENGTHS), fmt="nope")
+
+
+class PairsReader(Reader):
+    """A format known only to this test: each line ``LEFT RIGHT``, a row id of two tables."""
+
+    suffixes = (".pairs",)
+
+    def tables(self, path: Path, options: ScanOptions, list_sep: str,
+               first: tuple[TableSchema, ...] | None) -> tuple[None, tuple[TableSchema, ...]]:
+        return None, (TableSchema("left", None, False, False),
+                      TableSchema("right", None, False, False))
+
+    def scan(self, file: FilePlan, piece: Piece, schema: ProfileSchema, sink: Sink) -> None:
+        rows = np.loadtxt(file.path, dtype=np.int64, ndmin=2)
+        for table in range(2):
+            sink.add(table, rows[:, table], np.ones(len(rows), np.int64))
+
+
+def test_a_format_is_one_module_and_one_registry_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(readers._ENTRIES, "pairs", f"{__name__}:PairsReader")  # the one line
+    path = tmp_path / "data.pairs"
+    path.write_text("1 5\n1 0\n3 5\n1 5\n")
+    assert readers.detect_format(path) == "pairs"
+    code, _, err = run_cli(["profile", str(path), "-o", "t.json"], capsys)
+    assert code == 0, err
+    left, right = load_tables(tmp_path / "t.json")
+    assert (left.name, left.rows, left.rows_used, left.pooling_factor) == ("left", 4, 2, 1.0)
+    assert (right.name, right.rows, right.rows_used, right.coverage) == ("right", 6, 2, 1.0)
+    # the hottest row of each table (1 on the left, 5 on the right) serves 3 of 4 lookups
+    assert left.access_curve().share_at(1 / 4) == pytest.approx(0.75)
+    assert right.access_curve().share_at(1 / 6) == pytest.approx(0.75)
+    other = tmp_path / "data.txt"
+    other.write_text("2 2\n")
+    code, _, err = run_cli(["profile", str(other), "--format", "pairs", "-o", "u.json"], capsys)
+    assert code == 0 and [t.rows for t in load_tables(tmp_path / "u.json")] == [3, 3], err

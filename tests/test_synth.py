@@ -11,7 +11,7 @@ import pytest
 from cli_helpers import run_cli as run
 
 from autoshard.stats import profile_trace_file
-from autoshard.stats.readers_dlrm import Trace, save_trace
+from autoshard.stats.readers.dlrm import Trace, save_trace
 from autoshard.stats.synth_fit import distances, expected_reuse, read_locality_stats
 from autoshard.stats.table_stats import merged_reuse
 from autoshard.synth import SynthTable, default_tables, draw_tables, generate_trace

@@ -291,7 +291,7 @@ def test_each_rank_feeds_its_share_of_the_lookups_our_runner_draws(tmp_path: Pat
     import numpy as np
 
     from autoshard.runner.data import synthetic_batch
-    from autoshard.stats.readers_dlrm import save_trace
+    from autoshard.stats.readers.dlrm import save_trace
     from autoshard.torchrec.dmp_model import HASH_SEED, feature_batches
 
     features = {t.name: [t.name] for t in TABLES}

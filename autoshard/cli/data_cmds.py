@@ -36,6 +36,7 @@ from autoshard.errors import InputError
 from autoshard.fileio import check_distinct_outputs
 from autoshard.limits import MAX_DIM, TRACE_SIZE, Range, one_of
 from autoshard.stats.engine import EngineOptions
+from autoshard.stats.readers import reader_names
 from autoshard.stats.scan import JOBS, MEMORY_GB, PIECE_MB, ScanOptions
 
 if TYPE_CHECKING:
@@ -108,13 +109,15 @@ def profile(
         "then partial profiles (.npz) to merge (a file named merge: ./merge).")],
     output: OutputOpt = Path("tables.json"),
     fmt: Annotated[str | None, typer.Option(
-        "--format", "-f", help="dlrm, criteo or columnar (default: from each file).")] = None,
+        "--format", "-f", help=f"{', '.join(reader_names())} (default: from each file).")
+    ] = None,
     hash_size: Annotated[str | None, typer.Option(
-        help="Rows per table: N, or COL=N,... (criteo/columnar), or both.")] = None,
+        help="Rows per table: N, or COL=N,... per column, or both (a DLRM trace: N).")] = None,
     table_file: Annotated[Path | None, typer.Option(
         help="DLRM: table file giving names, hash sizes and dims, in trace order.")] = None,
     columns: Annotated[str | None, typer.Option(
-        help="Comma-separated categorical columns (criteo/columnar).")] = None,
+        help="Comma-separated categorical columns (features) to profile; default: all "
+        "(Criteo: C1-C26).")] = None,
     dim: Annotated[int, ranged(Range(1, MAX_DIM, integer=True),
                                "Embedding dim when no table file gives it.")] = 64,
     report: Annotated[Path | None, typer.Option(
@@ -267,7 +270,7 @@ def synth(
         help="Also write the tables with statistics measured on the trace.")] = None,
 ) -> None:
     """Generate a synthetic DLRM-like trace in Meta's format (.pt, or .pt.gz gzipped)."""
-    from autoshard.stats.readers_dlrm import save_trace
+    from autoshard.stats.readers.dlrm import save_trace
     from autoshard.stats.table_stats import profile_table
     from autoshard.synth import draw_tables, generate_trace
     from autoshard.tables import save_tables

@@ -105,7 +105,7 @@ def _load_inputs(hardware: str, devices: int, cost_model: str, reprice: str
 def _synth_and_profile(out: Path, count: int, batch: int, seed: int) -> tuple[Table, ...]:
     """Steps 1-2: a synthetic trace in Meta's format, then its profiled table statistics."""
     from autoshard.stats import profile_trace_file
-    from autoshard.stats.readers_dlrm import save_trace
+    from autoshard.stats.readers.dlrm import save_trace
     from autoshard.synth import draw_tables, generate_trace
     from autoshard.tables import save_tables
 

@@ -125,7 +125,7 @@ def _run_here(spec: dict[str, Any], task: ShardingTask, config: RunConfig,
 
 def check_trace(path: str, task: ShardingTask, batch_size: int) -> None:
     """The trace holds one table per task table and at least one batch."""
-    from autoshard.stats.readers_dlrm import load_trace
+    from autoshard.stats.readers.dlrm import load_trace
 
     trace = load_trace(path)
     if trace.num_tables != task.num_tables:

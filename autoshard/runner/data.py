@@ -1,6 +1,6 @@
 """Lookups for a measured run: synthetic (from table statistics) or from a DLRM trace.
 
-Traces are read with :func:`autoshard.stats.readers_dlrm.load_trace`.
+Traces are read with :func:`autoshard.stats.readers.dlrm.load_trace`.
 
 Row ids are *popularity ranks*: row 0 is the hottest, so a plan's ``hbm_rows = k`` means rows
 ``[0, k)`` live in the fast tier. Synthetic lookups are drawn that way; trace lookups are renumbered
@@ -21,7 +21,7 @@ from autoshard.runner.config import RunConfig, ShardTable
 from autoshard.tables import Table
 
 if TYPE_CHECKING:
-    from autoshard.stats.readers_dlrm import Trace
+    from autoshard.stats.readers.dlrm import Trace
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def global_batches(tables: Sequence[Table], positions: Sequence[int], config: Ru
     lookups."""
     count = min(config.distinct_batches, config.warmup + config.iterations)
     if config.trace:
-        from autoshard.stats.readers_dlrm import load_trace
+        from autoshard.stats.readers.dlrm import load_trace
 
         trace = load_trace(config.trace)
         return [trace_batches(trace, t, p, config.batch_size, count, config.trace)

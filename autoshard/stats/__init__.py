@@ -1,102 +1,84 @@
 """Table statistics from lookup data: readers for traces and raw categorical files, the
 profiler, and the calibration of the synthetic workload.
 
-A dataset of many files: :mod:`~autoshard.stats.inputs` (files, folders, globs, pieces),
-:mod:`~autoshard.stats.scan` (one schema, one piece counted), :mod:`~autoshard.stats.partial`
-(mergeable partial profiles, saved as ``.npz``), :mod:`~autoshard.stats.sketch` (tables too
-large to count exactly) and :mod:`~autoshard.stats.engine` (processes or Dask, resume, merge).
+Profiling has one path, for one file or a dataset of many: :mod:`~autoshard.stats.readers`
+(one :class:`~autoshard.stats.readers.Reader` per input format, found through a registry),
+:mod:`~autoshard.stats.inputs` (files, folders, globs, pieces), :mod:`~autoshard.stats.scan`
+(one schema, one piece counted), :mod:`~autoshard.stats.partial` (mergeable partial profiles,
+saved as ``.npz``), :mod:`~autoshard.stats.sketch` (tables too large to count exactly) and
+:mod:`~autoshard.stats.engine` (processes or Dask, resume, merge). ``autoshard profile`` runs it
+on many files and cores; the functions here run it on one file, in this process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from autoshard.errors import InputError
-from autoshard.fileio import open_text
 from autoshard.stats.table_stats import TableProfile, merged_reuse, profile_table
 
-FORMATS = ("dlrm", "criteo", "columnar")
-
-
-def detect_format(path: str | Path) -> str:
-    """``dlrm`` for .pt/.pt.gz, ``columnar`` for Parquet, else ``criteo`` when the first line
-    looks like Criteo (header starting with label, or 40 tab-separated fields), else columnar."""
-    path = Path(path)
-    name = path.name.lower()
-    if name.endswith((".pt", ".pt.gz", ".pth")):
-        return "dlrm"
-    if name.endswith((".parquet", ".pq")):
-        return "columnar"
-    if path.is_file():
-        with open_text(path) as fh:
-            first = fh.readline()
-        if first.lower().startswith("label") or first.count("\t") == 39:
-            return "criteo"
-    return "columnar"
-
-
-def profile_trace_file(path: str | Path, hash_sizes: Sequence[int] | int | None = None,
-                       names: Sequence[str] | None = None,
-                       progress: Callable[[int], None] | None = None) -> list[TableProfile]:
-    """Profiles every table of a DLRM trace file, one table at a time."""
-    from autoshard.stats.readers_dlrm import iter_tables, load_trace
-
-    trace = load_trace(path)
-    if trace.batch_size == 0 or trace.indices.size == 0:
-        what = "no samples" if trace.batch_size == 0 else "no lookups"
-        raise InputError(f"trace has {what}: nothing to measure", source=str(path),
-                         field="lengths", value=tuple(trace.lengths.shape))
-    if isinstance(hash_sizes, int):
-        hash_sizes = [hash_sizes] * trace.num_tables
-    for what, given in (("hash sizes", hash_sizes), ("table names", names)):
-        if given is not None and len(given) != trace.num_tables:
-            raise InputError(f"{len(given)} {what} given for {trace.num_tables} tables",
-                             source=str(path), field=what, value=len(given))
-    profiles = []
-    for t, indices, lengths, size in iter_tables(trace, hash_sizes):
-        name = names[t] if names is not None else f"t{t}"
-        profiles.append(profile_table(name, indices, lengths, size))
-        if progress is not None:
-            progress(indices.size)
-    return profiles
+if TYPE_CHECKING:
+    from autoshard.stats.engine import Advance
 
 
 def profile_file(path: str | Path, fmt: str | None = None, hash_size: str | None = None,
                  hash_sizes: Sequence[int] | None = None, names: Sequence[str] | None = None,
-                 columns: Sequence[str] | None = None,
-                 progress: Callable[[int], None] | None = None) -> list[TableProfile]:
-    """Profiles a trace (``dlrm``), a Criteo file or a CSV/Parquet file (``columnar``).
+                 columns: Sequence[str] | None = None, ids: bool = False,
+                 advance: Advance | None = None) -> list[TableProfile]:
+    """Profiles one file of any registered format in this process, through the same scan and
+    merge as ``autoshard profile``.
 
     Args:
         path: Input file.
-        fmt: One of :data:`FORMATS`; detected from the file when ``None``.
-        hash_size: Criteo/columnar: ``"N"``, ``"COL=N,..."`` or both; DLRM: one global ``N``.
+        fmt: A registered format (:func:`autoshard.stats.readers.reader_names`); detected from
+            the file when ``None``.
+        hash_size: Rows per table: ``"N"`` for all, ``"COL=N,..."`` per column, or both (a DLRM
+            trace takes one global ``N``).
         hash_sizes: DLRM: hash size per table (e.g. from a table file).
         names: DLRM: table names (e.g. from a table file).
-        columns: Criteo/columnar: the categorical columns to profile.
-        progress: Called with the lookups (DLRM) or rows (others) done so far, per step.
+        columns: The categorical columns (features) to profile (default: the format's).
+        ids: Every column holds row ids: none is hashed.
+        advance: Called with the bytes and lookups of each piece of the file counted.
+
+    Raises:
+        InputError: An unknown format, or bad data (names the file, the field and the value).
     """
-    fmt = fmt or detect_format(path)
-    if fmt == "dlrm":
-        sizes: Sequence[int] | int | None = hash_sizes
-        if hash_size is not None and hash_sizes is None:
-            try:
-                sizes = int(hash_size)
-            except ValueError:
-                raise InputError("a DLRM trace takes one global hash size (or a table file)",
-                                 field="hash_size", value=hash_size) from None
-        return profile_trace_file(path, sizes, names, progress)
-    if fmt == "criteo":
-        from autoshard.stats.readers_criteo import CATEGORICAL, profile_criteo
+    from autoshard.stats.engine import EngineOptions, run_plan
+    from autoshard.stats.scan import ScanOptions, plan_scan
 
-        return profile_criteo(path, hash_size, tuple(columns or CATEGORICAL), progress)
-    if fmt == "columnar":
-        from autoshard.stats.readers_columnar import profile_columnar
-
-        return profile_columnar(path, columns, hash_size, progress=progress)
-    raise InputError(f"unknown format (known: {', '.join(FORMATS)})", field="format", value=fmt)
+    options = ScanOptions(fmt=fmt, hash_size=hash_size,
+                          hash_sizes=None if hash_sizes is None else tuple(hash_sizes),
+                          names=None if names is None else tuple(names),
+                          columns=None if columns is None else tuple(columns), ids=ids)
+    plan = plan_scan([Path(path)], options)
+    return run_plan(plan, EngineOptions(), advance).profiles()
 
 
-__all__ = ["FORMATS", "TableProfile", "detect_format", "merged_reuse", "profile_file",
-           "profile_table", "profile_trace_file"]
+def profile_trace_file(path: str | Path, hash_sizes: Sequence[int] | int | None = None,
+                       names: Sequence[str] | None = None) -> list[TableProfile]:
+    """Profiles every table of a DLRM trace file (:func:`profile_file`); ``hash_sizes`` is one
+    per table, one for all, or None (each table's largest row id + 1)."""
+    if isinstance(hash_sizes, int):
+        return profile_file(path, "dlrm", hash_size=str(hash_sizes), names=names)
+    return profile_file(path, "dlrm", hash_sizes=hash_sizes, names=names)
+
+
+def profile_criteo(path: str | Path, hash_size: str | int | None = None,
+                   columns: Sequence[str] | None = None) -> list[TableProfile]:
+    """Profiles the categorical columns (C1-C26 unless ``columns`` are given) of a Criteo file,
+    raw values hashed into ``hash_size`` rows (:func:`profile_file`)."""
+    return profile_file(path, "criteo", None if hash_size is None else str(hash_size),
+                        columns=columns)
+
+
+def profile_columnar(path: str | Path, columns: Sequence[str] | None = None,
+                     hash_size: str | int | None = None, ids: bool = False
+                     ) -> list[TableProfile]:
+    """Profiles each chosen column of a CSV or Parquet file as a table (:func:`profile_file`)."""
+    return profile_file(path, "columnar", None if hash_size is None else str(hash_size),
+                        columns=columns, ids=ids)
+
+
+__all__ = ["TableProfile", "merged_reuse", "profile_columnar", "profile_criteo",
+           "profile_file", "profile_table", "profile_trace_file"]

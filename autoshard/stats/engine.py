@@ -2,10 +2,11 @@
 cluster; saving each finished piece so that an interrupted run resumes; merging in order.
 
 The map step is :func:`~autoshard.stats.scan.scan_piece` (one piece to a partial profile, sent
-back as the bytes of its ``.npz`` file); the reduce step adds the partial profiles in the order
-of the pieces, so every engine and every number of workers gives the same result. Scheduling is
-the engine's: the standard library's process pool on one machine, Dask's distributed scheduler
-on a cluster (the workers must see the input files at the same paths).
+back as the bytes of its ``.npz`` file, or kept as it is when the pieces run in this process and
+nothing is saved); the reduce step adds the partial profiles in the order of the pieces, so every
+engine and every number of workers gives the same result. Scheduling is the engine's: the
+standard library's process pool on one machine, Dask's distributed scheduler on a cluster (the
+workers must see the input files at the same paths).
 """
 
 from __future__ import annotations
@@ -67,6 +68,16 @@ def piece_bytes_of(plan: ScanPlan, piece: Piece, target: str | None = None
     return None, lookups_of(part)
 
 
+def _count_here(plan: ScanPlan, piece: Piece, store: PartStore
+                ) -> tuple[PartialProfile | bytes | None, int]:
+    """The map step in this process: with no parts folder, the piece's profile itself (no round
+    trip through its file's bytes), else as :func:`piece_bytes_of` gives it."""
+    if store.folder is None:
+        part = scan_piece(plan, piece)
+        return part, lookups_of(part)
+    return piece_bytes_of(plan, piece, store.target(piece))
+
+
 def _from_bytes(data: bytes, source: str) -> PartialProfile:
     import io
 
@@ -108,12 +119,15 @@ class PartStore:
         return part if [p.digest for p in part.pieces] == [piece.digest] else None
 
     def finished(self, piece: Piece) -> PartialProfile:
-        """The profile of a piece this run has finished.
+        """The profile of a piece this run has finished (one held in memory is handed over, so
+        that the merge holds it alone).
 
         Raises:
             InputError: Its saved profile has gone missing or is unreadable.
         """
-        part = self.done(piece)
+        part = self.memory.pop(piece.digest, None)
+        if part is None:
+            part = self.done(piece)
         if part is None:
             raise InputError("a finished piece's saved profile is missing or unreadable",
                              source=str(self.path(piece)) if self.folder else piece.label)
@@ -123,9 +137,14 @@ class PartStore:
         """Where a worker on this machine saves the piece (None: send it back)."""
         return None if self.folder is None else str(self.path(piece))
 
-    def put(self, piece: Piece, data: bytes | None) -> None:
-        """Keeps a finished piece's profile (``data`` None: its worker saved it already)."""
+    def put(self, piece: Piece, data: PartialProfile | bytes | None) -> None:
+        """Keeps a finished piece's profile, given as it is or as its file's bytes (``data``
+        None: its worker saved it already)."""
         if data is None:
+            return
+        if isinstance(data, PartialProfile):
+            assert self.folder is None, "a profile counted here is kept in memory"
+            self.memory[piece.digest] = data
             return
         if self.folder is None:
             self.memory[piece.digest] = _from_bytes(data, piece.label)
@@ -178,9 +197,9 @@ def run_plan(plan: ScanPlan, options: EngineOptions, advance: Advance | None = N
     return merged
 
 
-#: What a piece gives: its profile's bytes (None: saved by its worker) and lookups, or the
-#: error it raised.
-Result = tuple[bytes | None, int] | BaseException
+#: What a piece gives: its profile (counted here), its profile's bytes (None: saved by its
+#: worker) and lookups, or the error it raised.
+Result = tuple[PartialProfile | bytes | None, int] | BaseException
 
 
 class _InOrder:
@@ -218,8 +237,7 @@ def _runner(options: EngineOptions, count: int, store: PartStore) -> Iterator[Ru
         with _dask_client(options) as client:
             yield lambda plan, pieces: _run_dask(client, plan, pieces)
     elif options.jobs <= 1 or count <= 1:
-        yield lambda plan, pieces: ((p, piece_bytes_of(plan, p, store.target(p)))
-                                    for p in pieces)
+        yield lambda plan, pieces: ((p, _count_here(plan, p, store)) for p in pieces)
     else:
         yield lambda plan, pieces: _run_pool(min(options.jobs, count), plan, pieces, store)
 

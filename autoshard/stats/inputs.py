@@ -2,11 +2,13 @@
 
 An input is a file, a folder (every file in it, not hidden, in name order; not recursive) or a
 glob (``data/day_*.tsv``). The expanded list is sorted and has no repeats. Each file is cut into
-pieces that workers profile independently and whose counts are added afterwards:
+pieces that workers profile independently and whose counts are added afterwards, as its reader
+says (:meth:`autoshard.stats.readers.Reader.pieces`), with the cuts made here:
 
-- a text file (Criteo, CSV) into byte ranges of whole lines of about ``piece_bytes`` each;
-- a Parquet file into runs of row groups of about ``piece_bytes`` each;
-- a DLRM trace is one piece (its tables are read from one memory-mapped file).
+- a text file (Criteo, CSV) into byte ranges of whole lines of about ``piece_bytes`` each
+  (:func:`text_pieces`);
+- a Parquet file into runs of row groups of about ``piece_bytes`` each (:func:`parquet_pieces`);
+- a file its reader does not cut (a DLRM trace, read from one memory-mapped file) is one piece.
 
 A file is identified by its path, size, modification time and a digest of its first and last
 MiB (:func:`fingerprint`): cheap on files of 50 GB, and enough to tell a changed file from the

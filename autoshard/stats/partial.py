@@ -29,9 +29,14 @@ import numpy as np
 from autoshard.errors import InputError
 from autoshard.fileio import check_schema, json_text, write_output
 from autoshard.stats.inputs import Piece
-from autoshard.stats.readers_columnar import ExactDistinct
 from autoshard.stats.sketch import LG_DISTINCT, LG_FREQUENT, LG_SAMPLE, DistinctSketch, TableSketch
-from autoshard.stats.table_stats import CountHistogram, DenseCounts, SparseCounts, TableProfile
+from autoshard.stats.table_stats import (
+    CountHistogram,
+    DenseCounts,
+    ExactDistinct,
+    SparseCounts,
+    TableProfile,
+)
 
 KIND = "partial-profile"
 VERSION = 1
@@ -159,7 +164,7 @@ class PartialProfile:
         schema: The tables and how they were counted.
         pieces: The input pieces covered.
         tables: One state per table of the schema.
-        formats: The input formats read (dlrm, criteo, columnar).
+        formats: The input formats read (registry names of their readers).
     """
 
     schema: ProfileSchema
@@ -316,9 +321,9 @@ def _state(spec: TableSchema, sums: dict[str, int], arrays: dict[str, np.ndarray
 
 
 class Merger:
-    """Adds partial profiles one at a time (the first one's counts of tables of known size
-    become dense arrays that the others add into); refuses profiles that do not merge with the
-    first, and an input piece covered twice."""
+    """Adds partial profiles one at a time (when a second one comes, the counts of tables of
+    known size become dense arrays that the others add into; one profile alone stays as it is);
+    refuses profiles that do not merge with the first, and an input piece covered twice."""
 
     def __init__(self) -> None:
         self.merged: PartialProfile | None = None
@@ -333,7 +338,7 @@ class Merger:
         if self.merged is not None:
             self.merged.schema.check_mergeable(part.schema, source)
         _claim(self.spans, part, source)
-        self.merged = _densified(part) if self.merged is None else self.merged.merge(part,
+        self.merged = part if self.merged is None else _densified(self.merged).merge(part,
                                                                                      source)
 
     def result(self) -> PartialProfile:
@@ -362,7 +367,7 @@ def _densified(part: PartialProfile) -> PartialProfile:
     merge then adds into (their size is what the memory budget allowed)."""
     states: list[TableState] = []
     for spec, state in zip(part.schema.tables, part.tables, strict=True):
-        if spec.hash_size is not None and state.counts is not None:
+        if spec.hash_size is not None and isinstance(state.counts, SparseCounts):
             dense = DenseCounts(spec.hash_size)
             dense.add_pairs(*state.counts.pairs())
             state = dataclasses.replace(state, counts=dense)

@@ -24,6 +24,8 @@ from autoshard.tables import REUSE_BINS, Table
 SPARSE_RATIO = 16
 #: Shares of lookups for which a summary says how many of the hottest rows serve them.
 COVERING_SHARES = (0.5, 0.9, 0.99)
+#: Distinct raw-value hashes an :class:`ExactDistinct` holds unmerged beyond twice those merged.
+PENDING_HASHES = 1 << 16
 
 
 def reuse_bin(times: np.ndarray) -> np.ndarray:
@@ -211,11 +213,19 @@ def count_rows(indices: np.ndarray, hash_size: int) -> np.ndarray | CountHistogr
     """Per-row counts (dense) or, for tables much larger than their lookups, the count
     histogram straight from a sort."""
     if hash_size > SPARSE_RATIO * max(indices.size, 1):
-        narrow = indices.astype(np.uint32) if hash_size <= 2**32 else indices
-        ordered = np.sort(narrow)
-        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-        return CountHistogram.from_counts(np.diff(np.append(starts, ordered.size)))
+        return CountHistogram.from_counts(distinct_counts(indices, hash_size)[1])
     return np.bincount(indices, minlength=hash_size)
+
+
+def distinct_counts(indices: np.ndarray, hash_size: int | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct row ids of a chunk of (checked) lookups and their counts, by a sort
+    (of 32-bit ids when the table has at most 2^32 rows: half the memory to move)."""
+    narrow = indices.astype(np.uint32) if hash_size is not None and hash_size <= 2**32 \
+        else indices
+    ordered = np.sort(narrow)
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    return ordered[starts].astype(np.int64), np.diff(np.append(starts, ordered.size))
 
 
 def profile_table(name: str, indices: np.ndarray, lengths: np.ndarray, hash_size: int,
@@ -276,7 +286,7 @@ class SparseCounts:
             rows = np.flatnonzero(dense)
             pair = (rows, dense[rows])
         else:
-            pair = np.unique(indices, return_counts=True)
+            pair = distinct_counts(indices, self.hash_size)
         self.add_pairs(*pair)
 
     def add_pairs(self, rows: np.ndarray, counts: np.ndarray) -> None:
@@ -288,6 +298,8 @@ class SparseCounts:
 
     def pairs(self) -> tuple[np.ndarray, np.ndarray]:
         """The sorted distinct rows and their counts."""
+        if len(self.pending) == 1 and not self.rows.size:  # one chunk: sorted and distinct
+            (self.rows, self.counts), self.pending, self.pending_size = self.pending[0], [], 0
         if self.pending:
             rows = np.concatenate([self.rows, *(r for r, _ in self.pending)])
             counts = np.concatenate([self.counts, *(c for _, c in self.pending)])
@@ -330,6 +342,47 @@ class DenseCounts:
         """Adds ``other`` into this counter and returns it (a merge owns its counter)."""
         self.add_pairs(*other.pairs())
         return self
+
+
+class ExactDistinct:
+    """Distinct 64-bit hashes of raw values seen so far (those hashed into a table), merged
+    lazily (amortised linear time)."""
+
+    def __init__(self) -> None:
+        self.known = np.zeros(0, np.uint64)
+        self.pending: list[np.ndarray] = []
+        self.pending_size = 0
+
+    def add(self, hashes: np.ndarray) -> None:
+        self.pending.append(np.unique(hashes))
+        self.pending_size += self.pending[-1].size
+        if self.pending_size > 2 * self.known.size + PENDING_HASHES:
+            self._merge()
+
+    def _merge(self) -> None:
+        # every part is sorted: a stable sort (timsort) merges the runs in n log(runs)
+        merged = np.sort(np.concatenate([self.known, *self.pending]), kind="stable")
+        if merged.size:
+            merged = merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
+        self.known = merged
+        self.pending, self.pending_size = [], 0
+
+    def merged(self, other: ExactDistinct) -> ExactDistinct:
+        """A new set of both (merged lazily)."""
+        out = ExactDistinct()
+        out.known = self.known
+        out.pending, out.pending_size = list(self.pending), self.pending_size
+        out.pending.append(other.values())
+        out.pending_size += out.pending[-1].size
+        return out
+
+    def values(self) -> np.ndarray:
+        """The distinct hashes, sorted."""
+        self._merge()
+        return self.known
+
+    def count(self) -> int:
+        return int(self.values().size)
 
 
 class CountAccumulator:

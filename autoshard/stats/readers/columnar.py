@@ -6,11 +6,13 @@ cells are missing values: the sample does not use the feature, which lowers its 
 String values are hashed into the table's hash size with a fixed 64-bit hash (pandas'
 ``hash_array``), as production pipelines hash raw ids; integer values (Parquet integer columns,
 or any column with ``ids=True``) are row ids used as they are.
+
+A CSV file is cut into pieces of whole lines, a Parquet file into runs of row groups.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,13 +21,13 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.fileio import check_csv_header, open_text
-from autoshard.stats.table_stats import CountAccumulator, TableProfile
+from autoshard.stats.inputs import Piece, fingerprint, parquet_pieces, text_pieces
+from autoshard.stats.partial import ProfileSchema, TableSchema
+from autoshard.stats.readers import ANY_FILE, BY_NAME, LIST_SEP, FilePlan, Reader, ScanOptions, Sink
 
 #: Hash size of string columns when none is given.
 DEFAULT_HASH_SIZE = 1 << 20
 CHUNK_ROWS = 1 << 16
-
-Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,23 @@ class ColumnPlan:
     names: tuple[str, ...]
     hashed: tuple[bool, ...]
     hash_sizes: tuple[int | None, ...]
-    list_sep: str = "|"
+    list_sep: str = LIST_SEP
+
+    @classmethod
+    def of(cls, schema: ProfileSchema) -> ColumnPlan:
+        """The plan a schema's tables say."""
+        tables = schema.tables
+        return cls(tuple(t.name for t in tables), tuple(t.hashed for t in tables),
+                   tuple(t.hash_size for t in tables), schema.list_sep)
+
+    def tables(self) -> tuple[TableSchema, ...]:
+        """The tables (counting modes not decided yet)."""
+        return tuple(TableSchema(n, s, h, False) for n, s, h in
+                     zip(self.names, self.hash_sizes, self.hashed, strict=True))
 
 
 def column_plan(path: str | Path, columns: Sequence[str] | None = None,
-                hash_size: str | int | None = None, ids: bool = False, list_sep: str = "|",
+                hash_size: str | int | None = None, ids: bool = False, list_sep: str = LIST_SEP,
                 layout: CsvLayout | None = None) -> ColumnPlan:
     """The tables of a CSV or Parquet file, from its header or schema (no data is read).
 
@@ -89,13 +103,30 @@ def column_plan(path: str | Path, columns: Sequence[str] | None = None,
         InputError: A missing, empty or unreadable file, or an unknown column.
     """
     path = Path(path)
-    src = str(path)
-    if not path.is_file():
-        raise InputError("file not found", source=src)
-    if path.stat().st_size == 0:
-        raise InputError("file is empty", source=src)
+    check_nonempty(path)
     types = (_parquet_types(path) if is_parquet(path)
              else dict.fromkeys(_csv_columns(path, layout or CsvLayout()), False))
+    return choose_columns(types, columns, hash_size, ids, list_sep, str(path))
+
+
+def check_nonempty(path: Path) -> None:
+    """Refuses a missing or empty file."""
+    if not path.is_file():
+        raise InputError("file not found", source=str(path))
+    if path.stat().st_size == 0:
+        raise InputError("file is empty", source=str(path))
+
+
+def choose_columns(types: Mapping[str, bool], columns: Sequence[str] | None,
+                   hash_size: str | int | None, ids: bool, list_sep: str,
+                   src: str) -> ColumnPlan:
+    """The plan of the chosen ``columns`` (all when None) of a file whose columns are ``types``
+    (name -> whether it holds integers, i.e. row ids): other columns are hashed (unless
+    ``ids``), with :data:`DEFAULT_HASH_SIZE` rows where ``hash_size`` gives none.
+
+    Raises:
+        InputError: An unknown column, or a bad hash size.
+    """
     chosen = list(columns) if columns else list(types)
     for c in chosen:
         if c not in types:
@@ -113,98 +144,42 @@ def is_parquet(path: Path) -> bool:
     return path.suffix.lower() in (".parquet", ".pq")
 
 
-def profile_columnar(path: str | Path, columns: Sequence[str] | None = None,
-                     hash_size: str | int | None = None, ids: bool = False,
-                     list_sep: str = "|", layout: CsvLayout | None = None,
-                     progress: Progress | None = None) -> list[TableProfile]:
-    """Profiles each chosen column of a CSV or Parquet file as a table."""
-    path = Path(path)
-    plan = column_plan(path, columns, hash_size, ids, list_sep, layout)
-    batches = (parquet_batches(path, list(plan.names)) if is_parquet(path)
-               else csv_batches(path, list(plan.names), layout or CsvLayout()))
-    acc = CountAccumulator(plan.names, plan.hash_sizes)
-    distinct = [ExactDistinct() for _ in plan.names]
-    rows = 0
-    for table, idx, lengths in iter_lookups(batches, plan, str(path), distinct):
-        acc.add(table, idx, lengths)
-        if table == len(plan.names) - 1:
-            rows += lengths.size
-            if progress is not None:
-                progress(lengths.size)
-    if rows == 0:
-        raise InputError("no data rows", source=str(path))
-    return acc.result([d.count() if h else None
-                       for d, h in zip(distinct, plan.hashed, strict=True)])
-
-
-def iter_lookups(batches: Iterator[Any], plan: ColumnPlan, src: str,
-                 distinct: Sequence[Any]) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(table, row ids, lookups per row) of each column of each batch; the raw-value hashes of
-    hashed columns also go to ``distinct[table].add``. Row ids are checked against declared
-    hash sizes (errors name the column and the data row)."""
+def iter_lookups(batches: Iterator[Any], plan: ColumnPlan, src: str
+                 ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]:
+    """(table, row ids, lookups per row, raw-value hashes or None) of each column of each batch:
+    the hashes of the values of hashed columns, None for columns of row ids. Row ids are checked
+    against declared hash sizes (errors name the column and the data row)."""
     row = 0
     for batch in batches:
         for i, name in enumerate(plan.names):
             values, lengths, parent = _cells(batch.column(name), plan.list_sep)
+            hashes = None
             if plan.hashed[i]:
-                hashes = _hash(values)
-                distinct[i].add(hashes)
+                hashes = hash_values(values)
                 idx = np.remainder(hashes, np.uint64(plan.hash_sizes[i] or 1))
             else:
                 idx = _as_ids(values, parent, src, name, row)
-                _check_ids(idx, plan.hash_sizes[i], parent, src, name, row)
-            yield i, idx.astype(np.int64), lengths
+                check_ids(idx, plan.hash_sizes[i], src, name, _data_row(row, parent))
+            yield i, idx.astype(np.int64), lengths, hashes
         row += batch.num_rows
 
 
-def _check_ids(idx: np.ndarray, size: int | None, parent: np.ndarray, src: str, name: str,
-               row: int) -> None:
+def _data_row(row: int, parent: np.ndarray) -> Callable[[int], int]:
+    """The data row (from 1) of value ``pos`` of a batch after ``row`` rows, its row in the batch
+    ``parent[pos]``."""
+    return lambda pos: row + int(parent[pos]) + 1
+
+
+def check_ids(idx: np.ndarray, size: int | None, src: str, name: str,
+              row_of: Callable[[int], int], unit: str = "data row") -> None:
+    """Refuses a negative row id, or one beyond a declared hash size; the error names the column
+    and the ``unit`` (data row, line) ``row_of(i)`` that holds id ``i``."""
     bad = idx < 0 if size is None else (idx < 0) | (idx >= size)
     if idx.size and bad.any():
         pos = int(np.argmax(bad))
         what = "negative row id" if idx[pos] < 0 else f"row id >= hash size {size}"
-        raise InputError(f"{what} in column {name} at data row {row + int(parent[pos]) + 1}",
+        raise InputError(f"{what} in column {name} at {unit} {row_of(pos)}",
                          source=src, field=name, value=int(idx[pos]))
-
-
-class ExactDistinct:
-    """Distinct 64-bit hashes seen so far, merged lazily (amortised linear time)."""
-
-    def __init__(self) -> None:
-        self.known = np.zeros(0, np.uint64)
-        self.pending: list[np.ndarray] = []
-        self.pending_size = 0
-
-    def add(self, hashes: np.ndarray) -> None:
-        self.pending.append(np.unique(hashes))
-        self.pending_size += self.pending[-1].size
-        if self.pending_size > 2 * self.known.size + CHUNK_ROWS:
-            self._merge()
-
-    def _merge(self) -> None:
-        # every part is sorted: a stable sort (timsort) merges the runs in n log(runs)
-        merged = np.sort(np.concatenate([self.known, *self.pending]), kind="stable")
-        if merged.size:
-            merged = merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
-        self.known = merged
-        self.pending, self.pending_size = [], 0
-
-    def merged(self, other: ExactDistinct) -> ExactDistinct:
-        """A new set of both (merged lazily)."""
-        out = ExactDistinct()
-        out.known = self.known
-        out.pending, out.pending_size = list(self.pending), self.pending_size
-        out.pending.append(other.values())
-        out.pending_size += out.pending[-1].size
-        return out
-
-    def values(self) -> np.ndarray:
-        """The distinct hashes, sorted."""
-        self._merge()
-        return self.known
-
-    def count(self) -> int:
-        return int(self.values().size)
 
 
 def _cells(column: Any, list_sep: str) -> tuple[Any, np.ndarray, np.ndarray]:
@@ -246,17 +221,16 @@ def _as_ids(values: Any, parent: np.ndarray, src: str, name: str, row: int) -> n
                          value=text[bad]) from None
 
 
-def _hash(values: Any) -> np.ndarray:
+def hash_values(values: Any) -> np.ndarray:
     """Fixed 64-bit hashes of string values (pandas' ``hash_array``), each distinct value of
     the chunk hashed once."""
     import pandas as pd
     import pyarrow.compute as pc
 
-    encoded = pc.dictionary_encode(values)  # values: one array (see _cells)
+    encoded = pc.dictionary_encode(values)  # values: one pyarrow array (see _cells)
     text = np.asarray(encoded.dictionary.to_numpy(zero_copy_only=False), dtype=object)
     hashes = np.asarray(pd.util.hash_array(text, categorize=False), dtype=np.uint64)
     return hashes[np.asarray(encoded.indices, dtype=np.int64)]
-
 
 
 def _parquet_types(path: Path) -> dict[str, bool]:
@@ -322,3 +296,50 @@ def csv_batches(path: Path, columns: list[str], layout: CsvLayout,
     except pa.ArrowInvalid as exc:
         raise InputError(f"malformed or truncated CSV ({exc})".splitlines()[0],
                          source=str(path)) from exc
+
+
+class ColumnarReader(Reader):
+    """CSV files (a header line, ``,``-separated) and Parquet files: each chosen column a table.
+
+    The catch-all format: it claims any file, below every reader that knows the file better.
+    """
+
+    def detect(self, path: Path) -> int:
+        return BY_NAME if is_parquet(path) else ANY_FILE
+
+    def tables(self, path: Path, options: ScanOptions, list_sep: str,
+               first: tuple[TableSchema, ...] | None) -> tuple[Any, tuple[TableSchema, ...]]:
+        return self.read_header(path, options, list_sep, CsvLayout(), options.columns)
+
+    @staticmethod
+    def read_header(path: Path, options: ScanOptions, list_sep: str, layout: CsvLayout,
+                    columns: Sequence[str] | None) -> tuple[CsvLayout, tuple[TableSchema, ...]]:
+        """The layout and tables of a file read with ``layout``."""
+        plan = column_plan(path, columns, options.hash_size, options.ids, list_sep, layout)
+        return layout, plan.tables()
+
+    def pieces(self, file: FilePlan, piece_bytes: int) -> list[Piece]:
+        path = Path(file.path)
+        file_id = fingerprint(path)
+        if is_parquet(path):
+            return parquet_pieces(path, piece_bytes, file_id)
+        header = 0
+        if file.layout.names is None:
+            with path.open("rb") as fh:
+                header = len(fh.readline())
+        return text_pieces(path, header, piece_bytes, file_id)
+
+    def scan(self, file: FilePlan, piece: Piece, schema: ProfileSchema, sink: Sink) -> None:
+        path = Path(file.path)
+        columns = ColumnPlan.of(schema)
+        batches: Iterator[Any]
+        if is_parquet(path):
+            groups = None if piece.whole else list(range(piece.start, piece.stop))
+            batches = parquet_batches(path, list(columns.names), groups)
+        else:
+            span = None if piece.whole else (piece.start, piece.stop)
+            batches = csv_batches(path, list(columns.names), file.layout, span)
+        for table, idx, lengths, hashes in iter_lookups(batches, columns, piece.label):
+            sink.add(table, idx, lengths)
+            if hashes is not None:
+                sink.add_raw(table, hashes)

@@ -3,7 +3,8 @@
 ``lengths`` is shaped [T, B] (lookups of table t in sample b), ``offsets`` has T*B+1 entries and
 the layout is table-major: table t's lookups are ``indices[offsets[t*B]:offsets[(t+1)*B]]``.
 Plain ``.pt`` files are memory-mapped; ``.pt.gz`` files are first decompressed to a temporary
-file, so a trace of several GB is never held in memory twice.
+file, so a trace of several GB is never held in memory twice. A trace is one piece: its tables are
+read from one memory-mapped file.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.fileio import write_output
+from autoshard.stats.inputs import Piece
+from autoshard.stats.partial import ProfileSchema, TableSchema
+from autoshard.stats.readers import FilePlan, Reader, ScanOptions, Sink
 
 
 @dataclass(frozen=True)
@@ -187,3 +191,55 @@ def _as_trace(data: Any, source: str) -> Trace:
                              value=getattr(item, "dtype", type(item).__name__))
         arrays.append(item.numpy())
     return Trace(arrays[0], arrays[1], arrays[2], source)
+
+
+class TraceReader(Reader):
+    """Meta's DLRM traces (``.pt``, ``.pt.gz``): table ``t`` of the trace is a table, named and
+    sized by the table file (``names``, ``hash_sizes``), else ``t0``, ``t1``, ... with one
+    global hash size or none (the largest row id + 1)."""
+
+    suffixes = (".pt", ".pt.gz", ".pth")
+
+    def tables(self, path: Path, options: ScanOptions, list_sep: str,
+               first: tuple[TableSchema, ...] | None) -> tuple[Any, tuple[TableSchema, ...]]:
+        """The tables of the table file, else of the first trace (a later trace's tables are
+        checked when it is counted: finding them means reading it all)."""
+        if first is not None:
+            return None, first
+        sizes: tuple[int | None, ...]
+        if options.hash_sizes is not None:
+            sizes = options.hash_sizes
+        else:
+            sizes = (_global_size(options.hash_size),) * load_trace(path).num_tables
+        names = options.names or tuple(f"t{t}" for t in range(len(sizes)))
+        if len(names) != len(sizes):
+            raise InputError(f"{len(names)} table names given for {len(sizes)} tables",
+                             source=str(path), field="names", value=len(names))
+        return None, tuple(TableSchema(n, s, False, False)
+                           for n, s in zip(names, sizes, strict=True))
+
+    def scan(self, file: FilePlan, piece: Piece, schema: ProfileSchema, sink: Sink) -> None:
+        path = Path(file.path)
+        trace = load_trace(path)
+        if trace.batch_size == 0 or trace.indices.size == 0:
+            what = "no samples" if trace.batch_size == 0 else "no lookups"
+            raise InputError(f"trace has {what}: nothing to measure", source=str(path),
+                             field="lengths", value=tuple(trace.lengths.shape))
+        if trace.num_tables != len(schema.tables):
+            raise InputError(f"{trace.num_tables} tables, expected {len(schema.tables)} (as the "
+                             "table file or the first trace)", source=str(path),
+                             field="lengths", value=trace.num_tables)
+        sizes = [t.hash_size for t in schema.tables]
+        declared = None if any(s is None for s in sizes) else [int(s or 0) for s in sizes]
+        for t, indices, lengths, _ in iter_tables(trace, declared):
+            sink.add(t, np.asarray(indices, dtype=np.int64), lengths)
+
+
+def _global_size(spec: str | None) -> int | None:
+    if spec is None:
+        return None
+    try:
+        return int(spec)
+    except ValueError:
+        raise InputError("a DLRM trace takes one global hash size (or a table file)",
+                         source="command line", field="--hash-size", value=spec) from None
