@@ -5,8 +5,8 @@ glob (``data/day_*.tsv``). The expanded list is sorted and has no repeats. Each 
 pieces that workers profile independently and whose counts are added afterwards, as its reader
 says (:meth:`autoshard.stats.readers.Reader.pieces`), with the cuts made here:
 
-- a text file (Criteo, CSV) into byte ranges of whole lines of about ``piece_bytes`` each
-  (:func:`text_pieces`);
+- a text file (Criteo, CSV, JSON lines) into byte ranges of whole lines of about
+  ``piece_bytes`` each (:func:`text_pieces`);
 - a Parquet file into runs of row groups of about ``piece_bytes`` each (:func:`parquet_pieces`);
 - a file its reader does not cut (a DLRM trace, read from one memory-mapped file) is one piece.
 

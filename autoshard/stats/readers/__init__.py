@@ -29,6 +29,7 @@ _ENTRIES: dict[str, str] = {
     "dlrm": "autoshard.stats.readers.dlrm:TraceReader",
     "criteo": "autoshard.stats.readers.criteo:CriteoReader",
     "columnar": "autoshard.stats.readers.columnar:ColumnarReader",
+    "ndjson": "autoshard.stats.readers.ndjson:JsonLinesReader",
 }
 
 #: Scores of :meth:`Reader.detect`: a file a reader knows by its name (suffix), by its first
