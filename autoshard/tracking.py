@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from autoshard.errors import InputError
+from autoshard.extras import require
 
 #: The W&B modes every command and the training configuration accept.
 WANDB_MODES = ("offline", "online", "disabled")
@@ -48,11 +49,11 @@ class Tracker:
         self.name = name
         if mode == "disabled":
             return
-        directory.mkdir(parents=True, exist_ok=True)
         os.environ["WANDB_DIR"] = str(directory)
         os.environ.setdefault("WANDB_SILENT", "true")
-        import wandb
-
+        wandb = require("wandb", "tracking", "or set wandb_mode to 'disabled' "
+                        "(--wandb-mode disabled)")
+        directory.mkdir(parents=True, exist_ok=True)
         settings = wandb.Settings(console="off", x_disable_stats=True)
         self.run = wandb.init(project=project, name=name, job_type=job_type, config=config,
                               mode=cast(Any, mode), dir=str(directory), settings=settings)

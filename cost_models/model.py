@@ -40,6 +40,7 @@ from autoshard.cost_models.features import (
 )
 from autoshard.cost_models.lgb_text import checked_model_text, file_digest, verify_digest
 from autoshard.errors import InputError
+from autoshard.extras import require
 from autoshard.fileio import atomic_write_text, output_folder, write_structured
 from autoshard.pricing.analytical import replica_update_ms
 from autoshard.pricing.cost import CostModel, Pricing, load_cost_model
@@ -101,8 +102,7 @@ class LightGBMCostModel:
         Args:
             info: Free-form metadata saved with the model (training data, hardware).
         """
-        import lightgbm
-
+        lightgbm = require("lightgbm", "costmodel")
         X, y = _check_xy(X, y)
         params = {"objective": self.objective, "learning_rate": self.learning_rate,
                   "num_leaves": self.num_leaves, "min_data_in_leaf": self.min_child_samples,
@@ -257,8 +257,7 @@ def load_booster(src: Path, meta: dict[str, Any],
                  feature_names: tuple[str, ...] = FEATURE_NAMES, file: str = MODEL_FILE) -> Any:
     """LightGBM's booster from ``src/file`` after its digest (``meta["model_sha256"]``) and
     structure are checked."""
-    import lightgbm
-
+    lightgbm = require("lightgbm", "costmodel")
     path = src / file
     if not path.is_file():
         raise InputError("cost-model file missing", source=str(src), field=file)

@@ -39,6 +39,7 @@ from autoshard.cost_models.model import (
     read_metadata,
 )
 from autoshard.errors import InputError
+from autoshard.extras import require
 from autoshard.fileio import atomic_write_text, output_folder, write_structured
 from autoshard.pricing.analytical import replica_update_ms
 from autoshard.pricing.cost import CostModel, Pricing, load_cost_model
@@ -140,9 +141,9 @@ class SetCostModel:
     def fit(self, X: np.ndarray, y: np.ndarray, info: dict[str, Any] | None = None
             ) -> SetCostModel:
         """Fits set latency ``y`` (ms > 0) on ``X`` from :func:`set_features`."""
-        import lightgbm
         from scipy.optimize import nnls
 
+        lightgbm = require("lightgbm", "costmodel")
         if X.ndim != 2 or X.shape[1] != len(SET_FEATURES) or y.shape != (X.shape[0],):
             raise InputError(f"need X [N, {len(SET_FEATURES)}] and y [N]", field="X",
                              value=[list(X.shape), list(y.shape)])

@@ -3,6 +3,7 @@ of its own and is available whenever that folder is, wherever the default one is
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from cli_helpers import run_cli as run
 import autoshard
 import autoshard.sharders.ppo.sharder as ppo
 from autoshard.errors import InputError
+from autoshard.extras import EXTRAS
 from autoshard.sharders import get_sharder, sharder_info
 from autoshard.tables import Table, save_tables
 
@@ -58,13 +60,20 @@ def test_plan_and_demo_take_a_policy(tmp_path: Path, no_default_policy: Path,
     assert not demo.exists()
 
 
-@pytest.mark.slow
-def test_wheel_ships_the_policy_and_cost_model(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """autoshard's wheel, built once for this module's tests."""
+    folder = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                           "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
+                           "--no-build-isolation", "-w", str(folder), str(ROOT)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    (wheel,) = tmp_path.glob("autoshard-*.whl")
+    (built,) = folder.glob("autoshard-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_policy_and_cost_model(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     data = ROOT / "autoshard" / "data"
     shipped = {str(p.relative_to(ROOT)) for p in data.rglob("*") if p.is_file()}
@@ -79,3 +88,21 @@ def test_wheel_ships_the_policy_and_cost_model(tmp_path: Path) -> None:
     # Installing autoshard adds no other top-level name than the package and its metadata.
     assert {n.split("/")[0] for n in names} == {"autoshard", wheel.name.split("-")[0]
                                                 + "-" + wheel.name.split("-")[1] + ".dist-info"}
+
+
+@pytest.mark.slow
+def test_wheel_requires_the_core_alone_and_offers_each_extra(wheel: Path) -> None:
+    """The wheel's metadata: the core's packages unconditionally, every other one under the
+    extra that needs it (autoshard/extras.py names them), torch under no exact pin."""
+    with zipfile.ZipFile(wheel) as archive:
+        (meta,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = archive.read(meta).decode().splitlines()
+    requires = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Requires-Dist:")]
+    offered = {ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Provides-Extra:")}
+    unconditional = {re.match(r"[A-Za-z0-9_.-]+", r).group().lower()  # type: ignore[union-attr]
+                     for r in requires if "extra ==" not in r}
+    assert unconditional == {"numpy", "pyyaml", "typer", "rich", "click", "scipy", "highspy"}
+    assert offered == {*EXTRAS, "all", "dev"}
+    torch = [r for r in requires if re.match(r"torch[<>=!~; ]", r)]
+    assert torch and all(not r.startswith("torch==") and "extra ==" in r for r in torch), torch
+    assert any(r.startswith("autoshard[") and 'extra == "all"' in r for r in requires)

@@ -11,6 +11,7 @@ import typer
 
 from autoshard.cli.app import app
 from autoshard.errors import InputError, PlannerError
+from autoshard.extras import missing_module_error
 
 __all__ = ["app", "main"]
 
@@ -42,11 +43,17 @@ from autoshard.cli import serve_cmds  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: runs the app; bad input exits 2 with one line naming file, field and value."""
+    """Entry point: runs the app; bad input, and an optional package that is not installed (named
+    with the extra that installs it), exit 2 with one line."""
     try:
         result = app(args=argv, standalone_mode=False)
     except (InputError, PlannerError) as exc:
         _fail(f"error: {exc}", 2)
+    except ModuleNotFoundError as exc:  # an optional package a command imported without require
+        error = missing_module_error(exc)
+        if error is None:
+            raise
+        _fail(f"error: {error}", 2)
     except OSError as exc:  # unreadable input or unwritable output, named by the OS message
         _fail(f"error: {exc}", 2)
     except _CLICK_ERRORS as exc:

@@ -38,6 +38,7 @@ from autoshard.compare.report import (
 )
 from autoshard.compare.suites import SUITES, get_suite
 from autoshard.errors import InputError
+from autoshard.extras import require
 from autoshard.fileio import atomic_write_text, read_structured
 from autoshard.limits import names_in
 from autoshard.machine import describe_machine
@@ -87,6 +88,7 @@ def compare(
     names = _sharder_list(sharders)
     given = _given_options(names, time_limit, seed, opt)
     _check_folders(out, reuse, suite)
+    require("matplotlib", "plots")
     model = load_cost_model(cost_model)
     model_id = model_identity(cost_model)
     tracker = Tracker(wandb_mode, Path("runs"), run_name(f"compare-{suite}", seed), dict(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from autoshard.cli.app import app
@@ -326,6 +327,6 @@ def sharders(
         return
     for info in list_sharders():
         status = "[green]available[/]" if info.unavailable is None else (
-            f"[yellow]unavailable[/]: {info.unavailable}")
+            f"[yellow]unavailable[/]: {escape(info.unavailable)}")  # '[extra]' is no markup
         table.add_row(info.name, status, info.summary)
     console.print(table)

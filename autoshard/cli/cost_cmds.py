@@ -12,6 +12,7 @@ import typer
 from autoshard.cli.app import app
 from autoshard.cli.common import SeedOpt, check_output_path, console, print_json, ranged
 from autoshard.errors import InputError
+from autoshard.extras import require, require_all
 from autoshard.fileio import output_folder
 from autoshard.limits import THREADS, TIME_LIMIT_S, Range
 
@@ -28,8 +29,7 @@ def bench(
                                  "configuration only (to re-measure a sample of a grid).")] = 1,
 ) -> None:
     """Time embedding operators over a grid; resumes a partly written CSV."""
-    import torch
-
+    torch = require("torch", "costmodel")
     from autoshard.cost_models.microbench import device_configs, sweep
 
     check_output_path(output)
@@ -63,8 +63,7 @@ StatOpt = Annotated[str, typer.Option(
 
 def _load_data(paths: list[Path]) -> tuple[Any, dict[str, Any], list[Any]]:
     """Rows of the CSVs (together, and per file) and a summary of where they were measured."""
-    import pandas as pd
-
+    pd = require("pandas", "costmodel")
     from autoshard.fileio import check_csv_header, open_text
 
     frames = []
@@ -212,8 +211,8 @@ def compare_cmd(
     Given two or more CSVs that measured the same configurations, also reports how far the
     first two measurements disagree: the noise floor under any model's error.
     """
-    import torch
-
+    torch = require_all({"torch": "costmodel", "lightgbm": "costmodel", "pandas": "costmodel",
+                         "matplotlib": "plots"})["torch"]
     from autoshard.cost_models.evaluate import compare, plot, shown
     from autoshard.cost_models.features import dataset
     from autoshard.cost_models.report import write_report
@@ -260,8 +259,8 @@ def calibrate_cmd(
 ) -> None:
     """Measure a stratified sample of the model's grid on this machine and write a model
     corrected to it (per-operator scale + small residual correction); resumes its sample."""
-    import torch
-
+    torch = require_all({"torch": "costmodel", "lightgbm": "costmodel",
+                         "pandas": "costmodel"})["torch"]
     from autoshard.cost_models.calibrate import BUDGET_S, calibrate
 
     budget_s = BUDGET_S if budget_s is None else budget_s

@@ -33,6 +33,7 @@ from autoshard.cli.common import (
     ranged,
 )
 from autoshard.errors import InputError
+from autoshard.extras import require
 from autoshard.fileio import check_distinct_outputs
 from autoshard.limits import MAX_DIM, TRACE_SIZE, Range, one_of
 from autoshard.stats.engine import EngineOptions
@@ -275,6 +276,7 @@ def synth(
     from autoshard.synth import draw_tables, generate_trace
     from autoshard.tables import save_tables
 
+    require("torch", "data")  # the trace is a torch file
     check_trace_size(tables, batch_size)
     check_output_path(output)
     if table_file is not None:
@@ -312,6 +314,7 @@ def calibrate(
     from autoshard.stats.calibration_report import run_calibration
 
     check_output_path(out / "calibration.json")
+    require("matplotlib", "plots")
     summary = run_calibration(reference, out, fit=fit, write_default=write_default, seed=seed,
                               progress=progress_bar, log=console.print)
     console.print(f"distance (max |CDF difference|): distinct rows {summary['rows']:.4f}, "

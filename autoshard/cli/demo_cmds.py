@@ -22,6 +22,7 @@ from autoshard.cli.common import (
 from autoshard.compare.harness import CompareRow, FixedTask, read_rows, run_suite
 from autoshard.compare.report import markdown_table, summarize, write_plots
 from autoshard.errors import InputError
+from autoshard.extras import require_all
 from autoshard.fileio import atomic_write_text, output_folder, read_structured
 from autoshard.limits import BATCH_SIZE, DEVICES, TRACE_SIZE, Range
 from autoshard.pricing.cost import CostModel, load_cost_model, model_identity
@@ -67,6 +68,8 @@ def demo(
     reason = sharder_info("ppo", policy=str(policy)).unavailable if policy is not None else None
     if reason:
         raise InputError(reason, source="command line", field="--policy", value=str(policy))
+    require_all({"torch": "data", "matplotlib": "plots",
+                 **({"lightgbm": "costmodel"} if reprice != "none" else {})})
     model, learned = _load_inputs(hardware, devices, cost_model, reprice)
     start = time.perf_counter()
     with output_folder(out):  # a failure leaves no new folder behind

@@ -34,6 +34,7 @@ from autoshard.cli.context import (
     plan_task,
 )
 from autoshard.errors import InputError, PlannerError
+from autoshard.extras import require
 from autoshard.fileio import write_structured
 from autoshard.layout.plan import Plan
 from autoshard.limits import TIME_LIMIT_S, Range
@@ -108,6 +109,7 @@ def run_plan_cmd(
     """
     from autoshard.runner import RunConfig
 
+    require("torch", "run")
     torchrec = check_engine(engine, torchrec_model, compare_runner, node_columns)
     if output is not None:
         check_output_path(output)

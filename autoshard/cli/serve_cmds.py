@@ -18,6 +18,7 @@ from autoshard.cli.common import (
     ranged,
 )
 from autoshard.errors import InputError
+from autoshard.extras import require, require_all
 from autoshard.limits import (
     P99_TARGET_MS,
     QPS,
@@ -253,6 +254,7 @@ def plan_cmd(
     from autoshard.serving.registry import parse_strategies
 
     check_output_path(output / "plan.json")
+    require("matplotlib", "plots")
     one_of(minimise, OBJECTIVES, "--minimise", "command line")
     names = parse_strategies(strategies, "--strategies", "command line")
     check_precision(precision, "--precision", "command line")
@@ -302,6 +304,7 @@ def bench_cmd(
     from autoshard.serving.bench import BenchConfig, run_bench
     from autoshard.serving.registry import get_strategy
 
+    require("torch", "run")
     if output is not None:
         check_output_path(output)
     rates = parse_rates(qps)
@@ -368,6 +371,7 @@ def calibrate_cmd(
         with_calibration,
     )
 
+    require("torch", "run")
     check_output_path(output)
     prof = load_serving_profile(base)
     found = calibrate(calls)
@@ -428,6 +432,7 @@ def compare_cmd(
         raise InputError(f"unknown serving suite (known: {', '.join(SUITES)})",
                          source="command line", field="--suite", value=suite)
     check_output_path(output / f"{suite}.md")
+    require_all({"matplotlib": "plots", **({"torch": "run"} if measure else {})})
     if measure:
         check_bench_options(suite, bench_requests, bench_rounds, bench_warmup)
     fresh = parse_seeds(seeds)

@@ -18,6 +18,7 @@ import typer
 from autoshard.cli.app import app
 from autoshard.cli.common import console
 from autoshard.errors import InputError
+from autoshard.extras import EXTRAS, require_all
 from autoshard.training.config import LIMITS, TrainConfig, field_help
 
 
@@ -53,6 +54,7 @@ def _config_parameters() -> list[inspect.Parameter]:
 def train(resume: bool = False, export: Path | None = None, export_policy: Path | None = None,
           **values: Any) -> None:
     """Train the `ppo` sharder's policy with MaskablePPO on autoshard/Placement-v0."""
+    require_all({**dict.fromkeys(EXTRAS["learned"].modules, "learned"), "matplotlib": "plots"})
     from autoshard.training.report import describe
     from autoshard.training.train import train as run_training
 

@@ -24,8 +24,10 @@ reservations), by name; nothing here is imported by the core. Importing TorchRec
 
 from __future__ import annotations
 
-TORCHREC_EXTRA = ('pip install "autoshard[torchrec]" (torchrec 1.8.0 with fbgemm-gpu-cpu 1.8.0 '
-                  "and torch 2.13 on CPU machines; fbgemm-gpu on GPU machines)")
+from autoshard.extras import pip_command
+
+TORCHREC_EXTRA = (f"{pip_command('torchrec')} (torchrec 1.8.0 with fbgemm-gpu-cpu 1.8.0 and "
+                  "torch 2.13 on CPU machines; fbgemm-gpu on GPU machines)")
 
 
 def torchrec_unavailable(load: bool = False) -> str | None:

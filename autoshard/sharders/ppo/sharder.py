@@ -6,7 +6,6 @@ portfolio`), the cheapest returned. The package docstring tells the whole story.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import autoshard
 from autoshard.errors import DeadlineReached, InputError, PlannerError
+from autoshard.extras import missing
 from autoshard.layout.plan import Plan
 from autoshard.layout.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.limits import SEED, THREADS, TIME_LIMIT_S, Range
@@ -67,8 +67,8 @@ def policy_folders(policy: str | Path | None) -> list[Path]:
 
 def policy_missing(folder: Path) -> str | None:
     """Why no policy can be loaded from ``folder`` (None if the files are there)."""
-    if importlib.util.find_spec("torch") is None:
-        return "the 'torch' package is not installed"
+    if reason := missing("torch", "learned"):
+        return reason
     for name in ("config.json", "weights.pt"):
         if not (folder / name).is_file():
             return (f"no trained policy: {folder / name} is missing (train one with "
