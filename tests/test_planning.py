@@ -16,10 +16,11 @@ from handcase import HAND_BATCH, hand_profile, hand_tables, hand_task_of, refere
 import autoshard
 from autoshard.compare.harness import FixedTask, run_one
 from autoshard.errors import InputError, PlannerError
-from autoshard.layout.constraints import Constraints, TableConstraint
+from autoshard.layout.constraints import NO_CONSTRAINTS, Constraints, TableConstraint
 from autoshard.layout.kinds import ShardingKind
 from autoshard.layout.plan import Plan
 from autoshard.pricing.analytical import AnalyticalCostModel
+from autoshard.pricing.cost import CostModel
 from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import get_sharder, sharder_class, sharder_info, sharder_names
 from autoshard.sharders.base import Sharded, Sharder
@@ -30,8 +31,28 @@ from autoshard.task import ShardingTask
 MODEL = AnalyticalCostModel()
 GREEDY = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy",
           "size_lookup_greedy", "split_lookup_greedy")
-#: A at most half in HBM: round_robin keeps it whole in HBM, so the rule must be enforced.
+#: A at most half in HBM (the sharder below keeps all its rows there).
 HALF_A = Constraints({"A": TableConstraint(hbm_share=(0.0, 0.5))})
+
+
+class IgnoresConstraints(Sharder):
+    """round_robin's plan of the task without its constraints: every table whole, all its rows
+    in HBM (A on device 0, B and C on device 1), whatever the constraints say."""
+
+    name = "ignores_constraints"
+    summary = "round_robin blind to the constraints"
+
+    def solve(self, task: ShardingTask, cost_model: CostModel) -> Sharded[None]:
+        free = replace(task, constraints=NO_CONSTRAINTS)
+        return Sharded(get_sharder("round_robin").shard(free, cost_model), None)
+
+
+def register_ignores_constraints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """:class:`IgnoresConstraints` in the sharders' registry for one test."""
+    import autoshard.sharders as sharders
+
+    monkeypatch.setitem(sharders._ENTRIES, IgnoresConstraints.name,
+                        f"{__name__}:IgnoresConstraints")
 
 
 def optimum_ms() -> float:
@@ -116,9 +137,12 @@ def test_every_sharder_answers_the_interface_and_keeps_no_last_result(name: str)
 
 def test_constraints_are_enforced_and_a_plan_within_them_is_kept() -> None:
     task = replace(hand_task_of(), constraints=HALF_A)
-    planned = autoshard.plan(task, "round_robin")
+    blind = IgnoresConstraints().shard(task, MODEL)
+    assert next(p for p in blind.placements if p.table == "A").hbm_rows == 1000
+    planned = autoshard.plan(task, IgnoresConstraints())
     a = next(p for p in planned.plan.placements if p.table == "A")
     assert a.hbm_rows == 500  # at most half of A's 1,000 rows in HBM
+    assert planned.report.step_cost_ms > evaluate(blind, hand_task_of(), MODEL).step_cost_ms
     free = autoshard.plan(hand_task_of(), "round_robin")
     assert free.plan == get_sharder("round_robin").shard(hand_task_of(), MODEL)
     split_b = replace(hand_task_of(), constraints=Constraints(
@@ -147,23 +171,25 @@ def test_the_plan_command_enforces_the_tasks_constraints(
         return replace(built(*args, **kwargs), constraints=rules[0])  # type: ignore[arg-type]
 
     monkeypatch.setattr(core_cmds, "build_task", constrained)
+    register_ignores_constraints(monkeypatch)
     out = tmp_path / "plan.json"
-    code, _, err = run_cli(["plan", *_hand_files(tmp_path), "-s", "round_robin", "-o", str(out),
-                            "--json"], capsys)
+    code, _, err = run_cli(["plan", *_hand_files(tmp_path), "-s", IgnoresConstraints.name, "-o",
+                            str(out), "--json"], capsys)
     assert code == 0, err
     a = next(p for p in Plan.load(out).placements if p.table == "A")
-    assert a.hbm_rows == 500  # written whole in HBM before the CLI enforced constraints
+    assert a.hbm_rows == 500  # the sharder kept all 1,000 in HBM
     rules[0] = Constraints({"B": TableConstraint(kinds=frozenset({ShardingKind.ROW_WISE}))})
     out.unlink()
-    code, _, err = run_cli(["plan", *_hand_files(tmp_path), "-s", "round_robin", "-o", str(out)],
-                           capsys)
+    code, _, err = run_cli(["plan", *_hand_files(tmp_path), "-s", IgnoresConstraints.name, "-o",
+                            str(out)], capsys)
     assert code == 2 and "placed table 'B' whole" in err and not out.exists()
 
 
-def test_the_comparison_enforces_the_tasks_constraints() -> None:
+def test_the_comparison_enforces_the_tasks_constraints(monkeypatch: pytest.MonkeyPatch) -> None:
+    register_ignores_constraints(monkeypatch)
     task = replace(hand_task_of(), constraints=HALF_A)
-    row, plan, report = run_one("s", FixedTask("hand", task), task, "round_robin", MODEL, None,
-                                {})
+    row, plan, report = run_one("s", FixedTask("hand", task), task, IgnoresConstraints.name,
+                                MODEL, None, {})
     assert row.status == "ok" and plan is not None and report is not None
     assert next(p for p in plan.placements if p.table == "A").hbm_rows == 500
     assert row.step_cost_ms == report.step_cost_ms == evaluate(plan, task, MODEL).step_cost_ms
