@@ -41,6 +41,8 @@ from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import get_sharder
 from autoshard.sharders.base import Sharder
+from autoshard.sharders.ppo.sharder import Choice
+from autoshard.sharders.recshard_tables import RecShardResult
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, default_pools, dlrm_tables
 
@@ -91,21 +93,21 @@ def measure(task: ShardingTask, name: str, sharder_name: str, limit: float) -> d
     base = {"task": name, "tables": task.num_tables, "devices": task.num_devices,
             "room": task.reservation.keeps_room, "sharder": sharder_name, "limit_s": limit}
     try:
-        plan = sharder.shard(task, MODEL)
+        sharded = sharder.solve(task, MODEL)
     except PlannerError as exc:  # recorded: a sharder that finds no plan in its limit
         return {**base, "plan_s": round(time.perf_counter() - start, 3), "step_cost_ms": None,
                 "bound_ms": None, "cost_over_bound": None, "how": f"no plan: {exc}",
-                "notes": list(getattr(sharder, "last_notes", []))}
+                "notes": []}
     seconds = time.perf_counter() - start
-    report = evaluate(plan, task, MODEL)
-    choice = getattr(sharder, "last_choice", None)
-    result = getattr(sharder, "last_result", None)
-    how = (choice.winner if choice is not None else
-           f"{result.status}; warm start {result.warm_start}" if result is not None else "")
+    report = evaluate(sharded.plan, task, MODEL)
+    details = sharded.details
+    how = (details.winner if isinstance(details, Choice) else
+           f"{details.status}; warm start {details.warm_start}"
+           if isinstance(details, RecShardResult) else "")
     return {**base, "plan_s": round(seconds, 3), "step_cost_ms": round(report.step_cost_ms, 4),
             "bound_ms": round(report.lower_bound_ms, 4),
             "cost_over_bound": round(report.cost_ratio, 4), "how": how,
-            "notes": list(getattr(sharder, "last_notes", []))}
+            "notes": list(sharded.notes)}
 
 
 def warm_up(sharders: list[str], devices: int) -> None:

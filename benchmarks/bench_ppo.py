@@ -60,8 +60,8 @@ from autoshard.compare.harness import COLUMNS, CompareRow, FixedTask, run_one
 from autoshard.compare.suites import get_suite
 from autoshard.fileio import atomic_write_text, csv_text
 from autoshard.machine import describe_machine
+from autoshard.planning import plan
 from autoshard.pricing.analytical import AnalyticalCostModel
-from autoshard.pricing.evaluator import evaluate
 from autoshard.public_models import MODEL_TABLES, model_tables
 from autoshard.reservation import get_reservation
 from autoshard.sharders import common_options, get_sharder
@@ -174,10 +174,8 @@ def run(items: list[Item], time_limit: float, samples: int | None = None
         fixed = FixedTask(item.name, item.task)
         for label, sharder in (("ppo", main), (PLAIN, plain), ("ppo (policy alone)", alone)):
             assert isinstance(sharder, PPOSharder)
-            start = time.perf_counter()
-            plan = sharder.shard(item.task, MODEL)
-            seconds = time.perf_counter() - start
-            report = evaluate(plan, item.task, MODEL)
+            planned = plan(item.task, sharder, MODEL)
+            report = planned.report
             rows.append(CompareRow(item.family, item.name, item.task.num_tables,
                                    item.task.num_devices, item.task.workload.mode, label, "ok",
                                    step_cost_ms=report.step_cost_ms,
@@ -185,10 +183,9 @@ def run(items: list[Item], time_limit: float, samples: int | None = None
                                    cost_ratio=report.cost_ratio,
                                    load_balance=report.load_balance,
                                    uvm_lookup_share=report.uvm_lookup_share,
-                                   plan_seconds=seconds, cost_model=MODEL.name))
-            if sharder.last_choice:
-                choices.append({"family": item.family, "task": item.name,
-                                "sharder": label, "winner": sharder.last_choice.winner})
+                                   plan_seconds=planned.seconds, cost_model=MODEL.name))
+            choices.append({"family": item.family, "task": item.name,
+                            "sharder": label, "winner": planned.details.winner})
         common = {"time_limit": time_limit, "seed": 0}
         for name in (*CANDIDATES, "recshard"):
             rows.append(run_one(item.family, fixed, item.task, name, MODEL, None,

@@ -27,6 +27,7 @@ from autoshard.machine import cpu_model
 from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import common_options, get_sharder, sharder_info
+from autoshard.sharders.recshard_tables import RecShardResult
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.workloads import constrained_task, dlrm_tables
@@ -66,12 +67,13 @@ def run_one(name: str, spec: tuple[str, int, int, int], task: ShardingTask, boun
         torchrec_unavailable(load=True)  # imports torch and torchrec outside the timed plan
     start = time.perf_counter()
     try:
-        plan = sharder.shard(task, model)
+        sharded = sharder.solve(task, model)
     except PlannerError as exc:
         return dict(row, status=f"failed: {exc}", plan_seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
-    result = getattr(sharder, "last_result", None)
-    report = evaluate(plan, task, model, bound_ms=result.bound_ms if result else bound)
+    result = sharded.details if isinstance(sharded.details, RecShardResult) else None
+    report = evaluate(sharded.plan, task, model,
+                      bound_ms=bound if sharded.bound_ms is None else sharded.bound_ms)
     row.update(status="ok", step_cost_ms=report.step_cost_ms,
                lower_bound_ms=report.lower_bound_ms, cost_ratio=report.cost_ratio,
                load_balance=report.load_balance, uvm_lookup_share=report.uvm_lookup_share,

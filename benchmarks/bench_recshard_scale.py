@@ -45,9 +45,9 @@ def run(task: ShardingTask, name: str, measure: str, split: bool, limit: float
     arrays = time.perf_counter() - start
     sharder = RecShard(time_limit=limit, split=split)
     start = time.perf_counter()
-    plan = sharder.shard(task, model)
+    result = sharder.solve(task, model).details
     seconds = time.perf_counter() - start
-    assert sharder.last_result is not None
+    plan = result.plan
     report = evaluate(plan, task, model)
     row = {"measure": measure, "task": name, "tables": task.num_tables,
            "devices": task.num_devices, "split": split, "time_limit_s": limit,
@@ -56,7 +56,7 @@ def run(task: ShardingTask, name: str, measure: str, split: bool, limit: float
            "step_cost_ms": round(report.step_cost_ms, 4),
            "cost_over_bound": round(report.cost_ratio, 3),
            "split_tables": sum(p.is_split for p in plan.placements),
-           "status": sharder.last_result.status}
+           "status": result.status}
     print(row, flush=True)
     return row
 

@@ -51,11 +51,9 @@ def solve(task: ShardingTask, **options: float) -> dict[str, object]:
     """One recshard solve: wall seconds and its report."""
     sharder = RecShard(**options)
     start = time.perf_counter()
-    sharder.shard(task, MODEL)
+    result = sharder.solve(task, MODEL).details
     seconds = time.perf_counter() - start
-    assert sharder.last_result is not None
-    return dict(sharder.last_result.report(), wall_s=seconds,
-                step_cost_ms=sharder.last_result.step_cost_ms)
+    return dict(result.report(), wall_s=seconds, step_cost_ms=result.step_cost_ms)
 
 
 def main() -> None:

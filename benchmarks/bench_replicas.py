@@ -49,13 +49,13 @@ def one_row(name: str, task: ShardingTask, planned_for: str, replicate: bool,
     models = {m: load_cost_model(m) for m in MODELS}
     sharder = RecShard(time_limit=time_limit, replicate=replicate)
     start = time.perf_counter()
-    plan = sharder.shard(task, models[planned_for])
+    result = sharder.solve(task, models[planned_for]).details
     seconds = time.perf_counter() - start
-    assert sharder.last_result is not None
+    plan = result.plan
     row: dict[str, object] = {
         "task": name, "planned_for": planned_for, "replicate": replicate,
         "replicated": [p.table for p in plan.placements if p.sharding.replicated],
-        "bound_ms": sharder.last_result.bound_ms, "status": sharder.last_result.status,
+        "bound_ms": result.bound_ms, "status": result.status,
         "wall_s": seconds}
     for m, model in models.items():
         row[f"{m}_ms"] = evaluate(plan, task, model).step_cost_ms

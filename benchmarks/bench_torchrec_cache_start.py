@@ -39,12 +39,12 @@ def run() -> None:
         for label, clf in (("TorchRec default", 0.2), ("fitting, or 0.2 if rated better", None)):
             sharder = TorchRecSharder(cache_load_factor=clf)
             start = time.perf_counter()
-            sharder.shard(task, AnalyticalCostModel())
+            run = sharder.solve(task, AnalyticalCostModel()).details
             seconds = time.perf_counter() - start
-            module_plan = sharder.last_sharding_plan.get_plan_for_module("")
+            module_plan = run.sharding_plan.get_plan_for_module("")
             host = sum(ps.compute_kernel == "fused_uvm" for ps in module_plan.values())
-            rating[label] = sharder.last_rating_ms or float("nan")
-            lines.append(f"| {spec.name} | {label} | {sharder.last_cache_load_factor:.3f} | "
+            rating[label] = run.rated_ms()
+            lines.append(f"| {spec.name} | {label} | {run.cache_load_factor:.3f} | "
                          f"{rating[label]:.2f} | {host} | {seconds:.1f} |")
             print(lines[-1], flush=True)
         ratios.append(rating["TorchRec default"] / rating["fitting, or 0.2 if rated better"])

@@ -43,13 +43,14 @@ def run() -> None:
         enumerate_s = time.perf_counter() - start
         offered = len({o.name for o in options if o.sharding_type != "table_wise"})
         start = time.perf_counter()
-        plan = sharder.shard(task, model)
+        sharded = sharder.solve(task, model)
         plan_s = time.perf_counter() - start
+        plan = sharded.plan
         split = sum(p.is_split for p in plan.placements)
         lines.append(f"| {spec.name} | {task.num_tables} x {task.num_devices} | {offered} | "
                      f"{len(options)} | {sum(len(o.shards) for o in options)} | "
                      f"{enumerate_s:.1f} | {plan_s:.1f} | {split} | "
-                     f"{'; '.join(sharder.last_notes) or '-'} |")
+                     f"{'; '.join(sharded.notes) or '-'} |")
         print(lines[-1], flush=True)
     text = (f"# The `torchrec` sharder on large tasks\n\nCommand: `python "
             f"benchmarks/bench_torchrec_scale.py --suites {args.suites} --time-limit "

@@ -316,7 +316,7 @@ def test_recshard_cuts_the_wide_dominant_table_into_a_grid_where_it_pays() -> No
     task = _wide_task()
     choice = split_heavy_tables(task, MODEL, node_local=True).geometry
     assert (choice.kind[choice.table == task.num_tables - 1] == GRID.code).all()
-    with_grid = RecShard(time_limit=10).solve(task, MODEL)
+    with_grid = RecShard(time_limit=10).solve(task, MODEL).details
     huge = next(p for p in with_grid.plan.placements if p.table == "huge")
     assert huge.sharding is GRID and len(huge.shards) == 16
     nodes = {s.col_start: {s.device // 8 for s in huge.shards if s.col_start == c}
@@ -330,7 +330,7 @@ def test_recshard_cuts_the_wide_dominant_table_into_a_grid_where_it_pays() -> No
     # against 2.41 ms when measured).
     others = frozenset(k for k in ShardingKind if k is not GRID)
     no_grid = replace(task, constraints=Constraints({"huge": TableConstraint(kinds=others)}))
-    without = RecShard(time_limit=10).solve(no_grid, MODEL)
+    without = RecShard(time_limit=10).solve(no_grid, MODEL).details
     assert all(p.sharding is not GRID for p in without.plan.placements)
     assert with_grid.step_cost_ms < 0.8 * without.step_cost_ms
 
@@ -470,13 +470,10 @@ def test_the_torchrec_sharder_names_grids_for_dominant_tables_on_several_nodes()
         t.name: [] for t in task.tables[:-1]}}) == 16 * 3  # 2 blocks x 8 ranks x 3 kernels
     one_node = constrained_task(task.tables, 8, hbm_fraction=0.5, reservation="torchrec")
     assert all("grid_shard" not in v for v in offered_sharding_types(one_node, MODEL).values())
-    sharder = TorchRecSharder()
-    plan = sharder.shard(task, MODEL)
-    check_layout(plan, task)
-    huge = next(p for p in plan.placements if p.table == "huge")
+    run = TorchRecSharder().solve(task, MODEL)
+    check_layout(run.plan, task)
+    huge = next(p for p in run.plan.placements if p.table == "huge")
     assert huge.sharding is GRID
     without = TorchRecSharder(sharding_types=tuple(t for t in offered["huge"]
-                                                   if t != "grid_shard"))
-    without.shard(task, MODEL)
-    assert sharder.last_rating_ms is not None and without.last_rating_ms is not None
-    assert sharder.last_rating_ms < without.last_rating_ms
+                                                   if t != "grid_shard")).solve(task, MODEL)
+    assert run.details.rated_ms() < without.details.rated_ms()

@@ -235,9 +235,9 @@ def test_a_one_grid_policy_of_format_1_loads_and_plans_with_the_split_choice(
     assert net.grids == 1
     sharder = PPOSharder(policy=tmp_path, samples=0, candidates=False, polish=False)
     task = dominated()
-    plan = sharder.shard(task, MODEL)
-    check_layout(plan, task)
-    assert sharder.last_choice is not None and "ppo-choice-greedy" in sharder.last_choice.costs
+    sharded = sharder.solve(task, MODEL)
+    check_layout(sharded.plan, task)
+    assert "ppo-choice-greedy" in sharded.details.costs
 
 
 def test_a_policy_of_an_unknown_version_is_refused(tmp_path: Path) -> None:

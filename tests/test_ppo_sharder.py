@@ -83,9 +83,10 @@ def test_best_of_candidates_is_never_behind_any_candidate(untrained: Path) -> No
     task = constrained_task(dlrm_tables(40, seed=7), 4, hbm_fraction=0.3)
     alone = PPOSharder(policy=untrained, samples=0, candidates=False, polish=False)
     best = PPOSharder(policy=untrained, samples=4, candidates=True)
-    ratio = evaluate(best.shard(task, MODEL), task, MODEL).step_cost_ms
-    choice = best.last_choice
-    assert choice is not None and set(GREEDY) <= set(choice.costs)
+    sharded = best.solve(task, MODEL)
+    ratio = evaluate(sharded.plan, task, MODEL).step_cost_ms
+    choice = sharded.details
+    assert set(GREEDY) <= set(choice.costs)
     assert {f"ppo-sample-{i}" for i in range(4)} | {"ppo-greedy"} <= set(choice.costs)
     assert ratio == pytest.approx(choice.costs[choice.winner], rel=1e-9)
     assert ratio == pytest.approx(min(choice.costs.values()), rel=1e-9)
@@ -158,11 +159,10 @@ def test_policy_alone_splits_a_dominant_table_and_beats_every_whole_table_plan()
     assert not whole.is_split
     assert evaluate(whole, task, MODEL).step_cost_ms >= floor * (1 - 1e-9)
     alone = PPOSharder(samples=0, candidates=False, polish=False)
-    plan = alone.shard(task, MODEL)
+    sharded = alone.solve(task, MODEL)
+    plan, choice = sharded.plan, sharded.details
     check_layout(plan, task)  # shards within their tables, every device within capacity
     assert "huge" in [p.table for p in plan.placements if p.is_split]
-    choice = alone.last_choice
-    assert choice is not None
     # 11 tables on 4 devices: the finer split (fewer than 4 tables per device) is decoded too,
     # each in the policy's own refill mode and in the two others (no HBM room is kept: the
     # first policy alone).
@@ -183,9 +183,8 @@ def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_task
         untrained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     task = _dominated_task()
     best = PPOSharder(policy=untrained, samples=2)
-    plan = best.shard(task, MODEL)
-    choice = best.last_choice
-    assert choice is not None
+    sharded = best.solve(task, MODEL)
+    plan, choice = sharded.plan, sharded.details
     assert {"ppo-split-greedy", "ppo-split-sample-0", "ppo-split-sample-1",
             "ppo-choice-greedy", "ppo-choice-sample-0", "ppo-choice-sample-1",
             "split_lookup_greedy"} <= set(choice.costs)
@@ -194,9 +193,7 @@ def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_task
     for name in ("ppo-split-greedy", "ppo-split-sample-1", "ppo-choice-sample-1"):  # valid plans
         assert choice.costs[name] >= lower_bound_ms(task, MODEL)
     monkeypatch.setattr(tuning, "SMALL_TASK", task.num_tables * task.num_devices - 1)
-    best.shard(task, MODEL)
-    assert best.last_choice is not None
-    names = set(best.last_choice.costs)
+    names = set(best.solve(task, MODEL).details.costs)
     # Large tasks: the policy's own choice over the main split choice, no whole-table decode
     # where tables dominate, and the fallback as the only rival, made only where the first
     # decode might not end in time (with a 60 s limit it would); the plain decode over the
@@ -205,13 +202,9 @@ def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_task
     assert not any(n.startswith(("ppo-greedy", "ppo-split", "ppo-node", "ppo-fine", "ppo-rows",
                                  "split_lookup_greedy", "size_greedy")) for n in names)
     monkeypatch.setattr(tuning, "FALLBACK_MARGIN", 1e9)  # as if it might not
-    best.shard(task, MODEL)
-    assert best.last_choice is not None
-    assert {"ppo-choice-greedy", "lookup_greedy"} <= set(best.last_choice.costs)
+    assert {"ppo-choice-greedy", "lookup_greedy"} <= set(best.solve(task, MODEL).details.costs)
     monkeypatch.setattr(PPOSharder, "_choose_splits", lambda *args: None)
-    best.shard(task, MODEL)
-    assert best.last_choice is not None
-    names = set(best.last_choice.costs)
+    names = set(best.solve(task, MODEL).details.costs)
     assert {"ppo-split-greedy", "lookup_greedy"} <= names
     assert not any(n.startswith("ppo-choice") for n in names)
     monkeypatch.setattr(tuning, "FALLBACK_MARGIN", 2.0)
@@ -220,9 +213,9 @@ def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_task
         raise PlannerError("capacity", "some shard fits nowhere")
 
     monkeypatch.setattr(PPOSharder, "_decode_or_greedy", no_plan)
-    plan = best.shard(task, MODEL)  # no decode made a plan: the fallback is made after them
-    assert best.last_choice is not None
-    assert {n.split("+")[0] for n in best.last_choice.costs} == {"lookup_greedy"}
+    sharded = best.solve(task, MODEL)  # no decode made a plan: the fallback is made after them
+    plan = sharded.plan
+    assert {n.split("+")[0] for n in sharded.details.costs} == {"lookup_greedy"}
     evaluate(plan, task, MODEL)  # a valid plan within every capacity
 
 
@@ -251,15 +244,15 @@ def test_each_decode_keeps_its_devices_with_its_hbm_water_filled(untrained: Path
     task = constrained_task(dlrm_tables(40, seed=3), 4, 0.3, reservation="torchrec")
     alone = PPOSharder(policy=untrained, samples=0, candidates=False, split=False,
                        polish=False, refills=False)
-    plan = alone.shard(task, MODEL)
+    sharded = alone.solve(task, MODEL)
+    plan = sharded.plan
     (ep,) = decode(alone._net, alone._multipliers, task, MODEL, 0, 0)
     raw = ep.plan("ppo")
     assert [(p.table, p.device) for p in plan.placements] == [
         (p.table, p.device) for p in raw.placements]  # no table moved
     cost, raw_cost = (evaluate(p, task, MODEL).step_cost_ms for p in (plan, raw))
     assert cost < raw_cost  # this untrained policy's buckets are far off
-    assert alone.last_choice is not None
-    assert alone.last_choice.costs["ppo-greedy"] == pytest.approx(cost, rel=1e-9)
+    assert sharded.details.costs["ppo-greedy"] == pytest.approx(cost, rel=1e-9)
     # Already water-filled: filling it again finds nothing cheaper.
     assert polish_plan(plan, task, MODEL, cost, fill_only=True)[1] == cost
 
@@ -301,18 +294,17 @@ def test_the_default_decodes_both_committed_policies_on_tasks_up_to_the_small_si
     both = get_sharder("ppo-policy")
     first = get_sharder("ppo-policy", policy=str(DEFAULT_POLICY))
     assert both.tuned and not first.tuned  # type: ignore[attr-defined]
-    cost_both = evaluate(both.shard(task, MODEL), task, MODEL).step_cost_ms
-    cost_first = evaluate(first.shard(task, MODEL), task, MODEL).step_cost_ms
-    names, own = set(both.last_choice.costs), set(first.last_choice.costs)  # type: ignore
+    with_both, with_first = both.solve(task, MODEL), first.solve(task, MODEL)
+    cost_both = evaluate(with_both.plan, task, MODEL).step_cost_ms
+    cost_first = evaluate(with_first.plan, task, MODEL).step_cost_ms
+    names, own = set(with_both.details.costs), set(with_first.details.costs)
     tuned = {n for n in names if n.endswith(TUNED_SUFFIX)}
     assert tuned == {n + TUNED_SUFFIX for n in own} and names == own | tuned
     assert cost_both <= cost_first
     bare = constrained_task(dlrm_tables(24, seed=5), 4, 0.3)  # no room kept
-    both.shard(bare, MODEL)
-    assert not any(n.endswith(TUNED_SUFFIX) for n in both.last_choice.costs)  # type: ignore
+    assert not any(n.endswith(TUNED_SUFFIX) for n in both.solve(bare, MODEL).details.costs)
     monkeypatch.setattr(tuning, "SMALL_TASK", task.num_tables * task.num_devices - 1)
-    both.shard(task, MODEL)
-    assert not any(n.endswith(TUNED_SUFFIX) for n in both.last_choice.costs)  # type: ignore
+    assert not any(n.endswith(TUNED_SUFFIX) for n in both.solve(task, MODEL).details.costs)
 
 
 def test_the_tuned_policy_must_share_the_first_ones_buckets(

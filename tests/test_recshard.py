@@ -72,7 +72,7 @@ def test_three_tables_on_two_devices_finds_the_known_optimum() -> None:
     # HBM per device holds 1.5 tables: the optimum pairs the two light tables and splits HBM.
     task = _uniform_task([4.0, 2.0, 1.0], devices=2, hbm_tables=1.5)
     optimum = _brute_force(task)
-    result = RecShard(time_limit=20, split=False).solve(task, MODEL)
+    result = RecShard(time_limit=20, split=False).solve(task, MODEL).details
     check_plan(result.plan, task)
     assert result.step_cost_ms == pytest.approx(optimum, rel=1e-6)
     assert result.bound_ms <= optimum * (1 + 1e-9)
@@ -87,7 +87,7 @@ def test_beats_longest_processing_time_on_its_counterexample() -> None:
     task = _uniform_task([30.0, 30.0, 20.0, 20.0, 20.0], devices=2, hbm_tables=5.0,
                          batch_size=65536)
     optimum = _brute_force(task)
-    result = RecShard(time_limit=20, split=False).solve(task, MODEL)
+    result = RecShard(time_limit=20, split=False).solve(task, MODEL).details
     greedy = evaluate(get_sharder("lookup_greedy").shard(task, MODEL), task, MODEL)
     assert result.step_cost_ms == pytest.approx(optimum, rel=1e-6)
     assert greedy.step_cost_ms > optimum * 1.05
@@ -98,7 +98,7 @@ def test_beats_longest_processing_time_on_its_counterexample() -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_never_worse_than_any_greedy_on_small_random_tasks(seed: int) -> None:
     task = constrained_task(dlrm_tables(10, seed=seed), 2 + seed % 2, hbm_fraction=0.3)
-    result = RecShard(time_limit=5).solve(task, MODEL)
+    result = RecShard(time_limit=5).solve(task, MODEL).details
     check_layout(result.plan, task)
     for name in GREEDY:
         try:
@@ -112,18 +112,16 @@ def test_never_worse_than_any_greedy_on_small_random_tasks(seed: int) -> None:
 
 def test_time_limit_returns_a_valid_plan_with_a_gap() -> None:
     task = constrained_task(dlrm_tables(40, seed=5), 4, hbm_fraction=0.3)
-    sharder = RecShard(time_limit=0.2)
-    plan = sharder.shard(task, MODEL)
-    result = sharder.last_result
-    assert result is not None
+    sharded = RecShard(time_limit=0.2).solve(task, MODEL)
+    plan, result = sharded.plan, sharded.details
     check_layout(plan, task)
     # How far the solve gets in 0.2 s depends on the machine (on a loaded one, only the warm
     # start), so only what holds on every path is asserted.
     assert 0.0 <= result.gap <= 1.0
-    assert sharder.last_bound_ms == result.bound_ms <= result.step_cost_ms
+    assert sharded.bound_ms == result.bound_ms <= result.step_cost_ms
     assert result.step_cost_ms <= result.warm_cost_ms
     if result.gap < 1.0:
-        report = evaluate(plan, task, MODEL, bound_ms=sharder.last_bound_ms)
+        report = evaluate(plan, task, MODEL, bound_ms=sharded.bound_ms)
         assert report.cost_ratio == pytest.approx(1.0 / (1.0 - result.gap), rel=1e-6)
 
 
@@ -139,10 +137,10 @@ def test_lp_bound_is_valid_and_at_least_the_simple_bound_on_mixed_devices() -> N
     mixed = ShardingTask(task.tables, replace(hw, devices=devices), task.workload)
     bound = recshard_bound(mixed, MODEL)
     assert bound >= lower_bound_ms(mixed, MODEL) * (1 - 1e-9)
-    result = RecShard(time_limit=5, split=False).solve(mixed, MODEL)
+    result = RecShard(time_limit=5, split=False).solve(mixed, MODEL).details
     assert bound <= result.step_cost_ms * (1 + 1e-9)
     # It bounds whole-table plans only: splitting may go below it, never below the simple bound.
-    split = RecShard(time_limit=5).solve(mixed, MODEL)
+    split = RecShard(time_limit=5).solve(mixed, MODEL).details
     assert lower_bound_ms(mixed, MODEL) <= split.step_cost_ms * (1 + 1e-9)
 
 
@@ -180,8 +178,8 @@ def _dominated_task(devices: int) -> ShardingTask:
 
 def test_splits_the_dominant_table() -> None:
     task = _dominated_task(4)
-    whole = RecShard(time_limit=5, split=False).solve(task, MODEL)
-    split = RecShard(time_limit=5).solve(task, MODEL)
+    whole = RecShard(time_limit=5, split=False).solve(task, MODEL).details
+    split = RecShard(time_limit=5).solve(task, MODEL).details
     report = check_layout(split.plan, task)
     assert report.num_shards > task.num_tables
     huge = next(p for p in split.plan.placements if p.table == "huge")
@@ -231,7 +229,7 @@ def test_whole_tables_are_not_planned_once_a_split_plan_beats_their_bound(
         return solve_tables(self, sub, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(RecShard, "_solve_tables", recording)
-    result = RecShard(time_limit=3).solve(task, MODEL)
+    result = RecShard(time_limit=3).solve(task, MODEL).details
     assert result.step_cost_ms < whole_bound and planned and not any(planned)
 
 def test_on_tasks_too_large_for_the_milp_one_split_choice_with_a_capped_search(
@@ -291,12 +289,10 @@ def test_stops_when_the_milp_no_longer_improves() -> None:
 
     task = ShardingTask(tuple(model_tables("criteo1tb")), load_hardware("8xH100-80GB"),
                         Workload(), get_reservation("torchrec"))
-    sharder = RecShard(time_limit=30.0)
     start = time.perf_counter()
-    sharder.shard(task, MODEL)
+    report = RecShard(time_limit=30.0).solve(task, MODEL).details.report()
     seconds = time.perf_counter() - start
-    report = sharder.last_report
-    assert report is not None and seconds < 10.0
+    assert seconds < 10.0
     assert report["status"] in ("stalled", "Optimal", "search")
     assert 0.0 <= report["found_s"] <= report["seconds"] <= seconds + 1e-6
     assert report["bound_ms"] > 0.0 and 0.0 <= report["gap"] < 1.0

@@ -78,7 +78,8 @@ def test_slow_setup_returns_the_cheap_plan_by_the_deadline(
     per_point = 1e-3  # one pricing chunk: 2 fake seconds; the whole curves: far past the limit
     monkeypatch.setattr(time, "perf_counter", clock)
     start = clock()
-    result = RecShard(time_limit=5.0, split=split).solve(task, _SlowModel(clock, per_point))
+    result = RecShard(time_limit=5.0, split=split).solve(task,
+                                                         _SlowModel(clock, per_point)).details
     elapsed = clock() - start
     monkeypatch.undo()
     assert elapsed <= 5.0 + 2000 * per_point + 1.0  # at most one chunk past the limit
@@ -97,6 +98,6 @@ def test_returns_within_the_limit_on_a_large_task() -> None:
     task = constrained_task(dlrm_tables(10_000, seed=0), 64, hbm_fraction=0.3)
     assert task.table_arrays.rows.size == 10_000  # the task's own arrays, built beforehand
     start = time.process_time()
-    result = RecShard(time_limit=2.0).solve(task, MODEL)
+    result = RecShard(time_limit=2.0).solve(task, MODEL).details
     assert time.process_time() - start <= 2.0 + 1.5
     check_layout(result.plan, task)

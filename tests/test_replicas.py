@@ -86,9 +86,9 @@ def test_recshard_replicates_small_tables_and_costs_less_than_without(tmp_path) 
     task = _small_tables_task()
     got = {}
     for replicate in (True, False):
-        sharder = RecShard(time_limit=20, replicate=replicate)
-        plan = sharder.shard(task, MODEL)
-        report = evaluate(plan, task, MODEL, bound_ms=sharder.last_bound_ms)
+        sharded = RecShard(time_limit=20, replicate=replicate).solve(task, MODEL)
+        plan = sharded.plan
+        report = evaluate(plan, task, MODEL, bound_ms=sharded.bound_ms)
         assert report.lower_bound_ms <= report.step_cost_ms * (1 + 1e-9)
         got[replicate] = (plan, report.step_cost_ms)
     plan, cost = got[True]
@@ -194,9 +194,9 @@ def test_ppo_decodes_its_replicated_candidates_where_hbm_is_short() -> None:
     from autoshard.workloads import constrained_task
 
     task = constrained_task(model_tables("criteo1tb"), 16, 0.3)
-    sharder = get_sharder("ppo")
-    plan = sharder.shard(task, MODEL)
-    assert any("replicas" in name for name in sharder.last_choice.costs)
+    sharded = get_sharder("ppo").solve(task, MODEL)
+    plan = sharded.plan
+    assert any("replicas" in name for name in sharded.details.costs)
     assert any(p.sharding.replicated for p in plan.placements)
     recshard = RecShard(time_limit=10).shard(task, MODEL)
     assert (evaluate(plan, task, MODEL).step_cost_ms

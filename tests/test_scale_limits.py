@@ -50,49 +50,44 @@ def test_ppo_under_a_short_limit_keeps_its_fallback_and_says_what_was_cut() -> N
     assert task.table_arrays.rows.size == task.num_tables  # built before the sharder runs
     sharder = PPOSharder(time_limit=0.01)
     start = time.perf_counter()
-    plan = sharder.shard(task, MODEL)
+    sharded = sharder.solve(task, MODEL)
     assert time.perf_counter() - start < 2.0
+    plan, choice = sharded.plan, sharded.details
     check_layout(plan, task)
-    choice = sharder.last_choice
-    assert choice is not None and choice.winner.split("+")[0] == FALLBACK
+    assert choice.winner.split("+")[0] == FALLBACK
     assert not any(name.startswith("ppo-") for name in choice.costs)  # no decode ended
-    assert sharder.last_notes and all("ppo" in note for note in sharder.last_notes)
+    assert sharded.notes and all("ppo" in note for note in sharded.notes)
     assert evaluate(plan, task, MODEL).step_cost_ms <= choice.costs[FALLBACK]
 
 
 def test_ppo_with_time_decodes_and_its_notes_are_empty() -> None:
     task = _task()
-    sharder = PPOSharder(time_limit=60.0)
-    sharder.shard(task, MODEL)
-    assert sharder.last_notes == []
-    assert sharder.last_choice is not None
-    assert any(name.startswith("ppo-") for name in sharder.last_choice.costs)
+    sharded = PPOSharder(time_limit=60.0).solve(task, MODEL)
+    assert sharded.notes == ()
+    assert any(name.startswith("ppo-") for name in sharded.details.costs)
 
 
 def test_the_policy_alone_keeps_its_first_decode_under_any_limit() -> None:
     task = _task()
-    sharder = PPOPolicySharder(time_limit=0.01)
-    plan = sharder.shard(task, MODEL)
-    check_layout(plan, task)
+    sharded = PPOPolicySharder(time_limit=0.01).solve(task, MODEL)
+    check_layout(sharded.plan, task)
     # No fallback: the whole-table decode ran to its end past the limit; the later decodes
     # (in the other refill modes, and with light tables replicated) were cut, and the notes
     # say so.
-    assert sharder.last_choice is not None
-    assert list(sharder.last_choice.costs) == ["ppo-greedy"]
-    notes = sharder.last_notes
+    assert list(sharded.details.costs) == ["ppo-greedy"]
+    notes = sharded.notes
     assert any("ppo-refill" in n for n in notes) and any("ppo-replicas" in n for n in notes)
-    roomy = PPOPolicySharder(time_limit=60.0)
-    roomy.shard(task, MODEL)
-    assert roomy.last_choice is not None and "ppo-replicas-greedy" in roomy.last_choice.costs
+    roomy = PPOPolicySharder(time_limit=60.0).solve(task, MODEL)
+    assert "ppo-replicas-greedy" in roomy.details.costs
 
 
 def test_recshard_beyond_the_whole_milp_starts_from_a_searched_plan() -> None:
     task = _task(600, 16)  # 9,600 (table, device) pairs: past max_pairs, no whole MILP
     sharder = RecShard(time_limit=6.0, split=False)
     assert task.num_tables * task.num_devices > sharder.max_pairs
-    plan = sharder.shard(task, MODEL)
-    result = sharder.last_result
-    assert result is not None and result.warm_start.endswith("+search")
+    result = sharder.solve(task, MODEL).details
+    plan = result.plan
+    assert result.warm_start.endswith("+search")
     greedy = plan_cost_ms(get_sharder(FALLBACK).shard(task, MODEL), task, MODEL)
     assert result.warm_cost_ms < greedy
     assert evaluate(plan, task, MODEL).step_cost_ms <= result.warm_cost_ms * (1 + 1e-9)

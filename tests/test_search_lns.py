@@ -92,10 +92,8 @@ def test_ppo_ends_with_it_from_its_cheapest_candidate_until_the_end_of_its_limit
     limit = 100.0  # far more than the stage needs here: the re-solve always has its time
     sharder = get_sharder("ppo", time_limit=limit)
     began = time.perf_counter()
-    sharder.shard(task, MODEL)
+    choice = sharder.solve(task, MODEL).details
     ended = time.perf_counter()
-    choice = sharder.last_choice
-    assert choice is not None
     # Run once, from the cheapest candidate before it, until the end of the limit.
     assert len(calls) == 1
     before = min(c.cost_ms for c in choice.candidates)
@@ -105,9 +103,8 @@ def test_ppo_ends_with_it_from_its_cheapest_candidate_until_the_end_of_its_limit
     # A cheaper plan from it wins, with the step `lns` (named `<winner>+lns`).
     monkeypatch.setattr(lns, "resolve_plan",
                         lambda plan, task, cost_model, cost, deadline, seed=0: (plan, cost / 2))
-    plan = sharder.shard(task, MODEL)
-    choice = sharder.last_choice
-    assert choice is not None
+    sharded = sharder.solve(task, MODEL)
+    plan, choice = sharded.plan, sharded.details
     winner = choice.candidates[-1]
     assert winner.name == choice.winner and winner.name.endswith("+lns")
     assert winner.steps[-1] == ("lns", winner.cost_ms)
@@ -117,6 +114,6 @@ def test_ppo_ends_with_it_from_its_cheapest_candidate_until_the_end_of_its_limit
     calls.clear()
     monkeypatch.setattr(lns, "resolve_plan", recorded)
     monkeypatch.setattr(tuning, "MIN_RESOLVE_S", 1e9)
-    sharder.shard(task, MODEL)
+    choice = sharder.solve(task, MODEL).details
     assert not calls
-    assert not any(step == "lns" for c in sharder.last_choice.candidates for step, _ in c.steps)
+    assert not any(step == "lns" for c in choice.candidates for step, _ in c.steps)

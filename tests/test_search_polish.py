@@ -119,50 +119,42 @@ def test_the_sharder_reports_the_polished_winner_and_the_policy_alone_unchanged(
     torch.manual_seed(0)
     save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "policy", MULTIPLIERS)
     task = constrained_task(dlrm_tables(40, seed=9), 4, hbm_fraction=0.3)
-    polished = PPOSharder(policy=tmp_path / "policy", samples=1)
-    plain = PPOSharder(policy=tmp_path / "policy", samples=1, polish=False)
-    cost = evaluate(polished.shard(task, MODEL), task, MODEL).step_cost_ms
-    raw = evaluate(plain.shard(task, MODEL), task, MODEL).step_cost_ms
-    assert polished.last_choice is not None and plain.last_choice is not None
+    polished = PPOSharder(policy=tmp_path / "policy", samples=1).solve(task, MODEL)
+    plain = PPOSharder(policy=tmp_path / "policy", samples=1, polish=False).solve(task, MODEL)
+    cost = evaluate(polished.plan, task, MODEL).step_cost_ms
+    raw = evaluate(plain.plan, task, MODEL).step_cost_ms
     assert cost <= raw
-    assert not any(n.endswith("+polish") for n in plain.last_choice.costs)
+    assert not any(n.endswith("+polish") for n in plain.details.costs)
     if cost < raw:  # a candidate of the plain run, polished (then maybe re-split, kicked),
         # maybe re-solved by groups of devices last
-        winner = polished.last_choice.winner
+        winner = polished.details.winner
         base, *steps = winner.split("+")
         assert "lns" not in steps[:-1]
         searched = [s for s in steps if s != "lns"]
         assert not searched or (searched[0] == "polish"
                                 and set(searched[1:]) <= {"resplit", "kick"})
-        assert base in plain.last_choice.costs
-        assert polished.last_choice.costs[winner] == pytest.approx(cost, rel=1e-9)
+        assert base in plain.details.costs
+        assert polished.details.costs[winner] == pytest.approx(cost, rel=1e-9)
         if searched:
-            assert (polished.last_choice.costs[f"{base}+polish"]
-                    < plain.last_choice.costs[base])
-    alone = PPOSharder(policy=tmp_path / "policy", samples=0, candidates=False, polish=False)
-    alone.shard(task, MODEL)
-    assert alone.last_choice is not None and "ppo-greedy" in alone.last_choice.costs
-    assert not any(n.endswith("+polish") for n in alone.last_choice.costs)
+            assert polished.details.costs[f"{base}+polish"] < plain.details.costs[base]
+    alone = PPOSharder(policy=tmp_path / "policy", samples=0, candidates=False,
+                       polish=False).solve(task, MODEL).details
+    assert "ppo-greedy" in alone.costs
+    assert not any(n.endswith("+polish") for n in alone.costs)
 
 
 def test_few_tables_per_device_get_a_finer_split(tmp_path: Path) -> None:
     torch.manual_seed(0)
     save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "policy", MULTIPLIERS)
     task = constrained_task(dlrm_tables(10, seed=11), 8, hbm_fraction=0.3)
-    polished = PPOSharder(policy=tmp_path / "policy")
-    plan = polished.shard(task, MODEL)
-    check_layout(plan, task)
-    assert polished.last_choice is not None
-    assert "ppo-fine-greedy" in polished.last_choice.costs
+    polished = PPOSharder(policy=tmp_path / "policy").solve(task, MODEL)
+    check_layout(polished.plan, task)
+    assert "ppo-fine-greedy" in polished.details.costs
     plain = PPOSharder(policy=tmp_path / "policy", polish=False)
-    plain.shard(task, MODEL)
-    assert plain.last_choice is not None
     # Without the polish too: with each decode's HBM water-filled, the finer pieces can win.
-    assert "ppo-fine-greedy" in plain.last_choice.costs
+    assert "ppo-fine-greedy" in plain.solve(task, MODEL).details.costs
     other = constrained_task(dlrm_tables(40, seed=11), 8, hbm_fraction=0.3)  # 5 per device
-    plain.shard(other, MODEL)
-    assert plain.last_choice is not None
-    assert not any(n.startswith("ppo-fine") for n in plain.last_choice.costs)
+    assert not any(n.startswith("ppo-fine") for n in plain.solve(other, MODEL).details.costs)
 
 
 def _two_kinds(reservation: str) -> tuple[ShardingTask, Polisher]:

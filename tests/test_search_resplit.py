@@ -70,10 +70,8 @@ def test_the_sharder_reports_a_resplit_winner() -> None:
     # re-split plan wins, as '<name>+resplit' (kicked after, '+kick', where that lowers it
     # further), and is what the sharder returns.
     task = constrained_task(model_tables("dcnv2"), 4, 0.3, reservation="torchrec")
-    sharder = get_sharder("ppo")
-    plan = sharder.shard(task, MODEL)
-    choice = sharder.last_choice
-    assert choice is not None
+    sharded = get_sharder("ppo").solve(task, MODEL)
+    plan, choice = sharded.plan, sharded.details
     assert "+resplit" in choice.winner
     assert evaluate(plan, task, MODEL).step_cost_ms == pytest.approx(
         min(choice.costs.values()), rel=1e-9)

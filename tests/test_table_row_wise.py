@@ -103,8 +103,8 @@ def test_pins_put_each_row_split_table_on_every_device_of_its_node_or_world() ->
 def test_recshard_splits_the_dominant_table_within_a_node_where_that_is_cheaper(
         tmp_path: Path) -> None:
     task = _two_nodes()
-    with_twrw = RecShard(time_limit=10).solve(task, MODEL)
-    without = RecShard(time_limit=10, node_splits=False).solve(task, MODEL)
+    with_twrw = RecShard(time_limit=10).solve(task, MODEL).details
+    without = RecShard(time_limit=10, node_splits=False).solve(task, MODEL).details
     huge = next(p for p in with_twrw.plan.placements if p.table == "huge")
     assert huge.sharding == ShardingKind.TABLE_ROW_WISE
     devices = [s.device for s in huge.shards]

@@ -65,35 +65,36 @@ def _timed_torchrec(limit_s: float) -> tuple[TorchRecSharder, StepClock]:
 def test_torchrec_keeps_its_time_limit_on_its_clock() -> None:
     task = _probe()
     sharder, clock = _timed_torchrec(LIMIT_S)
-    plan = sharder.shard(task, MODEL)
+    sharded = sharder.solve(task, MODEL)
     assert clock.now <= LIMIT_S + SLACK_S, (
         f"torchrec read {clock.now:.2f} s on its clock with a limit of {LIMIT_S} s; notes: "
-        f"{sharder.last_notes}")
-    assert math.isfinite(evaluate(plan, task, MODEL).step_cost_ms)
+        f"{sharded.notes}")
+    assert math.isfinite(evaluate(sharded.plan, task, MODEL).step_cost_ms)
 
 
 def test_torchrec_says_what_a_short_limit_cut() -> None:
     task = _constrained()
     sharder, clock = _timed_torchrec(LIMIT_S)
-    plan = sharder.shard(task, MODEL)
+    sharded = sharder.solve(task, MODEL)
     assert clock.now <= LIMIT_S + SLACK_S
-    assert math.isfinite(evaluate(plan, task, MODEL).step_cost_ms)
+    assert math.isfinite(evaluate(sharded.plan, task, MODEL).step_cost_ms)
     # 200 tables x 8 devices at full strength: TorchRec's enumeration alone would take longer
     # than the limit, so the split types go to the dominant tables only, and that is said; so
     # is the second cache start it had no time for.
-    assert any("split sharding types offered to" in note for note in sharder.last_notes)
-    assert any("not tried" in note for note in sharder.last_notes)
+    assert any("split sharding types offered to" in note for note in sharded.notes)
+    assert any("not tried" in note for note in sharded.notes)
 
 
 def test_torchrec_offers_fused_alone_only_where_hbm_holds_every_table() -> None:
     sharder, _ = _timed_torchrec(LIMIT_S)
     task = _probe()  # 856 tables of 130 GB on 640 GB of HBM: every kernel takes too long
-    plan = sharder.shard(task, MODEL)
-    assert any("fused kernel alone" in note for note in sharder.last_notes)
+    sharded = sharder.solve(task, MODEL)
+    plan = sharded.plan
+    assert any("fused kernel alone" in note for note in sharded.notes)
     rows = {t.name: t.rows for t in task.tables}
     assert all(p.hbm_rows == rows[p.table] for p in plan.placements)  # nothing in UVM
     # 30% of the bytes in HBM: the UVM kernels stay, at any limit.
     roomy, clock = _timed_torchrec(5 * LIMIT_S)
-    roomy.shard(_constrained(), MODEL)
-    assert not any("fused kernel alone" in note for note in roomy.last_notes)
+    notes = roomy.solve(_constrained(), MODEL).notes
+    assert not any("fused kernel alone" in note for note in notes)
     assert clock.now > LIMIT_S + SLACK_S  # it used more: the shorter limit cuts a run

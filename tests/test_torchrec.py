@@ -56,10 +56,10 @@ def test_unavailable_names_the_extra_when_torchrec_is_missing(monkeypatch: Any) 
 @needs_torchrec
 def test_plans_with_splits_and_converts_shard_by_shard() -> None:
     task = constrained_task(dlrm_tables(8, seed=2), 2, hbm_fraction=0.5)
-    sharder = TorchRecSharder(sharding_types=SHARDING_TYPES)
-    plan = sharder.shard(task, MODEL)
+    sharded = TorchRecSharder(sharding_types=SHARDING_TYPES).solve(task, MODEL)
+    plan = sharded.plan
     assert plan.sharder == "torchrec"
-    module_plan = sharder.last_sharding_plan.get_plan_for_module("")
+    module_plan = sharded.details.sharding_plan.get_plan_for_module("")
     kinds, kernels = set(), set()
     for p in plan.placements:
         t = task.tables[task.index[p.table]]
@@ -93,13 +93,11 @@ def test_cache_search_starts_from_a_cache_that_fits() -> None:
     # it falls back to host memory for big tables; starting from a fitting size does better
     # under TorchRec's own estimate.
     task = constrained_task(dlrm_tables(12, seed=2), 2, hbm_fraction=0.3)
-    auto = TorchRecSharder(sharding_types=SHARDING_TYPES)
-    auto.shard(task, MODEL)
-    fixed = TorchRecSharder(cache_load_factor=0.2, sharding_types=SHARDING_TYPES)
-    fixed.shard(task, MODEL)
-    assert auto.last_cache_load_factor is not None and auto.last_cache_load_factor < 0.2
-    assert auto.last_rating_ms is not None and fixed.last_rating_ms is not None
-    assert auto.last_rating_ms < 0.8 * fixed.last_rating_ms
+    auto = TorchRecSharder(sharding_types=SHARDING_TYPES).solve(task, MODEL).details
+    fixed = TorchRecSharder(cache_load_factor=0.2,
+                            sharding_types=SHARDING_TYPES).solve(task, MODEL).details
+    assert auto.cache_load_factor < 0.2 and fixed.cache_load_factor == 0.2
+    assert auto.rated_ms() < 0.8 * fixed.rated_ms()
 
 
 @needs_torchrec

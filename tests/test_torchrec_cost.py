@@ -131,10 +131,9 @@ def test_planning_for_both_reports_both_figures() -> None:
     from autoshard.torchrec.estimate import estimate_plan
 
     task = _small_task()
-    sharder = RecShard(time_limit=6.0, also_for="torchrec")
-    plan = sharder.shard(task, MODEL)
-    result = sharder.last_result
-    assert result is not None and result.method.startswith("both-")
+    result = RecShard(time_limit=6.0, also_for="torchrec").solve(task, MODEL).details
+    plan = result.plan
+    assert result.method.startswith("both-")
     assert plan.sharder == "recshard"
     report = evaluate(plan, task, MODEL)
     assert result.step_cost_ms == pytest.approx(report.step_cost_ms)

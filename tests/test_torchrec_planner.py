@@ -119,8 +119,8 @@ def test_cpu_plan_is_ready_for_dmp_and_keeps_every_row_in_memory() -> None:
         assert ps.compute_kernel == "fused"
         for shard in ps.sharding_spec.shards:
             assert str(shard.placement) == f"rank:{shard.placement.rank()}/cpu"
-    assert planner.last_task.hardware.num_devices == 2
-    assert planner.last_task.workload.batch_size == 512 * 2  # TorchRec's per-rank default
+    assert planner.result.task.hardware.num_devices == 2
+    assert planner.result.task.workload.batch_size == 512 * 2  # TorchRec's per-rank default
 
 
 def test_sharding_types_and_min_partition_are_honoured() -> None:
@@ -176,7 +176,7 @@ def test_nested_collections_are_planned_under_their_module_paths(tmp_path: Path)
                                 build())
     assert set(plan.plan) == {"user", "tower.1"}
     assert set(plan.plan["user"]) == {"members"} and set(plan.plan["tower.1"]) == {"videos"}
-    assert planner.last_plan is not None and planner.last_plan.context is not None
+    assert planner.result is not None and planner.result.plan.context is not None
 
 
 def test_statistics_come_from_stats_then_constraints_then_a_warning(
@@ -186,23 +186,22 @@ def test_statistics_come_from_stats_then_constraints_then_a_warning(
     given = {"t2": constraint(pooling_factors=[2.0, 0.5])}
     with caplog.at_level(logging.WARNING, "autoshard"):
         _, planner = planned(cpu(), ebc(features=2), stats=stats, constraints=given)
-    pooling = {t.name: t.pooling_factor for t in planner.last_task.tables}
+    pooling = {t.name: t.pooling_factor for t in planner.result.task.tables}
     assert pooling == {"t0": 3.0, "t1": 7.0, "t2": 2.5, "t3": 1.0}
-    assert planner.last_task.tables[1].zipf_alpha == 1.1
+    assert planner.result.task.tables[1].zipf_alpha == 1.1
     warned = [r.getMessage() for r in caplog.records if "default pooling factor" in
               r.getMessage()]
     assert len(warned) == 1 and "(t3)" in warned[0]
 
 
-def test_last_plan_saves_and_evaluates_on_its_context(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]
-                                                      ) -> None:
+def test_the_result_plan_saves_and_evaluates_on_its_context(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, planner = planned(cpu(), ebc())
     path = tmp_path / "plan.json"
-    planner.last_plan.save(path)
+    planner.result.plan.save(path)
     code, out, err = run_cli(["evaluate", str(path), "--json"], capsys)
     assert code == 0, err
-    assert json.loads(out)["step_cost_ms"] == pytest.approx(planner.last_report.step_cost_ms)
+    assert json.loads(out)["step_cost_ms"] == pytest.approx(planner.result.report.step_cost_ms)
     assert Plan.load(path).context.tables.startswith("torchrec-module:")
 
 
@@ -271,7 +270,7 @@ def test_a_plan_records_its_model_tables_inline_and_checks_them(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, planner = planned(cpu(), ebc())
     path = tmp_path / "plan.json"
-    planner.last_plan.save(path)
+    planner.result.plan.save(path)
     doc = json.loads(path.read_text())
     doc["context"]["inline_tables"][0]["rows"] += 1
     path.write_text(json.dumps(doc))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table as RichTable
 
+from autoshard import planning
 from autoshard.cli.app import app
 from autoshard.cli.common import (
     BatchOpt,
@@ -53,6 +52,7 @@ from autoshard.errors import InputError, PlannerError
 from autoshard.hardware import BUNDLED, load_hardware
 from autoshard.layout.plan import Plan
 from autoshard.limits import check_finite_costs, one_of
+from autoshard.planning import Planned
 from autoshard.pricing.cost import CostModel, load_cost_model, machine_warning
 from autoshard.pricing.evaluator import CostReport, evaluate
 from autoshard.sharders import (
@@ -104,37 +104,33 @@ def plan(
         chosen = get_sharder(sharder, **options)
     if note := machine_warning(model):
         typer.echo(f"warning: {note}", err=True)
-    start = time.perf_counter()
+    context = record_context(task, tables, hardware, devices, nodes, hbm_gb, cost_model,
+                             inline=torchrec_model is not None)
     try:
-        result = chosen.shard(task, model)
+        planned = planning.plan(task, chosen, model, context=context)
     except PlannerError as exc:
         raise PlannerError(exc.kind, f"{tables}: {exc}") from exc
-    seconds = time.perf_counter() - start
-    result = replace(result, context=record_context(task, tables, hardware, devices, nodes,
-                                                    hbm_gb, cost_model,
-                                                    inline=torchrec_model is not None))
-    report = evaluate(result, task, model, bound_ms=getattr(chosen, "last_bound_ms", None))
-    check_finite_costs({"step_cost_ms": report.step_cost_ms,
-                        "lower_bound_ms": report.lower_bound_ms}, f"{tables}: {sharder}'s plan")
-    result.save(output)
-    _show_planned(report, result, getattr(chosen, "last_report", None), seconds, output,
-                  json_out)
+    planned.plan.save(output)
+    _show_planned(planned, output, json_out)
 
 
-def _show_planned(report: CostReport, plan: Plan, solver: dict[str, Any] | None,
-                  seconds: float, output: Path, json_out: bool) -> None:
+def _show_planned(planned: Planned, output: Path, json_out: bool) -> None:
     """The plan's report: JSON, or the per-device table, how the plan was found and the
     solver's figures."""
+    report, plan, solver, seconds = (planned.report, planned.plan, planned.solver,
+                                     planned.seconds)
     found = None if plan.provenance is None else plan.provenance.to_dict()
     if json_out:
         print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output),
-                        provenance=found, solver=solver))
+                        provenance=found, solver=solver, notes=list(planned.notes)))
         return
     show_report(report)
     if plan.provenance is not None:
         console.print(f"found by {plan.provenance.summary()}", markup=False)
     if solver is not None:
         console.print(solver_line(solver), markup=False)
+    for note in planned.notes:
+        console.print(f"note: {note}", markup=False)
     console.print(f"planned {len(plan.placements)} tables on "
                   f"{report.per_device and len(report.per_device)} devices in {seconds:.3f} s; "
                   f"wrote {output}")

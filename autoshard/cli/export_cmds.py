@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from autoshard import exporting
 from autoshard.cli.app import app
 from autoshard.cli.common import (
     BatchOpt,
@@ -29,8 +29,7 @@ from autoshard.cli.context import (
 from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import check_distinct_outputs
 from autoshard.layout.plan import Plan
-
-TARGETS = ("torchrec",)
+from autoshard.task import ShardingTask
 
 
 @app.command("export")
@@ -69,8 +68,9 @@ def export(
     ranks it would overfill are lowered until they fit, and the tables changed are listed.
     Load the file in Python with ``autoshard.torchrec.export.load_sharding_plan(path)``.
     """
-    if to not in TARGETS:
-        raise InputError(f"must be one of {', '.join(TARGETS)}", field="--to", value=to)
+    if to not in exporting.export_targets():
+        raise InputError(f"must be one of {', '.join(exporting.export_targets())}", field="--to",
+                         value=to)
     check_output_path(output)
     if fitted_plan is not None:
         check_output_path(fitted_plan)
@@ -80,66 +80,24 @@ def export(
                                                 batch_size, mode, overhead), reprice)
     for note in priced.notes:
         typer.echo(f"note: {note}", err=True)
-    _export(plan_file, loaded, priced.task, output, fitted_plan, fit, check)
+    _export(plan_file, loaded, priced.task, to, output, fitted_plan, fit, check)
 
 
-def _export(plan_file: Path, loaded: Plan, task: Any, output: Path, fitted_plan: Path | None,
-            fit: bool, check: bool) -> None:
-    """Writes the description of ``loaded`` (and the fitted plan) and says what it holds."""
-    from autoshard.fileio import write_structured
-    from autoshard.torchrec.export import export_doc
-    from autoshard.torchrec.shardings import table_shardings, to_plan
-    from autoshard.torchrec.storage import fit_shardings
-
+def _export(plan_file: Path, loaded: Plan, task: ShardingTask, to: str, output: Path,
+            fitted_plan: Path | None, fit: bool, check: bool) -> None:
+    """Exports ``loaded`` (:func:`autoshard.exporting.export`) and says what it holds."""
     try:
-        shardings = table_shardings(loaded, task)
-        changed: list[str] = []
-        if fit:
-            shardings, changed = fit_shardings(shardings, task)
-        exported = to_plan(shardings, task, loaded.sharder)
-        doc = export_doc(exported, task)
+        exported = exporting.export(loaded, task, output, to=to, fit=fit, check=check,
+                          fitted_plan=fitted_plan)
     except InputError as exc:
         raise exc.located(str(plan_file)) from exc
     except PlannerError as exc:
         raise PlannerError(exc.kind, f"{plan_file}: {exc}") from exc
-    if check:
-        _check(doc, task)
-    write_structured(output, doc)
-    if fitted_plan is not None:
-        exported.save(fitted_plan)
-    kinds = Counter(f"{t['sharding_type']}/{t['compute_kernel']}" for t in doc["tables"])
-    summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-    console.print(f"wrote {output}: {len(doc['tables'])} tables on {doc['world_size']} ranks "
-                  f"({summary})")
+    if exported.checked is not None:
+        console.print(exported.checked)
+    console.print(f"wrote {output}: {exported.summary}")
+    changed = exported.changed
     if changed:
         console.print(f"lowered the HBM caches of {len(changed)} table(s) to fit TorchRec's "
                       f"HBM count (I/O buffers, cache state): {', '.join(changed[:8])}"
                       f"{' ...' if len(changed) > 8 else ''}")
-
-
-def _check(doc: dict[str, Any], task: Any) -> None:
-    """TorchRec loads the description, its sharder accepts every table's sharding, and its
-    storage estimator fits every rank; else a PlannerError naming what fails."""
-    from autoshard.errors import gib
-    from autoshard.torchrec.estimate import estimate_shardings
-    from autoshard.torchrec.export import (
-        check_sharding_plan,
-        load_sharding_plan,
-        meta_collection,
-        read_export,
-    )
-
-    sharding_plan = load_sharding_plan(doc)
-    _, shardings = read_export(doc)
-    module = meta_collection([(s.table, s.rows, s.dim, s.data_type) for s in shardings])
-    check_sharding_plan(sharding_plan, module, doc["world_size"], doc["local_world_size"])
-    estimate = estimate_shardings(shardings, task)
-    for r in estimate.per_rank:
-        if not r.fits:
-            raise PlannerError("capacity", f"TorchRec's storage estimate of rank {r.rank}: "
-                               f"HBM {gib(r.hbm_bytes)} of {gib(r.hbm_capacity)}, host "
-                               f"{gib(r.ddr_bytes)} of {gib(r.ddr_capacity)}")
-    console.print(f"TorchRec accepts it: every table planned with a sharding type and kernel "
-                  f"its EmbeddingBagCollection sharder offers, shards tiling each table, and "
-                  f"its storage estimate fits every rank (fullest HBM "
-                  f"{100 * estimate.hbm_fill:.1f}%)")

@@ -22,8 +22,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from autoshard import planning
 from autoshard.compare.rows import (
     BESIDE,
     COLUMNS,
@@ -40,14 +41,12 @@ from autoshard.errors import InputError, PlannerError
 from autoshard.fileio import read_structured, write_structured
 from autoshard.layout.plan import Plan
 from autoshard.layout.plan_context import SUITE_PREFIX, PlanContext
-from autoshard.limits import check_finite_costs
 from autoshard.machine import describe_machine
 from autoshard.pricing.cost import CostModel
-from autoshard.pricing.evaluator import CostReport, evaluate
+from autoshard.pricing.evaluator import CostReport
 from autoshard.sharders import (
     check_sharder_options,
     common_options,
-    get_sharder,
     sharder_info,
     sharder_names,
 )
@@ -132,25 +131,22 @@ def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_mo
     reason = sharder_info(name, **options).unavailable
     if reason:
         return CompareRow(status="skipped", reason=reason, **base), None, None  # type: ignore
+    context = _context(suite, spec, task, cost_model_id or cost_model.name)
     start = time.perf_counter()
-    try:
-        sharder = get_sharder(name, **options)  # loading (a policy, say) is not planning time
-        start = time.perf_counter()
-        plan = sharder.shard(task, cost_model)
-        seconds = time.perf_counter() - start
-        report = evaluate(plan, task, cost_model, bound_ms=bound_ms)
-        check_finite_costs({f: getattr(report, f) for f in FIGURES if f != "plan_seconds"},
-                           f"{name}'s plan")
+    try:  # every sharder's cost over the same bound, not over its own
+        planned = planning.plan(task, name, cost_model, bound_ms=bound_ms, own_bound=False,
+                                context=context, **cast(dict[str, Any], options))
     except (PlannerError, InputError) as exc:
         return CompareRow(status="failed", reason=str(exc), plan_seconds=time.perf_counter()
                           - start, **base), None, None  # type: ignore[arg-type]
-    plan = replace(plan, context=_context(suite, spec, task, cost_model_id or cost_model.name))
-    found_by = "" if plan.provenance is None else plan.provenance.summary()
+    report, found = planned.report, planned.plan
+    found_by = "" if found.provenance is None else found.provenance.summary()
     row = CompareRow(status="ok", step_cost_ms=report.step_cost_ms,
                      lower_bound_ms=report.lower_bound_ms, cost_ratio=report.cost_ratio,
                      load_balance=report.load_balance, uvm_lookup_share=report.uvm_lookup_share,
-                     plan_seconds=seconds, found_by=found_by, **base)  # type: ignore[arg-type]
-    return row, plan, report
+                     plan_seconds=planned.seconds, found_by=found_by,
+                     **base)  # type: ignore[arg-type]
+    return row, found, report
 
 
 @dataclass(frozen=True)

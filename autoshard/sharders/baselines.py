@@ -7,13 +7,13 @@ from typing import ClassVar
 import numpy as np
 
 from autoshard.layout.placement import PlacementState
-from autoshard.layout.plan import Plan
 from autoshard.limits import SEED, Range
 from autoshard.pricing.cost import CostModel
+from autoshard.sharders.base import Sharded, Sharder
 from autoshard.task import ShardingTask
 
 
-class RandomSharder:
+class RandomSharder(Sharder):
     """Tables in random order, each on a random device where it fits whole in HBM, else split.
 
     Args:
@@ -27,7 +27,7 @@ class RandomSharder:
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
 
-    def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
+    def solve(self, task: ShardingTask, cost_model: CostModel) -> Sharded[None]:
         rng = np.random.default_rng(self.seed)
         state = PlacementState(task, cost_model)
         for t in rng.permutation(task.num_tables):
@@ -36,16 +36,16 @@ class RandomSharder:
                 state.place(int(t), int(rng.choice(fits)), int(task.tables[t].rows))
             else:
                 state.place(int(t), *state.best_split(int(t)))
-        return state.to_plan(self.name)
+        return Sharded(state.to_plan(self.name), None)
 
 
-class RoundRobinSharder:
+class RoundRobinSharder(Sharder):
     """Table i on device i mod D; if it does not fit there, the next device where it does."""
 
     name: ClassVar[str] = "round_robin"
     summary: ClassVar[str] = "table i on device i mod D, next device that fits"
 
-    def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
+    def solve(self, task: ShardingTask, cost_model: CostModel) -> Sharded[None]:
         state = PlacementState(task, cost_model)
         n = task.num_devices
         for t in range(task.num_tables):
@@ -56,4 +56,4 @@ class RoundRobinSharder:
                 state.place(t, int(chosen[0]), int(task.tables[t].rows))
             else:
                 state.place(t, *state.best_split(t))
-        return state.to_plan(self.name)
+        return Sharded(state.to_plan(self.name), None)

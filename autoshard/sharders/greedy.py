@@ -8,14 +8,14 @@ import numpy as np
 
 from autoshard.errors import PlannerError
 from autoshard.layout.placement import PlacementState
-from autoshard.layout.plan import Plan
 from autoshard.layout.shards import ShardLayout, pricing_task, split_pins
 from autoshard.layout.splitting import split_heavy_tables
 from autoshard.pricing.cost import CostModel
+from autoshard.sharders.base import Sharded, Sharder
 from autoshard.task import ShardingTask
 
 
-class GreedySharder:
+class GreedySharder(Sharder):
     """Sorts tables by :meth:`keys` (descending) and puts each on the device with the lowest
     accumulated key among those where it fits whole in HBM; a table that fits in no device's
     free HBM is split (hottest rows that fit in HBM, the rest in host memory).
@@ -35,9 +35,9 @@ class GreedySharder:
     def keys(self, task: ShardingTask) -> np.ndarray:
         raise NotImplementedError
 
-    def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
+    def solve(self, task: ShardingTask, cost_model: CostModel) -> Sharded[None]:
         if not self.split:
-            return self._place(task, cost_model).to_plan(self.name)
+            return Sharded(self._place(task, cost_model).to_plan(self.name), None)
         choice = split_heavy_tables(task, cost_model)
         g = choice.geometry
         # A shard keeps at most its table's share of HBM rows in the bound's relaxation, so
@@ -46,7 +46,7 @@ class GreedySharder:
         state = self._place(pricing_task(task, g), cost_model, cap.astype(np.int64),
                             split_pins(task, g))
         layout = ShardLayout(g, state.device, state.hbm_rows).even_shares(task)
-        return layout.to_plan(task, self.name)
+        return Sharded(layout.to_plan(task, self.name), None)
 
     def _place(self, task: ShardingTask, cost_model: CostModel,
                hbm_cap: np.ndarray | None = None, pins: np.ndarray | None = None

@@ -76,6 +76,7 @@ from autoshard.pricing.curves import cost_curves, device_kinds
 from autoshard.provenance import Provenance
 from autoshard.reservation import NO_RESERVATION
 from autoshard.search.lns import GROUP_DEVICES, MAX_PAIRS, MIP_REL_GAP
+from autoshard.sharders.base import Sharded, Sharder
 from autoshard.sharders.recshard_blend import solve_both
 from autoshard.sharders.recshard_tables import (
     DEADLINE_STATUS,
@@ -116,7 +117,7 @@ POLISH_SHARE_OF_LIMIT = 0.1
 NO_SPLIT_STATUS = "deadline: splits not chosen in time, tables whole"
 
 
-class RecShard:
+class RecShard(Sharder):
     """Statistical MILP sharder (RecShard, Sethi et al. 2022) solved with HiGHS.
 
     Args:
@@ -190,7 +191,6 @@ class RecShard:
         self.max_pairs = max_pairs
         self.group_devices = group_devices
         self.seed = seed
-        self.last_result: RecShardResult | None = None
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -200,22 +200,14 @@ class RecShard:
             return "needs the HiGHS solver: pip install highspy"
         return None
 
-    @property
-    def last_report(self) -> dict[str, object] | None:
-        """The last solve's status, bound, gap and timings (:meth:`RecShardResult.report`)."""
-        return None if self.last_result is None else self.last_result.report()
+    def solve(self, task: ShardingTask, cost_model: CostModel) -> Sharded[RecShardResult]:
+        """Plans the task: the plan with its proven bound, and the solve's record (cost,
+        bound, gap, status, timings: :class:`RecShardResult`) as its details."""
+        result = self._record(task, cost_model)
+        return Sharded(result.plan, result, bound_ms=result.bound_ms)
 
-    @property
-    def last_bound_ms(self) -> float | None:
-        """Lower bound proven by the last solve (pass to ``evaluate(..., bound_ms=...)``)."""
-        return None if self.last_result is None else self.last_result.bound_ms
-
-    def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
-        self.last_result = self.solve(task, cost_model)
-        return self.last_result.plan
-
-    def solve(self, task: ShardingTask, cost_model: CostModel) -> RecShardResult:
-        """Plans the task and reports cost, bound and gap."""
+    def _record(self, task: ShardingTask, cost_model: CostModel) -> RecShardResult:
+        """The solve of :meth:`solve`, as its record."""
         start = time.perf_counter()
         limit = self.time_limit * (1.0 - POLISH_SHARE_OF_LIMIT if self.polish else 1.0)
         solver = self._with_limit(limit)
@@ -234,7 +226,7 @@ class RecShard:
         """A copy with another time limit, planning for its cost model alone, no search
         stage."""
         out = copy.copy(self)
-        out.time_limit, out.also_for, out.polish, out.last_result = time_limit, None, False, None
+        out.time_limit, out.also_for, out.polish = time_limit, None, False
         return out
 
     def _searched(self, result: RecShardResult, task: ShardingTask, cost_model: CostModel,
@@ -461,7 +453,7 @@ def recshard_bound(task: ShardingTask, cost_model: CostModel, time_limit: float 
         full = cost_curves(task, cost_model, kinds).lines()
         relaxed = milp_model.solve(aggregated(task, kinds), full)
         return max(relaxed.bound if np.isfinite(relaxed.bound) else 0.0, single_bound(full))
-    return RecShard(time_limit=time_limit, split=False).solve(task, cost_model).bound_ms
+    return RecShard(time_limit=time_limit, split=False).solve(task, cost_model).details.bound_ms
 
 
 def _with_replicas(task: ShardingTask, cost_model: CostModel, choices: list[ShardGeometry]

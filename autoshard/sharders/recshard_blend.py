@@ -29,6 +29,7 @@ import numpy as np
 from autoshard.layout.plan import Plan
 from autoshard.pricing.cost import CostModel, Pricing
 from autoshard.pricing.evaluator import plan_cost_ms
+from autoshard.sharders.base import Sharded
 from autoshard.sharders.recshard_tables import RecShardResult
 from autoshard.task import ShardingTask
 
@@ -36,7 +37,7 @@ from autoshard.task import ShardingTask
 class Solver(Protocol):
     """``recshard`` planning for one cost model."""
 
-    def solve(self, task: ShardingTask, cost_model: CostModel) -> RecShardResult: ...
+    def solve(self, task: ShardingTask, cost_model: CostModel) -> Sharded[RecShardResult]: ...
 
 #: Share of the time limit for each model's own solve (the blend gets the rest).
 OWN_SHARE = 1.0 / 3.0
@@ -67,8 +68,8 @@ def solve_both(with_limit: Callable[[float], Solver], task: ShardingTask,
     sharder's name for the plan."""
     start = time.perf_counter()
     own = with_limit(OWN_SHARE * limit)
-    first = own.solve(task, models[0])
-    second = own.solve(task, models[1])
+    first = own.solve(task, models[0]).details
+    second = own.solve(task, models[1]).details
     plans = [first.plan, second.plan]
     best = [min(plan_cost_ms(p, task, m) for p in plans) for m in models]
     left = max(limit - (time.perf_counter() - start), 0.1 * limit)

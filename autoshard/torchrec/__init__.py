@@ -5,6 +5,8 @@
 - :mod:`~autoshard.torchrec.shardings`: a plan as TorchRec table shardings, and back;
 - :mod:`~autoshard.torchrec.export`: the sharding-plan description file, and TorchRec's
   ``ShardingPlan`` objects built from it and checked against its sharder;
+  :mod:`~autoshard.torchrec.exporter`: a plan exported (fitted, described, checked, written),
+  the ``torchrec`` target of :func:`autoshard.exporting.export`;
 - :mod:`~autoshard.torchrec.runtime_memory`: the HBM TorchRec's runtime keeps per table or shard
   (a task's reservation); :mod:`~autoshard.torchrec.storage`: TorchRec's own storage count,
   mirrored exactly, and plans fitted to it;
@@ -18,8 +20,8 @@
   :mod:`~autoshard.torchrec.parameter_constraints` (its ParameterConstraints as ours).
 
 The core reaches this package only through its registries (sharders, cost models,
-reservations), by name; nothing here is imported by the core. Importing TorchRec itself (the
-``torchrec`` extra) happens inside the functions that need it.
+reservations, export targets), by name; nothing here is imported by the core. Importing
+TorchRec itself (the ``torchrec`` extra) happens inside the functions that need it.
 """
 
 from __future__ import annotations

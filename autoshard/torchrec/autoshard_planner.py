@@ -11,36 +11,34 @@ it plans with autoshard:
    per-rank batch our global one, the pipeline TorchRec's HBM reservation
    (:mod:`autoshard.torchrec.runtime_memory`), each table's ``ParameterConstraints`` our
    constraints (:mod:`autoshard.torchrec.parameter_constraints`);
-3. a sharder from the registry plans the task under the cost model, and
-   :func:`autoshard.search.enforce.enforce` brings its HBM rows within the constraints;
+3. a sharder from the registry plans the task under the cost model (:func:`autoshard.planning.
+   plan`, which also brings its HBM rows within the constraints and prices the plan);
 4. the plan becomes TorchRec's ``ParameterSharding`` objects keyed by each collection's module
    path (:func:`autoshard.torchrec.export.sharding_plan`), checked with TorchRec's own
    validation.
 
 A short report goes to the ``autoshard.torchrec.autoshard_planner`` logger at INFO: the sharder and
 how it stopped, the step cost and lower bound under our cost model, the HBM reserved per rank, and
-TorchRec's own estimate of the plan beside ours. The plan in our terms, with its context
-(tables recorded inline), is ``last_plan``: ``last_plan.save("plan.json")`` and
-``autoshard evaluate plan.json`` price it again.
+TorchRec's own estimate of the plan beside ours. The planning's result is ``result``
+(:class:`autoshard.planning.Planned`): ``result.plan`` is the plan in our terms, with its context
+(tables recorded inline); ``result.plan.save("plan.json")`` and ``autoshard evaluate plan.json``
+price it again.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
+from autoshard import planning
 from autoshard.errors import InputError, PlannerError, gib
 from autoshard.layout.constraints import Constraints
 from autoshard.layout.plan import Plan
 from autoshard.layout.plan_context import PlanContext
-from autoshard.layout.shards import plan_layout
 from autoshard.limits import MAX_BATCH_SIZE, TIME_LIMIT_S, int_in
-from autoshard.pricing.cost import is_model_spec, load_cost_model, model_identity
-from autoshard.pricing.evaluator import CostReport, evaluate
-from autoshard.search.enforce import enforce
-from autoshard.sharders import check_sharder_options, common_options, get_sharder
+from autoshard.pricing.cost import is_model_spec, model_identity
+from autoshard.sharders import check_sharder_options, common_options
 from autoshard.task import ShardingTask, Workload
 from autoshard.torchrec.export import sharding_plan
 from autoshard.torchrec.model_tables import (
@@ -80,8 +78,13 @@ class AutoshardPlanner:
             ``"prefetch"``; it decides the HBM reserved per table (None: ``"none"``).
         time_limit: Seconds the sharder may plan for.
 
-    After :meth:`plan` (on rank 0 of :meth:`collective_plan`), ``last_plan`` is the plan in our
-    terms with its context, ``last_task`` the task planned and ``last_report`` its cost report.
+    Attributes:
+        result: What :meth:`plan` planned (on rank 0 of :meth:`collective_plan`; None before,
+            or when the model has no table to plan): the plan in our terms with its context,
+            the task planned, its cost report and the sharder's record
+            (:class:`autoshard.planning.Planned`). :meth:`plan` returns TorchRec's
+            ``ShardingPlan``, as TorchRec's planner interface has it; ``DistributedModelParallel``
+            calls :meth:`collective_plan` itself, so the result is kept here.
     """
 
     def __init__(self, topology: Any = None, batch_size: int | None = None,
@@ -104,9 +107,7 @@ class AutoshardPlanner:
         self.sharder, self.sharder_options = sharder, dict(sharder_options or {})
         self.stats, self.cost_model, self.time_limit = stats, cost_model, time_limit
         self.pipeline = check_pipeline(pipeline or "none")
-        self.last_plan: Plan | None = None
-        self.last_task: ShardingTask | None = None
-        self.last_report: CostReport | None = None
+        self.result: planning.Planned | None = None
 
     def collective_plan(self, module: Any, sharders: Sequence[Any] | None = None,
                         pg: Any = None) -> Any:
@@ -161,7 +162,7 @@ class AutoshardPlanner:
         topology = self.topology or _default_topology()
         collections = find_collections(module, sharders)
         tables = tables_of(collections)
-        self.last_plan = self.last_task = self.last_report = None
+        self.result = None
         if not tables:
             _log.warning("no embedding collection with tables to plan in %s",
                          type(module).__name__)
@@ -175,15 +176,12 @@ class AutoshardPlanner:
         for note in output_notes(tables):
             _log.info("%s", note)
         task = self._task(ours, topology, rules)
-        plan, report, chosen = self._planned(task)
+        planned = self._planned(task, _source(module))
         path_of = {t.name: t.path for t in tables}
-        result = self._torchrec_plan(plan, task, path_of, rules, topology)
+        result = self._torchrec_plan(planned.plan, task, path_of, rules, topology)
         _validate(result, module, list(sharders), topology)
-        context = PlanContext.of(task, _source(module), {"profile": task.hardware.name},
-                                 model_identity(self.cost_model), inline=True)
-        self.last_plan, self.last_task, self.last_report = (
-            replace(plan, context=context), task, report)
-        _log_report(chosen, report, plan, task, self.pipeline)
+        self.result = planned
+        _log_report(planned, self.pipeline)
         return result
 
     def _task(self, tables: tuple[Any, ...], topology: Any, rules: dict[str, Allowed]
@@ -199,19 +197,15 @@ class AutoshardPlanner:
         return ShardingTask(tables, hardware, workload, reservation,
                             Constraints({n: r.constraint for n, r in rules.items()}))
 
-    def _planned(self, task: ShardingTask) -> tuple[Plan, CostReport, Any]:
-        """The sharder's plan within the constraints, its cost report and the sharder."""
-        model = load_cost_model(self.cost_model)
+    def _planned(self, task: ShardingTask, source: str) -> planning.Planned:
+        """The sharder's plan within the constraints, priced (:func:`autoshard.planning.plan`),
+        its context naming ``source`` (the model) with the tables inline."""
         options = {**common_options(self.sharder, {"seed": SEED,
                                                    "time_limit": self.time_limit}),
                    **self.sharder_options}
-        chosen = get_sharder(self.sharder, **options)
-        plan = chosen.shard(task, model)
-        _check_kinds(plan, task, self.sharder)
-        layout = enforce(task, plan_layout(plan, task), model)
-        plan = replace(plan, placements=layout.to_plan(task, plan.sharder).placements)
-        report = evaluate(plan, task, model, bound_ms=getattr(chosen, "last_bound_ms", None))
-        return plan, report, chosen
+        context = PlanContext.of(task, source, {"profile": task.hardware.name},
+                                 model_identity(self.cost_model), inline=True)
+        return planning.plan(task, self.sharder, self.cost_model, context=context, **options)
 
     def _torchrec_plan(self, plan: Plan, task: ShardingTask, path_of: dict[str, str],
                        rules: dict[str, Allowed], topology: Any) -> Any:
@@ -255,18 +249,6 @@ def _note_unknown(given: dict[str, Any], rules: dict[str, Allowed]) -> None:
                      ", ".join(unknown))
 
 
-def _check_kinds(plan: Plan, task: ShardingTask, sharder: str) -> None:
-    """Fails, saying which sharders split, when the sharder placed whole a table that its
-    constraints do not allow whole."""
-    for p in plan.placements:
-        if not p.is_split and task.constraints.must_split(p.table):
-            kinds = task.constraints.of(p.table).kinds or ()
-            raise PlannerError("constraint", f"sharder '{sharder}' placed table '{p.table}' "
-                               f"whole, but its constraints allow only "
-                               f"{', '.join(sorted(k.value for k in kinds))}: plan with a "
-                               "sharder that splits tables (recshard, the default, does)")
-
-
 def _validate(result: Any, module: Any, sharders: list[Any], topology: Any) -> None:
     """TorchRec's own checks of a plan: every shardable module planned, ranks in the world.
 
@@ -286,14 +268,13 @@ def _validate(result: Any, module: Any, sharders: list[Any], topology: Any) -> N
         raise PlannerError("invalid_plan", f"TorchRec's validation: {exc}") from exc
 
 
-def _log_report(chosen: Any, report: CostReport, plan: Plan, task: ShardingTask,
-                pipeline: str) -> None:
+def _log_report(planned: planning.Planned, pipeline: str) -> None:
     """The planning report at INFO (the module docstring); nothing is computed unless the
     logger shows INFO."""
     if not _log.isEnabledFor(logging.INFO):
         return
-    solver = getattr(chosen, "last_report", None)
-    status = f", status {solver['status']}" if isinstance(solver, dict) else ""
+    report, plan, task, solver = planned.report, planned.plan, planned.task, planned.solver
+    status = f", status {solver['status']}" if solver is not None else ""
     found = f" ({plan.provenance.summary()})" if plan.provenance is not None else ""
     _log.info("planned %d tables on %d ranks with %s%s%s", task.num_tables, task.num_devices,
               plan.sharder, found, status)

@@ -105,9 +105,10 @@ def table_runs(sharding_plan: Any, module_path: str = "") -> list[TableRun]:
 
 
 def plan_runs(plan: Plan, task: ShardingTask, node_columns: bool = False) -> list[TableRun]:
-    """The plan's tables as TorchRec runs them: its export (:mod:`autoshard.torchrec.export`),
-    with column blocks that all lie in one node as TorchRec's node-local column sharding when
-    ``node_columns``."""
+    """The plan's tables as TorchRec runs them: its description
+    (:func:`autoshard.torchrec.export.export_doc`; the plan as planned, not fitted, as
+    :mod:`autoshard.torchrec.exporter` says), with column blocks that all lie in one node as
+    TorchRec's node-local column sharding when ``node_columns``."""
     from autoshard.torchrec.export import export_doc, load_sharding_plan
 
     doc = export_doc(plan, task)

@@ -4,7 +4,7 @@ The description (JSON or YAML, kind ``torchrec_sharding_plan``) lists every tabl
 type, compute kernel, cache load factor and shards (rank, offsets, sizes), with the world and
 node sizes and the training pipeline it is for. Writing it needs no TorchRec; turning it into a
 ``ShardingPlan`` (:func:`load_sharding_plan`) and checking that against TorchRec's sharder
-(:func:`check_sharding_plan`) do.
+(:func:`check_sharding_plan`) do. :mod:`autoshard.torchrec.exporter` exports a plan as one.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.errors import InputError, PlannerError
-from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured, write_structured
+from autoshard.fileio import SCHEMA_VERSION, check_schema, read_structured
 from autoshard.layout.kinds import REPLICATED
 from autoshard.layout.plan import Plan
 from autoshard.task import ShardingTask
@@ -50,12 +50,6 @@ def export_doc(plan: Plan, task: ShardingTask) -> dict[str, Any]:
                     "shards": [shard_doc(x) for x in s.shards]}
                    for s in table_shardings(plan, task)],
     }
-
-
-def write_export(path: str | Path, plan: Plan, task: ShardingTask) -> dict[str, Any]:
-    doc = export_doc(plan, task)
-    write_structured(path, doc)
-    return doc
 
 
 def read_export(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any],

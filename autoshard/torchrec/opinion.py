@@ -47,26 +47,24 @@ COLUMNS = [f.name for f in fields(OpinionRow)]
 
 def opinion(suite: str, task_name: str, sharder: str, plan: Plan, task: object,
             cost_model: CostModel) -> OpinionRow:
-    """TorchRec's estimates of ``plan`` as planned and as exported (fitted)."""
+    """TorchRec's estimates of ``plan`` as planned and as exported
+    (:func:`autoshard.torchrec.exporter.export_plan`: fitted, no file written)."""
     from autoshard.task import ShardingTask
     from autoshard.torchrec.estimate import estimate_shardings
-    from autoshard.torchrec.shardings import table_shardings, to_plan
-    from autoshard.torchrec.storage import fit_shardings
+    from autoshard.torchrec.exporter import export_plan
 
     assert isinstance(task, ShardingTask)
     base = dict(suite=suite, task=task_name, sharder=sharder)
     try:
-        shardings = table_shardings(plan, task)
-        before = estimate_shardings(shardings, task)
-        fitted, changed = fit_shardings(shardings, task)
-        after = estimate_shardings(fitted, task)
-        exported = to_plan(fitted, task, sharder)
+        exported = export_plan(plan, task)
+        before = estimate_shardings(exported.planned, task)
+        after = estimate_shardings(exported.shardings, task)
         ours = evaluate(plan, task, cost_model).step_cost_ms
-        ours_exported = evaluate(exported, task, cost_model).step_cost_ms
+        ours_exported = evaluate(exported.plan, task, cost_model).step_cost_ms
     except (PlannerError, InputError) as exc:
         return OpinionRow(status="failed", reason=str(exc), **base)  # type: ignore[arg-type]
     return OpinionRow(status="ok", ours_ms=ours, torchrec_ms=before.step_ms,
-                      torchrec_hbm_fill=before.hbm_fill, fitted_tables=len(changed),
+                      torchrec_hbm_fill=before.hbm_fill, fitted_tables=len(exported.changed),
                       exported_ours_ms=ours_exported, exported_torchrec_ms=after.step_ms,
                       exported_hbm_fill=after.hbm_fill, exported_fits=after.fits,
                       **base)  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ enumeration of every option is predicted (:data:`ENUMERATE_S_PER_SHARD`) to take
 or to none, and then (where HBM holds every table whole) the ``fused`` kernel alone; the
 fitting cache start is searched only with time left for it, a second start only with
 :data:`MIN_START_S` left, and the cache-size search runs only with that much left.
-``last_notes`` says what the limit cut.
+The result's notes (:attr:`autoshard.sharders.base.Sharded.notes`) say what the limit cut.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,6 +51,7 @@ from autoshard.layout.plan import Plan
 from autoshard.layout.splitting import REPLICA_HBM_SHARE, dominant_tables
 from autoshard.limits import MAX_DEVICES, MAX_TABLES, TIME_LIMIT_S, Range
 from autoshard.pricing.cost import CostModel
+from autoshard.sharders.base import Sharded, Sharder
 from autoshard.task import ShardingTask
 from autoshard.torchrec import torchrec_unavailable
 from autoshard.torchrec.mapping import (
@@ -135,7 +137,36 @@ def offered_sharding_types(task: ShardingTask, cost_model: CostModel,
     return {t.name: types if heavy[i] else light(i) for i, t in enumerate(task.tables)}
 
 
-class TorchRecSharder:
+@dataclass(frozen=True)
+class TorchRecRun:
+    """What TorchRec's planner made of a task: the ``torchrec`` sharder's
+    :attr:`~autoshard.sharders.base.Sharded.details`.
+
+    Args:
+        sharding_plan: TorchRec's own ``ShardingPlan``.
+        cache_load_factor: The starting cache load factor it was planned from.
+        task: The task planned.
+        pipeline: The TorchRec training pipeline it was rated for.
+        rating_ms: TorchRec's perf estimate of its slowest rank, ms, where several starts
+            were rated against each other (None where one start was planned:
+            :meth:`rated_ms` rates it).
+    """
+
+    sharding_plan: Any
+    cache_load_factor: float
+    task: ShardingTask
+    pipeline: str
+    rating_ms: float | None = None
+
+    def rated_ms(self) -> float:
+        """TorchRec's perf estimate of the plan's slowest rank, ms (rated now where no
+        rating was needed to choose the plan)."""
+        if self.rating_ms is not None:
+            return self.rating_ms
+        return _rating(self.sharding_plan, self.task, self.pipeline)
+
+
+class TorchRecSharder(Sharder):
     """TorchRec's planner at full strength: all sharding types and kernels, cache-size search.
 
     Args:
@@ -149,7 +180,7 @@ class TorchRecSharder:
         time_limit: Seconds for the whole run, enumeration included; None: no limit. Options
             TorchRec would take too long to enumerate are not offered, TorchRec's proposers
             stop at the deadline once a plan is found, and a further start is tried only with
-            time left (module docstring); ``last_notes`` says what was cut.
+            time left (module docstring); the result's notes say what was cut.
         full_strength_cells: Tasks of more tables x devices than this offer the split sharding
             types to dominant tables only (:func:`offered_sharding_types`), bounding the
             options.
@@ -158,9 +189,8 @@ class TorchRecSharder:
             prefetch pipeline, :mod:`autoshard.torchrec.estimate`); None: the one the task's
             reservation keeps HBM for.
 
-    After :meth:`shard`, ``last_sharding_plan`` holds TorchRec's own ShardingPlan,
-    ``last_cache_load_factor`` the starting load factor it came from and ``last_rating_ms``
-    TorchRec's perf estimate of its slowest rank.
+    :meth:`solve` returns, beside the plan, TorchRec's own ShardingPlan, the starting load
+    factor it came from and TorchRec's rating of it (:class:`TorchRecRun`).
     """
 
     #: The clock the time limit is kept by, seconds; a test may set a fake one on an instance
@@ -187,30 +217,20 @@ class TorchRecSharder:
         self.time_limit = time_limit
         self.use_stats = use_stats
         self.sharding_types = tuple(sharding_types)
-        self.last_sharding_plan: Any = None
-        self.last_cache_load_factor: float | None = None
-        self.last_notes: list[str] = []
-        self._rated: tuple[ShardingTask, str, float | None] | None = None
-        # Import TorchRec now (seconds, once per process), so that shard() is planning only.
+        # Import TorchRec now (seconds, once per process), so that solve() is planning only.
         self._unloadable = torchrec_unavailable(load=True) if self.unavailable() is None else None
 
     @classmethod
     def unavailable(cls) -> str | None:
         return torchrec_unavailable()
 
-    @property
-    def last_rating_ms(self) -> float | None:
-        """TorchRec's perf estimate of the slowest rank of the last plan, ms (None before
-        :meth:`shard`); rated when first asked for, where one start made no rating needed."""
-        if self._rated is None:
-            return None
-        task, pipeline, rating = self._rated
-        if rating is None:
-            rating = _rating(self.last_sharding_plan, task, pipeline)
-            self._rated = (task, pipeline, rating)
-        return rating
+    def solve(self, task: ShardingTask, cost_model: CostModel) -> Sharded[TorchRecRun]:
+        """TorchRec's plan of ``task``, converted into ours, with what the time limit cut
+        (notes) and TorchRec's own plan (:class:`TorchRecRun`).
 
-    def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
+        Raises:
+            PlannerError: TorchRec is unavailable here, or its planner found no plan.
+        """
         reason = self._unloadable or torchrec_unavailable(load=True)
         if reason:
             raise PlannerError("unavailable", reason)
@@ -218,20 +238,19 @@ class TorchRecSharder:
 
         began = self.clock()
         deadline = math.inf if self.time_limit is None else began + self.time_limit
-        self.last_notes, self._rated = [], None
+        notes: list[str] = []
         pipeline = task_pipeline(task, self.pipeline)
         with quiet_torchrec():
-            offered, kernels = self._offered_in_time(task, cost_model, deadline)
+            offered, kernels = self._offered_in_time(task, cost_model, deadline, notes)
             space = SearchSpace(task, offered, self.use_stats, pipeline, kernels, self.clock)
             starts = ([self.cache_load_factor] if self.cache_load_factor is not None
-                      else self._starts(space, task, deadline))
-            rating, clf, plan = self._best_start(space, task, starts, deadline)
-        self.last_cache_load_factor, self.last_sharding_plan = clf, plan
-        self._rated = (task, pipeline, rating)
-        return convert_plan(plan, task, self.name)
+                      else self._starts(space, task, deadline, notes))
+            rating, clf, plan = self._best_start(space, task, starts, deadline, notes)
+        return Sharded(convert_plan(plan, task, self.name),
+                       TorchRecRun(plan, clf, task, pipeline, rating), notes=tuple(notes))
 
     def _best_start(self, space: SearchSpace, task: ShardingTask, starts: list[float],
-                    deadline: float) -> tuple[float | None, float, Any]:
+                    deadline: float, notes: list[str]) -> tuple[float | None, float, Any]:
         """(rating, starting load factor, ShardingPlan) of the best start TorchRec planned in
         time; the rating is None where only one start was planned (none to compare)."""
         from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
@@ -241,17 +260,17 @@ class TorchRecSharder:
             left = deadline - self.clock()
             need = MIN_START_S + (0.0 if clf in space.enumerated else space.enumerate_s)
             if plans and left < need:
-                self._note(f"time limit: cache start {clf:.3g} not tried ({left:.1f} s left), "
-                           f"kept the plan from {plans[0][0]:.3g}")
+                _note(notes, f"time limit: cache start {clf:.3g} not tried ({left:.1f} s "
+                      f"left), kept the plan from {plans[0][0]:.3g}")
                 break
             last = i == len(starts) - 1
             stop = deadline if last else self.clock() + left * _FIRST_START_SHARE
             if left < 0 and not plans:
-                self._note(f"time limit passed before TorchRec proposed (its enumeration took "
-                           f"{space.enumerate_s:.1f} s): its first proposals that fit are kept")
+                _note(notes, f"time limit passed before TorchRec proposed (its enumeration "
+                      f"took {space.enumerate_s:.1f} s): its first proposals that fit are kept")
             try:
                 plans.append((clf, space.planned(clf, stop, deadline, task,
-                                                 self._proposers(deadline,
+                                                 self._proposers(deadline, notes,
                                                                  space.enumerate_s,
                                                                  space.kernels))))
             except TorchRecPlannerError as exc:
@@ -268,7 +287,7 @@ class TorchRecSharder:
 
     def search_space(self, task: ShardingTask, cost_model: CostModel,
                      cache_load_factor: float = DEFAULT_CACHE_LOAD_FACTOR) -> list[Any]:
-        """TorchRec's enumerated sharding options for ``task``, as :meth:`shard` offers them
+        """TorchRec's enumerated sharding options for ``task``, as :meth:`solve` offers them
         without a time limit."""
         from autoshard.torchrec.estimate import quiet_torchrec, task_pipeline
 
@@ -282,14 +301,14 @@ class TorchRecSharder:
         return offered_sharding_types(task, cost_model, self.sharding_types,
                                       self.full_strength_cells)
 
-    def _offered_in_time(self, task: ShardingTask, cost_model: CostModel, deadline: float
-                         ) -> tuple[dict[str, list[str]], tuple[str, ...]]:
+    def _offered_in_time(self, task: ShardingTask, cost_model: CostModel, deadline: float,
+                         notes: list[str]) -> tuple[dict[str, list[str]], tuple[str, ...]]:
         """The sharding types offered per table and the compute kernels: as :meth:`_offered`
         and every kernel, or fewer where TorchRec's enumeration of those is predicted to take
         more than :data:`ENUMERATE_SHARE` of the time left (split types for dominant tables
         only, then for none; then the ``fused`` kernel alone where every table fits a device's
         HBM whole and all of them the cluster's, so that no option in host memory can be
-        chosen; said in ``last_notes``)."""
+        chosen; said in ``notes``)."""
         budget = ENUMERATE_SHARE * (deadline - self.clock())
         offered = self._offered(task, cost_model)
         if WHOLE_TYPE not in self.sharding_types:
@@ -306,18 +325,19 @@ class TorchRecSharder:
                      offered_sharding_types(task, cost_model, self.sharding_types, cells,
                                             replicas, heavy))
             if fewer != offered:
-                self._note(f"time limit: split sharding types offered to {label} (TorchRec's "
+                _note(notes, f"time limit: split sharding types offered to {label} (TorchRec's "
                            f"enumeration of the options predicted to take {predicted:.1f} s)")
             offered = fewer
         predicted = predicted_shards(task, offered) * ENUMERATE_S_PER_SHARD
         if predicted <= budget or not _fits_hbm_whole(task):
             return offered, PLANNED_KERNELS
-        self._note(f"time limit: the {FUSED} kernel alone offered, as every table fits HBM "
+        _note(notes, f"time limit: the {FUSED} kernel alone offered, as every table fits HBM "
                    f"(TorchRec's enumeration of every kernel predicted to take "
                    f"{predicted:.1f} s)")
         return offered, (FUSED,)
 
-    def _starts(self, space: SearchSpace, task: ShardingTask, deadline: float) -> list[float]:
+    def _starts(self, space: SearchSpace, task: ShardingTask, deadline: float,
+                notes: list[str]) -> list[float]:
         """The fitting cache start, and TorchRec's default when that is larger; the default
         alone when the fitting start cannot be searched in time."""
         enumerator, _, options = space.options(DEFAULT_CACHE_LOAD_FACTOR)
@@ -326,21 +346,17 @@ class TorchRecSharder:
             return [DEFAULT_CACHE_LOAD_FACTOR]
         left = deadline - self.clock()
         if left < 2 * space.enumerate_s + MIN_START_S:
-            self._note(f"time limit: the fitting cache start not searched ({left:.1f} s "
+            _note(notes, f"time limit: the fitting cache start not searched ({left:.1f} s "
                        f"left), planned from TorchRec's default {DEFAULT_CACHE_LOAD_FACTOR}")
             return [DEFAULT_CACHE_LOAD_FACTOR]
         fit = fitting_cache_load_factor(enumerator, space.module, space.sharders, task,
                                         options)
         return [fit] + ([DEFAULT_CACHE_LOAD_FACTOR] if fit < DEFAULT_CACHE_LOAD_FACTOR else [])
 
-    def _note(self, note: str) -> None:
-        self.last_notes.append(note)
-        _log.warning("torchrec: %s", note)
-
-    def _proposers(self, deadline: float, enumerate_s: float = 0.0,
+    def _proposers(self, deadline: float, notes: list[str], enumerate_s: float = 0.0,
                    kernels: tuple[str, ...] = PLANNED_KERNELS) -> list[Any]:
         """TorchRec's default proposers, plus its cache-size search when it has statistics
-        and a cached kernel is offered (``kernels``).
+        and a cached kernel is offered (``kernels``); one left out is said in ``notes``.
 
         Under a time limit the cache-size search comes first (its first proposal, the fitting
         start, fits where any does), and is left out when less is left than
@@ -361,7 +377,8 @@ class TorchRecSharder:
             return [*proposers, EmbeddingOffloadScaleupProposer()]
         left = deadline - self.clock()
         if left < max(MIN_START_S, enumerate_s):
-            self._note(f"time limit: TorchRec's cache-size search not run ({left:.1f} s left)")
+            _note(notes, f"time limit: TorchRec's cache-size search not run ({left:.1f} s "
+                  f"left)")
             return proposers
         return [EmbeddingOffloadScaleupProposer(), *proposers]
 
@@ -374,6 +391,12 @@ def _fits_hbm_whole(task: ShardingTask) -> bool:
     table_bytes = a.rows * a.memory_bytes_per_row
     return bool(table_bytes.max() <= _START_FILL * float(d.hbm_capacity.min())
                 and table_bytes.sum() <= _START_FILL * float(d.hbm_capacity.sum()))
+
+
+def _note(notes: list[str], note: str) -> None:
+    """Adds ``note`` to ``notes`` and logs it as a warning."""
+    notes.append(note)
+    _log.warning("torchrec: %s", note)
 
 
 def _rating(sharding_plan: Any, task: ShardingTask, pipeline: str) -> float:

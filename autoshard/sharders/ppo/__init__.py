@@ -21,7 +21,7 @@ only when its estimated time fits before :data:`DECODE_SHARE` of the limit, and 
 its end); the polish and the search stage's steps get time guards within what is left, and
 the group re-solve that ends the stage on tasks of up to :data:`SMALL_TASK` pairs runs until
 the limit at most.
-:attr:`~autoshard.sharders.ppo.sharder.PPOSharder.last_notes` says what the limit cut.
+The result's notes (:attr:`autoshard.sharders.base.Sharded.notes`) say what the limit cut.
 
 The policy is read safely: a JSON config and a plain state dict of tensors
 (``torch.load(weights_only=True)``), never a pickle. By default it is the policy committed

@@ -14,7 +14,6 @@ from typing import Any, ClassVar, NamedTuple
 import autoshard
 from autoshard.errors import DeadlineReached, InputError, PlannerError
 from autoshard.extras import missing
-from autoshard.layout.plan import Plan
 from autoshard.layout.shards import ShardGeometry, ShardLayout, pricing_task
 from autoshard.limits import SEED, THREADS, TIME_LIMIT_S, Range
 from autoshard.policy.geometries import split_geometries
@@ -24,6 +23,7 @@ from autoshard.pricing.curves import Curves
 from autoshard.pricing.evaluator import step_cost_ms, task_bound_ms
 from autoshard.search.enforce import enforce
 from autoshard.search.stage import refine
+from autoshard.sharders.base import Sharded, Sharder
 from autoshard.sharders.ppo import tuning
 from autoshard.sharders.ppo.candidates import (
     CHOICE,
@@ -78,8 +78,9 @@ def policy_missing(folder: Path) -> str | None:
 
 @dataclass(frozen=True)
 class Choice:
-    """Which candidate won the last plan (by name), every candidate's step cost (ms) by name,
-    and the candidates themselves."""
+    """Which candidate won a plan (by name), every candidate's step cost (ms) by name, and the
+    candidates themselves: the ``ppo`` sharders' :attr:`~autoshard.sharders.base.Sharded.
+    details`."""
 
     winner: str
     costs: dict[str, float]
@@ -101,7 +102,7 @@ def _rollouts(samples: int) -> list[int | None]:
     return [None, *range(samples)]
 
 
-class PPOSharder:
+class PPOSharder(Sharder):
     """Plans with a trained placement policy: tables costliest first, each placed on a
     (device, HBM-split bucket) option.
 
@@ -136,9 +137,9 @@ class PPOSharder:
     (:func:`autoshard.sharders.ppo.portfolio.resolve`, ``+lns``; with at least
     :data:`~autoshard.sharders.ppo.tuning.MIN_RESOLVE_S` left). The cheapest step cost wins
     (ties: the earlier candidate).
-    :attr:`last_choice` says which won. ``samples=0, candidates=False, polish=False`` is the
-    policy alone: its greedy decodes (whole tables, shards where tables were split, and the
-    decode in which it chooses the splits), each with its HBM water-filled.
+    The result's details (:class:`Choice`) say which won. ``samples=0, candidates=False,
+    polish=False`` is the policy alone: its greedy decodes (whole tables, shards where tables
+    were split, and the decode in which it chooses the splits), each with its HBM water-filled.
 
     Args:
         policy: Folder with ``config.json`` and ``weights.pt`` (default: the committed one,
@@ -178,12 +179,10 @@ class PPOSharder:
         self.threads, self.samples, self.candidates, self.seed = threads, samples, candidates, seed
         self.split, self.polish, self.time_limit = split, polish, float(time_limit)
         self.refills = refills
-        self.last_choice: Choice | None = None
-        self.last_notes: list[str] = []
         self._net: Any = None  # the first policy (its refill mode names the decodes' modes)
         self._nets: list[tuple[Any, Any]] = []  # each policy on one grid and on two
         self._multipliers: tuple[float, ...] = ()
-        self._load()  # load (and import torch) now, so that shard() is planning only
+        self._load()  # load (and import torch) now, so that solve() is planning only
 
     @classmethod
     def unavailable(cls, policy: str | Path | None = None) -> str | None:
@@ -209,13 +208,15 @@ class PPOSharder:
             self._nets.append((regrid(net, 1), regrid(net, GRIDS)))
         self._net = self._nets[0][0]
 
-    def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
+    def solve(self, task: ShardingTask, cost_model: CostModel) -> Sharded[Choice]:
+        """Plans ``task``: the cheapest candidate's plan, what the time limit cut (notes) and
+        which candidate won (:class:`Choice`)."""
         start = time.perf_counter()
         clock = Clock(*(start + share * self.time_limit
                         for share in (tuning.DECODE_SHARE, tuning.DECODE_STOP_SHARE, 1.0,
                                       tuning.TUNED_SHARE if self.polish
                                       else tuning.DECODE_SHARE)))
-        self.last_notes = []
+        notes: list[str] = []
         small = _small(task)
         rivals: list[Candidate] = []
         # First: the plan kept if no decode ends before its deadline.
@@ -225,7 +226,8 @@ class PPOSharder:
         if fallback_first:
             add_rivals(task, cost_model, rivals, small)
         curves: dict[bytes, Curves] = {}
-        candidates, dominated = self._policy_plans(task, cost_model, clock, bool(rivals), curves)
+        candidates, dominated = self._policy_plans(task, cost_model, clock, bool(rivals), curves,
+                                                   notes)
         if self.candidates and not fallback_first and not candidates:  # no decode made a plan
             add_rivals(task, cost_model, rivals, small)
         candidates += rivals
@@ -235,10 +237,10 @@ class PPOSharder:
         if self.polish:
             winner = self._search(task, cost_model, candidates, clock, curves, first_s,
                                   dominated)
-        self.last_choice = Choice(winner.name, {c.name: c.cost_ms for c in candidates},
-                                  tuple(candidates))
-        return replace(winner.plan, sharder=self.name,
-                       provenance=provenance(winner, candidates))
+        choice = Choice(winner.name, {c.name: c.cost_ms for c in candidates}, tuple(candidates))
+        return Sharded(replace(winner.plan, sharder=self.name,
+                               provenance=provenance(winner, candidates)), choice,
+                       notes=tuple(notes))
 
     def _search(self, task: ShardingTask, cost_model: CostModel, candidates: list[Candidate],
                 clock: Clock, curves: dict[bytes, Curves], first_s: float, dominated: bool
@@ -272,7 +274,7 @@ class PPOSharder:
         return tuning.SAMPLES if self.samples is None else self.samples
 
     def _policy_plans(self, task: ShardingTask, cost_model: CostModel, clock: Clock,
-                      fallback: bool, curves: dict[bytes, Curves]
+                      fallback: bool, curves: dict[bytes, Curves], notes: list[str]
                       ) -> tuple[list[Candidate], bool]:
         """The policies' decodes (:meth:`_policies`) as candidates; and whether some table
         dominates (the split decodes ran). Each decode's HBM rows are water-filled over the
@@ -280,14 +282,14 @@ class PPOSharder:
         curves priced go into ``curves``). Once some plan exists (``fallback``: a rival's;
         else the first decode's, which runs to its end) a decode runs only if ``clock`` says it
         can end before the decodes' deadline (:data:`~autoshard.sharders.ppo.tuning.
-        DECODE_SECONDS_PER_PAIR`); one that does not is dropped, and :attr:`last_notes` says
+        DECODE_SECONDS_PER_PAIR`); one that does not is dropped, and a line in ``notes`` says
         so."""
         import torch
 
         samples = self._samples
         out: list[Candidate] = []
         if fallback and not self._in_time(clock, WHOLE, task.num_tables, task.num_devices,
-                                          samples):
+                                          samples, notes):
             return out, False  # no decode would end in time: no split priced either
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
@@ -300,8 +302,8 @@ class PPOSharder:
             def timed() -> Clock | None:
                 return clock if fallback or out else None
 
-            decoded = (self._decode(task, cost_model, samples, WHOLE, timed(), clock) if whole
-                       else [])
+            decoded = (self._decode(task, cost_model, samples, WHOLE, timed(), clock, notes)
+                       if whole else [])
             for d in decoded:
                 ep = d.episode
                 out.append(Candidate.decoded(WHOLE, d.mode, d.tuned, d.rollout,
@@ -310,12 +312,12 @@ class PPOSharder:
                                                  ep.state.hbm_rows)))
             if SPLIT in geometries:
                 self._choose_splits(task, cost_model, geometries[SPLIT], samples, out,
-                                    timed(), clock)
+                                    timed(), clock, notes)
             for layout_name, geometry in geometries.items():
                 if not _small(task) and any(c.layout == CHOICE for c in out):
                     break  # large tasks: the policy's own split choice stands for this decode
                 self._decode_shards(task, cost_model, layout_name, geometry, samples, out,
-                                    timed(), clock)
+                                    timed(), clock, notes)
         finally:
             torch.set_num_threads(before)
         out = [c.refilled(*filled(c.plan, task, cost_model, c.cost_ms, curves)) for c in out]
@@ -324,13 +326,13 @@ class PPOSharder:
 
     def _decode_shards(self, task: ShardingTask, cost_model: CostModel, layout_name: str,
                        geometry: ShardGeometry, samples: int, out: list[Candidate],
-                       clock: Clock | None, later: Clock) -> None:
+                       clock: Clock | None, later: Clock, notes: list[str]) -> None:
         """Adds the decodes over ``geometry``'s shards (:meth:`_decode_or_greedy`), each
         layout's constraints enforced; none where some shard fits nowhere."""
         shards = pricing_task(task, geometry)
         try:
             decoded = self._decode_or_greedy(shards, cost_model, samples, layout_name, clock,
-                                             later)
+                                             later, notes)
         except PlannerError:  # some shard fits nowhere once others are placed
             return
         for d in decoded:
@@ -344,7 +346,7 @@ class PPOSharder:
 
     def _choose_splits(self, task: ShardingTask, cost_model: CostModel, geometry: ShardGeometry,
                        samples: int, out: list[Candidate], clock: Clock | None,
-                       later: Clock) -> None:
+                       later: Clock, notes: list[str]) -> None:
         """Adds the decodes in which the policy chooses which tables of ``geometry``'s split to
         split (``ppo-choice-greedy``, ``ppo-choice-sample-i``; those in the other refill modes
         on ``later``'s clock)."""
@@ -354,7 +356,8 @@ class PPOSharder:
         for (mode, suffix), (_, choice_net, tuned) in self._policies(task):
             timed = self._timed(clock, later, suffix, tuned)
             label = f"{CHOICE}{suffix}{TUNED_SUFFIX if tuned else ''}"
-            if not self._in_time(timed, label, geometry.num_shards, task.num_devices, samples):
+            if not self._in_time(timed, label, geometry.num_shards, task.num_devices, samples,
+                                 notes):
                 return
             try:
                 priced = priced or price_choice(task, cost_model, self._multipliers, geometry)
@@ -365,7 +368,7 @@ class PPOSharder:
             except PlannerError:  # some item fits nowhere once others are placed
                 continue
             except DeadlineReached:
-                self.last_notes.append(f"{label}: stopped, it would not end in time; dropped")
+                notes.append(f"{label}: stopped, it would not end in time; dropped")
                 return
             for rollout, ep in zip(_rollouts(samples), episodes, strict=True):
                 layout = ep.shard_layout().even_shares(task)
@@ -375,22 +378,23 @@ class PPOSharder:
                                  layout.device, layout.hbm_rows)))
 
     def _decode_or_greedy(self, task: ShardingTask, cost_model: CostModel, samples: int,
-                          layout: str, clock: Clock | None, later: Clock) -> list[Decoded]:
+                          layout: str, clock: Clock | None, later: Clock, notes: list[str]
+                          ) -> list[Decoded]:
         """:meth:`_decode`, or its greedy decode alone where a sampled rollout places some
         item nowhere (the samples run in lockstep: one failure ends them all)."""
         try:
-            return self._decode(task, cost_model, samples, layout, clock, later)
+            return self._decode(task, cost_model, samples, layout, clock, later, notes)
         except PlannerError:
             if samples == 0:
                 raise
-            return self._decode(task, cost_model, 0, layout, clock, later)
+            return self._decode(task, cost_model, 0, layout, clock, later, notes)
 
     def _decode(self, task: ShardingTask, cost_model: CostModel, samples: int, layout: str,
-                clock: Clock | None, later: Clock) -> list[Decoded]:
+                clock: Clock | None, later: Clock, notes: list[str]) -> list[Decoded]:
         """The policy's greedy and ``samples`` sampled episodes on ``task`` (over ``layout``'s
-        items); none when ``clock`` says they would not end in time, or they do not. On small
-        tasks the same in the other refill modes, on ``later``'s clock, over one pricing of
-        the task."""
+        items); none when ``clock`` says they would not end in time, or they do not (said in
+        ``notes``). On small tasks the same in the other refill modes, on ``later``'s clock,
+        over one pricing of the task."""
         from autoshard.policy.network import decode, price_task
 
         out: list[Decoded] = []
@@ -398,7 +402,8 @@ class PPOSharder:
         for (mode, suffix), (net, _, tuned) in self._policies(task):
             timed = self._timed(clock, later, suffix, tuned)
             label = f"{layout}{suffix}{TUNED_SUFFIX if tuned else ''}"
-            if not self._in_time(timed, label, task.num_tables, task.num_devices, samples):
+            if not self._in_time(timed, label, task.num_tables, task.num_devices, samples,
+                                 notes):
                 break
             priced = priced or price_task(task, cost_model, self._multipliers)
             try:
@@ -406,7 +411,7 @@ class PPOSharder:
                                   self.seed, None if timed is None else timed.decodes_stop, mode,
                                   priced)
             except DeadlineReached:
-                self.last_notes.append(f"{label}: stopped, it would not end in time; dropped")
+                notes.append(f"{label}: stopped, it would not end in time; dropped")
                 break
             except PlannerError:  # the first policy's own mode raises; another is left out
                 if not suffix and not tuned:
@@ -441,16 +446,16 @@ class PPOSharder:
         return later if suffix else clock
 
     def _in_time(self, clock: Clock | None, name: str, items: int, devices: int,
-                 samples: int) -> bool:
+                 samples: int, notes: list[str]) -> bool:
         """Whether a decode of ``items`` on ``devices`` may start (always without ``clock``);
-        a skipped one is noted."""
+        a skipped one is noted in ``notes``."""
         if clock is None:
             return True
         need = tuning.decode_seconds(items, devices, samples)
         if need <= clock.left(clock.decodes_end):
             return True
-        self.last_notes.append(f"{name}: not decoded, its estimated {need:.1f} s exceeds the "
-                               f"{clock.left(clock.decodes_end):.1f} s left to the decodes")
+        notes.append(f"{name}: not decoded, its estimated {need:.1f} s exceeds the "
+                     f"{clock.left(clock.decodes_end):.1f} s left to the decodes")
         return False
 
 
