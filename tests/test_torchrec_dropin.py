@@ -159,7 +159,12 @@ def test_timeout_seconds_is_the_sharders_time_limit(monkeypatch: pytest.MonkeyPa
 
     seen: list[Any] = []
     real = planning.plan
-    monkeypatch.setattr(planning, "plan", lambda *a, **k: seen.append(k) or real(*a, **k))
+
+    def plan(*args: Any, **options: Any) -> Any:
+        seen.append(options)
+        return real(*args, **options)
+
+    monkeypatch.setattr(planning, "plan", plan)
     chosen = planner(time_limit=None, timeout_seconds=7)
     assert chosen.time_limit == 7.0
     chosen.plan(ebc(), sharders())
