@@ -105,3 +105,18 @@ def test_feasible_and_fit_hbm_on_one_device() -> None:
         fitted = fit_hbm(task, device, rows)
         assert fitted[1 - big] == rows[1 - big] and fitted[big] < rows[big]
         assert feasible(task, device, fitted)
+
+
+def test_curves_of_one_point_each_give_flat_lines() -> None:
+    """Where no table has HBM to move (each cost curve a single point), its lines are that
+    cost, flat, as a relaxation of nothing to choose."""
+    from autoshard.pricing.curves import _spread_lines
+
+    hulls = ((np.array([0.0]), np.array([5.0])), (np.array([0.0]), np.array([2.5])))
+    intercept, slope, kept = _spread_lines(hulls, 3)
+    assert intercept.tolist() == [[5.0] * 3, [2.5] * 3]
+    assert slope.tolist() == [[0.0] * 3] * 2 and kept.tolist() == [1, 1]
+    mixed = ((np.array([0.0]), np.array([5.0])), (np.array([0.0, 1.0]), np.array([4.0, 1.0])))
+    intercept, slope, kept = _spread_lines(mixed, 1)
+    assert (intercept[:, 0].tolist(), slope[:, 0].tolist(), kept.tolist()) == (
+        [5.0, 4.0], [0.0, -3.0], [1, 1])

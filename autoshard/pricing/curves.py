@@ -337,9 +337,9 @@ def _spread_lines(hulls: tuple[tuple[np.ndarray, np.ndarray], ...], width: int
     (intercepts [N, width], slopes [N, width], lines kept [N])."""
     size = np.array([h[0].size for h in hulls], dtype=np.int64)
     top = int(size.max())
-    hx = np.zeros((size.size, top))
-    hy = np.zeros((size.size, top))
-    mask = np.arange(top)[None, :] < size[:, None]
+    hx = np.zeros((size.size, top + 1))  # a spare column: a segment's end past a single point
+    hy = np.zeros((size.size, top + 1))
+    mask = np.arange(top + 1)[None, :] < size[:, None]
     hx[mask] = np.concatenate([h[0] for h in hulls])
     hy[mask] = np.concatenate([h[1] for h in hulls])
     segments = np.maximum(size - 1, 1)

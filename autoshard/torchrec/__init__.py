@@ -16,8 +16,13 @@
 - :mod:`~autoshard.torchrec.sharder`: TorchRec's planner as a sharder;
 - :mod:`~autoshard.torchrec.autoshard_planner`: the other way round, autoshard behind TorchRec's
   planner interface (``AutoshardPlanner``), with :mod:`~autoshard.torchrec.model_tables` (a model's
-  tables), :mod:`~autoshard.torchrec.topology` (a Topology as our hardware) and
-  :mod:`~autoshard.torchrec.parameter_constraints` (its ParameterConstraints as ours).
+  tables), :mod:`~autoshard.torchrec.topology` (a Topology as our hardware),
+  :mod:`~autoshard.torchrec.parameter_constraints` (its ParameterConstraints as ours),
+  :mod:`~autoshard.torchrec.storage_reservation` (its StorageReservation: what each rank keeps
+  for the rest of the model), :mod:`~autoshard.torchrec.model_rating` (a plan rated on the live
+  model by TorchRec's enumerator and estimators), :mod:`~autoshard.torchrec.planner_stats` (the
+  statistics table TorchRec's planner prints) and :mod:`~autoshard.torchrec.planner_errors`
+  (its PlannerError and error types).
 
 The core reaches this package only through its registries (sharders, cost models,
 reservations, export targets), by name; nothing here is imported by the core. Importing

@@ -47,6 +47,13 @@ GRID_TYPE = SHARDING_NAMES[ShardingKind.GRID_SHARD]
 #: ``ParameterConstraints.sharding_types`` name them (planner/enumerators.py
 #: ``_filter_sharding_types``).
 NAMED_ONLY = (GRID_TYPE,)
+#: TorchRec's abbreviation of each sharding type in its planner's statistics table
+#: (planner/stats.py ``_get_sharding_type_abbr``).
+ABBREVIATIONS = {REPLICATED_TYPE: "DP", WHOLE_TYPE: "TW",
+                 SHARDING_NAMES[ShardingKind.COLUMN_WISE]: "CW",
+                 SHARDING_NAMES[ShardingKind.ROW_WISE]: "RW",
+                 SHARDING_NAMES[ShardingKind.TABLE_ROW_WISE]: "TWRW", NODE_COLUMN_TYPE: "TWCW",
+                 GRID_TYPE: "GS"}
 #: TorchRec's narrowest column block when a table's constraints give no ``min_partition``
 #: (planner/constants.py ``MIN_CW_DIM``).
 MIN_BLOCK_COLS = 128

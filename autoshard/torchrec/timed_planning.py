@@ -19,6 +19,7 @@ from autoshard.torchrec.mapping import (
     FUSED_UVM,
     FUSED_UVM_CACHING,
     REPLICATED_TYPE,
+    SHARDING_TYPES,
     column_block_cols,
     data_type,
     kind_of,
@@ -103,12 +104,13 @@ class SearchSpace:
 
     def options(self, clf: float) -> tuple[Any, dict[str, Any], list[Any]]:
         """TorchRec's enumerator at ``clf``, its constraints and its options, enumerated once
-        (timed)."""
+        (timed), in a fixed order (:func:`in_offered_order`)."""
         if clf not in self.enumerated:
             began = self.clock()
             chosen, constraints = self.enumerator(clf)
-            self.enumerated[clf] = (chosen, constraints,
-                                    chosen.enumerate(self.module, self.sharders))
+            options = in_offered_order(chosen.enumerate(self.module, self.sharders),
+                                       self.kernels)
+            self.enumerated[clf] = (chosen, constraints, options)
             self.enumerate_s = self.clock() - began
         return self.enumerated[clf]
 
@@ -134,6 +136,34 @@ class SearchSpace:
                       for p in proposers],
             debug=False)
         return planner.plan(self.module, self.sharders)
+
+
+def in_offered_order(options: list[Any], kernels: tuple[str, ...] = PLANNED_KERNELS
+                     ) -> list[Any]:
+    """``options`` with each table's in the order its sharding types and kernels are offered
+    (:data:`autoshard.torchrec.mapping.SHARDING_TYPES`, then ``kernels``, then ``dense``), the
+    tables in the enumerator's order.
+
+    TorchRec's enumerator lists a table's constrained sharding types and kernels as
+    ``list(set(constrained) & set(allowed))``, so its order follows Python's string hashing
+    (``PYTHONHASHSEED``); its proposers and partitioner break ties between equally rated
+    options by that order, and its plan changed with the seed. Sorted, it does not.
+    """
+    table_order: dict[str, int] = {}
+    for o in options:
+        table_order.setdefault(o.fqn, len(table_order))
+    kernel_order = (*kernels, DENSE)
+
+    def key(o: Any) -> tuple[int, int, int]:
+        return (table_order[o.fqn], _position(SHARDING_TYPES, o.sharding_type),
+                _position(kernel_order, o.compute_kernel))
+
+    return sorted(options, key=key)
+
+
+def _position(order: tuple[str, ...], value: str) -> int:
+    """``value``'s place in ``order`` (after all of it when absent)."""
+    return order.index(value) if value in order else len(order)
 
 
 class _Enumerated:
