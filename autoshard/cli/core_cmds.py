@@ -113,7 +113,7 @@ def plan(
         check_output_path(plot)
         check_distinct_outputs({"--output": output, "--plot": plot})
     options = _sharder_options(sharder, seed, time_limit, opt, policy)
-    tables, given = plan_tables(tables, torchrec_model, stats)
+    tables, given, module_paths = plan_tables(tables, torchrec_model, stats)
     task = build_task(given, hardware, devices, nodes, hbm_gb, batch_size, mode,
                       overhead=overhead)
     with options_named():
@@ -122,7 +122,7 @@ def plan(
     if note := machine_warning(model):
         typer.echo(f"warning: {note}", err=True)
     context = record_context(task, tables, hardware, devices, nodes, hbm_gb, cost_model,
-                             inline=torchrec_model is not None)
+                             inline=torchrec_model is not None, module_paths=module_paths)
     try:
         planned = planning.plan(task, chosen, model, context=context)
     except PlannerError as exc:

@@ -176,8 +176,8 @@ class AutoshardPlanner:
         for note in output_notes(tables):
             _log.info("%s", note)
         task = self._task(ours, topology, rules)
-        planned = self._planned(task, _source(module))
         path_of = {t.name: t.path for t in tables}
+        planned = self._planned(task, _source(module), path_of)
         result = self._torchrec_plan(planned.plan, task, path_of, rules, topology)
         _validate(result, module, list(sharders), topology)
         self.result = planned
@@ -197,14 +197,17 @@ class AutoshardPlanner:
         return ShardingTask(tables, hardware, workload, reservation,
                             Constraints({n: r.constraint for n, r in rules.items()}))
 
-    def _planned(self, task: ShardingTask, source: str) -> planning.Planned:
+    def _planned(self, task: ShardingTask, source: str, paths: dict[str, str]
+                 ) -> planning.Planned:
         """The sharder's plan within the constraints, priced (:func:`autoshard.planning.plan`),
-        its context naming ``source`` (the model) with the tables inline."""
+        its context naming ``source`` (the model) with the tables inline and their
+        collections' module ``paths`` (which ``autoshard export`` writes)."""
         options = {**common_options(self.sharder, {"seed": SEED,
                                                    "time_limit": self.time_limit}),
                    **self.sharder_options}
         context = PlanContext.of(task, source, {"profile": task.hardware.name},
-                                 model_identity(self.cost_model), inline=True)
+                                 model_identity(self.cost_model), inline=True,
+                                 module_paths=paths)
         return planning.plan(task, self.sharder, self.cost_model, context=context, **options)
 
     def _torchrec_plan(self, plan: Plan, task: ShardingTask, path_of: dict[str, str],
