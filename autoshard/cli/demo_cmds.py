@@ -163,6 +163,8 @@ def _show(rows: list[CompareRow], repriced: dict[str, CostReport]) -> None:
             table.add_row(r.sharder, r.status, *[""] * (len(columns) - 2))
             notes.append(f"{r.sharder} {r.status}: {r.reason}")
             continue
+        if r.notes:  # what its time limit cut, say: the row is not the sharder at full strength
+            notes.append(f"{r.sharder}: {r.notes} (--time-limit gives every sharder more)")
         cells = [r.sharder, f"{r.step_cost_ms:.3f}", f"{r.cost_ratio:.3f}",
                  f"{r.uvm_lookup_share:.1%}", f"{r.plan_seconds:.3f}"]
         if repriced:
