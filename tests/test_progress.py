@@ -74,3 +74,18 @@ def test_progress_without_a_terminal_is_lines_on_stderr(
         advance(3)
     out, err = capsys.readouterr()
     assert out == "" and "measuring: 3 of 3 configurations (100%)" in err
+
+
+def test_a_timed_job_says_when_it_is_done(capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from rich.console import Console
+
+    monkeypatch.setattr(progress, "err_console", Console(stderr=True, force_terminal=False))
+    clock = iter([0.0, 3.5])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock, 3.5))
+    with progress.timed("planning with recshard (limit 60 s)", 60.0, every=3600.0):
+        time.sleep(0)
+    _, err = capsys.readouterr()
+    assert err.strip() == "planning with recshard (limit 60 s): done in 3.5 s"

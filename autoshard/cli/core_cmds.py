@@ -52,6 +52,7 @@ from autoshard.cli.placement_view import (
     View,
     check_view,
 )
+from autoshard.cli.progress import timed
 from autoshard.cli.report import show_report, show_torchrec_estimate
 from autoshard.cli.torchrec_cmds import PlanTablesOpt as TablesOrModelOpt
 from autoshard.cli.torchrec_cmds import StatsOpt, TorchRecModelOpt, plan_tables
@@ -123,8 +124,11 @@ def plan(
         typer.echo(f"warning: {note}", err=True)
     context = record_context(task, tables, hardware, devices, nodes, hbm_gb, cost_model,
                              inline=torchrec_model is not None, module_paths=module_paths)
+    limit = options.get("time_limit")
     try:
-        planned = planning.plan(task, chosen, model, context=context)
+        with timed(f"planning with {sharder}" + (f" (limit {limit:g} s)" if limit else ""),
+                   float(limit) if isinstance(limit, (int, float)) else None):
+            planned = planning.plan(task, chosen, model, context=context)
     except PlannerError as exc:
         raise PlannerError(exc.kind, f"{tables}: {exc}") from exc
     planned.plan.save(output)

@@ -9,7 +9,8 @@ silent. Each shape is a context manager yielding the function its job calls:
 - :func:`rank_steps`: ranks running steps (``run-plan``): the function takes each rank's stage
   as it reports it (``step 12 done``), and the bar counts the steps every rank has done;
 - :func:`timed`: a job bounded by a time limit that reports nothing itself (a sharder): the
-  bar fills with the time used of the limit, from a thread.
+  bar fills with the time used of the limit, from a thread; without a terminal, a line every
+  :data:`LINE_EVERY_S` and one when it is done (a job under a second says nothing).
 """
 
 from __future__ import annotations
@@ -106,14 +107,15 @@ def _bar(total: float | None, unit: str) -> Progress:
 
 
 @contextlib.contextmanager
-def progress_bar(label: str, total: float | None, unit: str = "done"
+def progress_bar(label: str, total: float | None, unit: str = "done", last_line: bool = True
                  ) -> Iterator[Callable[[float], None]]:
     """Progress of ``total`` things (None: unknown); yields a function taking how many more
-    are done."""
+    are done. Without a terminal, ``last_line`` says where it ended."""
     if not err_console.is_terminal:
         lines = Lines(label, total, unit, _say)
         yield lines.advance
-        lines.say()
+        if last_line:
+            lines.say()
         return
     with _bar(total, unit) as bar:
         task = bar.add_task(label, total=total)
@@ -144,10 +146,10 @@ def timed(label: str, limit_s: float | None, every: float = 0.5) -> Iterator[Non
     """A bar of the seconds used of ``limit_s`` (None: elapsed time alone) while the body
     runs, kept up by a thread."""
     stop = threading.Event()
-    with progress_bar(label, limit_s, "s") as advance:
+    start = time.monotonic()
+    with progress_bar(label, limit_s, "s", last_line=False) as advance:
         def tick() -> None:
             used = 0.0
-            start = time.monotonic()
             while not stop.wait(every):
                 now = time.monotonic() - start
                 step = now - used if limit_s is None else min(now, limit_s) - used
@@ -162,6 +164,9 @@ def timed(label: str, limit_s: float | None, every: float = 0.5) -> Iterator[Non
         finally:
             stop.set()
             thread.join()
+    took = time.monotonic() - start
+    if not err_console.is_terminal and took >= 1.0:  # a quick job says nothing
+        _say(f"{label}: done in {took:,.1f} s")
 
 
 def _say(line: str) -> None:
