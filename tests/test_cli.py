@@ -251,3 +251,14 @@ def test_the_solver_line_names_each_bound_and_no_zero_as_a_share() -> None:
     assert "%" not in same and "(its own relaxation) is 0.151 ms, the lower bound" in same
     below = solver_line(dict(solver, bound_ms=0.12), 0.151)
     assert "0.120 ms, below the cost model's lower bound, 0.151 ms" in below
+
+
+def test_calibrate_says_where_metas_statistics_come_from(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The locality statistics are public data a clone does not hold: without them the command
+    names the file to download and its licence, and writes nothing."""
+    out = tmp_path / "calibration"
+    for args in ([], ["--reference", str(tmp_path / "missing.txt")]):
+        code, _, err = run(["calibrate", "--fit", *args, "--out", str(out)], capsys)
+        assert code == 2 and "--reference" in err and "dlrm_datasets" in err and "MIT" in err
+        assert not out.exists()
