@@ -18,10 +18,14 @@ Advance = Callable[[float], None]
 ProgressFactory = Callable[[str, float | None], AbstractContextManager[Advance]]
 
 
+def _ignore(amount: float = 1.0) -> None:
+    """Progress told to no one."""
+
+
 @contextlib.contextmanager
 def no_progress(label: str, total: float | None) -> Iterator[Advance]:
     """Progress shown nowhere."""
-    yield lambda amount=1.0: None
+    yield _ignore
 
 
 __all__ = ["Advance", "ProgressFactory", "no_progress"]

@@ -52,7 +52,7 @@ LOCALITY_STATS = ("embedding_bag/2021/locality_stats.txt of github.com/facebookr
 
 
 @contextlib.contextmanager
-def progress_bar(label: str, total: float | None) -> Iterator[Callable[[int], None]]:
+def progress_bar(label: str, total: float | None) -> Iterator[Callable[[float], None]]:
     """A rich progress bar; yields a function that advances it."""
     columns = (TextColumn("{task.description}"), BarColumn(),
                TextColumn("{task.completed:,.0f}"), TimeElapsedColumn())

@@ -85,8 +85,8 @@ def export(
                                                 batch_size, mode, overhead), reprice)
     for note in priced.notes:
         typer.echo(f"note: {note}", err=True)
-    options = {"fit": fit, "check": check, "fitted_plan": fitted_plan,
-               "module_path": module_path}
+    options: dict[str, object] = {"fit": fit, "check": check, "fitted_plan": fitted_plan,
+                                  "module_path": module_path}
     _export(plan_file, loaded, priced.task, to, output, options)
 
 

@@ -119,7 +119,11 @@ def progress_bar(label: str, total: float | None, unit: str = "done", last_line:
         return
     with _bar(total, unit) as bar:
         task = bar.add_task(label, total=total)
-        yield lambda amount=1.0: bar.advance(task, amount)
+
+        def advance(amount: float = 1.0) -> None:
+            bar.advance(task, amount)
+
+        yield advance
 
 
 @contextlib.contextmanager

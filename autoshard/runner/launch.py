@@ -105,9 +105,9 @@ def watch(procs: list[subprocess.Popen[bytes]], work: Path, timeout_s: float,
         now = time.monotonic()
         quiet = {r: now - last_progress(work, r, start) for r, c in enumerate(codes) if c is None}
         if max(quiet.values()) > timeout_s:
-            stages = ", ".join(f"rank {r} at '{stage(work, r)}' ({q:.0f} s ago)"
-                               for r, q in sorted(quiet.items()))
-            raise RunError(f"no progress for {timeout_s:g} s: {stages}; stopped all "
+            where = ", ".join(f"rank {r} at '{stage(work, r)}' ({q:.0f} s ago)"
+                              for r, q in sorted(quiet.items()))
+            raise RunError(f"no progress for {timeout_s:g} s: {where}; stopped all "
                            f"{len(procs)} ranks (logs in {work})")
         time.sleep(POLL_S)
 
