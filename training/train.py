@@ -266,19 +266,26 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
         state.wall_seconds = wall_before + time.perf_counter() - started
         save_checkpoint(model, run_dir / "checkpoints", {**state.to_dict(), "run_name": name})
         vec.close()
-    if not (policy_dir / "weights.pt").exists():  # no evaluation kept one: keep the last
-        save_policy(model.policy.net, policy_dir, MULTIPLIERS,
-                    {"trained": {"steps": int(model.num_timesteps), "config": cfg.to_dict()}})
-    kept = state.best_step if state.best_ratio is not None else int(model.num_timesteps)
-    result = TrainResult(run_dir, int(model.num_timesteps), cfg.timesteps, inputs.done_steps,
-                         state.wall_seconds, state.stopped_early, state.best_ratio, policy_dir,
-                         kept_step=kept)
-    result = finish(cfg, result, inputs.tasks, greedy, inputs.cost_model, state, tracker)
+    result = finish(cfg, _kept(cfg, model, inputs, policy_dir), inputs.tasks, greedy,
+                    inputs.cost_model, state, tracker)
     if export is not None:
         export_run(run_dir, export)
     if export_policy is not None:
         copy_policy(policy_dir, export_policy)
     return result
+
+
+def _kept(cfg: TrainConfig, model: Any, inputs: Inputs, policy_dir: Path) -> TrainResult:
+    """What the run keeps: the best evaluated policy, else (none kept) the last one, saved now;
+    the result says which step's it is."""
+    state, steps = inputs.state, int(model.num_timesteps)
+    if not (policy_dir / "weights.pt").exists():  # no evaluation kept one: keep the last
+        save_policy(model.policy.net, policy_dir, MULTIPLIERS,
+                    {"trained": {"steps": steps, "config": cfg.to_dict()}})
+    kept = state.best_step if state.best_ratio is not None else steps
+    return TrainResult(cfg.out_dir, steps, cfg.timesteps, inputs.done_steps,
+                       state.wall_seconds, state.stopped_early, state.best_ratio, policy_dir,
+                       kept_step=kept)
 
 
 def _seed_everything(cfg: TrainConfig, done_steps: int) -> int:

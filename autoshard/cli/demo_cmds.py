@@ -67,12 +67,7 @@ def demo(
     from autoshard.workloads import constrained_task
 
     check_trace_size(tables, trace_batch, "--trace-batch")
-    given: dict[str, dict[str, object]] = {"torchrec": {"time_limit": torchrec_time_limit}}
-    if policy is not None:
-        given["ppo"] = {"policy": str(policy)}
-    reason = sharder_info("ppo", policy=str(policy)).unavailable if policy is not None else None
-    if reason:
-        raise InputError(reason, source="command line", field="--policy", value=str(policy))
+    given = _given(torchrec_time_limit, policy)
     require_all({"torch": "data", "matplotlib": "plots",
                  **({"lightgbm": "costmodel"} if reprice != "none" else {})})
     model, learned = _load_inputs(hardware, devices, cost_model, reprice)
@@ -97,6 +92,18 @@ def demo(
         atomic_write_text(out / "demo.md", markdown_table(summarize(rows)))
     console.print(f"done in {time.perf_counter() - start:.0f} s; results in {out}/demo.csv, "
                   f"demo.md; plots: " + ", ".join(str(p) for p in plots))
+
+
+def _given(torchrec_time_limit: float, policy: Path | None) -> dict[str, dict[str, object]]:
+    """The options the demo gives single sharders: torchrec's own limit, ppo's policy (checked
+    to load)."""
+    given: dict[str, dict[str, object]] = {"torchrec": {"time_limit": torchrec_time_limit}}
+    if policy is not None:
+        reason = sharder_info("ppo", policy=str(policy)).unavailable
+        if reason:
+            raise InputError(reason, source="command line", field="--policy", value=str(policy))
+        given["ppo"] = {"policy": str(policy)}
+    return given
 
 
 def _load_inputs(hardware: str, devices: int, cost_model: str, reprice: str

@@ -281,13 +281,7 @@ def plan_cmd(
     from autoshard.limits import one_of
     from autoshard.serving.parts import check_precision
     from autoshard.serving.plan_output import verdict, write_plan_outputs
-    from autoshard.serving.planning import (
-        OBJECTIVES,
-        PlanOptions,
-        server_range,
-        sweep,
-        sweep_size,
-    )
+    from autoshard.serving.planning import OBJECTIVES, PlanOptions
     from autoshard.serving.registry import parse_strategies
 
     check_output_path(output / "plan.json")
@@ -297,11 +291,7 @@ def plan_cmd(
     check_precision(precision, "--precision", "command line")
     task = make_task(model, profile, qps, requests, seed, p99_ms, samples, precision,
                      max_utilisation, headroom)
-    options = PlanOptions(replicas=replicas, cache=cache)
-    counts = server_range(task, span)
-    with progress_bar("simulating deployments", sweep_size(names, counts),
-                      "deployments") as advance:
-        rows, found = sweep(task, names, counts, options, advance)
+    rows, found = _swept(task, names, span, PlanOptions(replicas=replicas, cache=cache))
     write_plan_outputs(task, rows, found, output, {"replicas": replicas, "cache": cache},
                        minimise)
     show_rows(rows, f"{task.model.name} on {task.profile.name} at {qps:g} qps, {samples} "
@@ -310,6 +300,17 @@ def plan_cmd(
                   f"({task.profile.memory_headroom:.0%} headroom); utilisation ceiling "
                   f"{task.profile.utilisation_ceiling:g}")
     console.print(f"answer: {verdict(task, rows, minimise)}; wrote {output}/")
+
+
+def _swept(task: Any, names: list[str], span: int, options: Any) -> tuple[Any, Any]:
+    """:func:`autoshard.serving.planning.sweep` over ``span`` shard counts, its deployments
+    shown as they are simulated."""
+    from autoshard.serving.planning import server_range, sweep, sweep_size
+
+    counts = server_range(task, span)
+    with progress_bar("simulating deployments", sweep_size(names, counts),
+                      "deployments") as advance:
+        return sweep(task, names, counts, options, advance)
 
 
 @serve_app.command("bench")
@@ -465,12 +466,7 @@ def compare_cmd(
     import sys
 
     from autoshard.serving.suite_report import write_suite
-    from autoshard.serving.suite_run import (
-        calibrated_profile,
-        measure_suite,
-        simulate_suite,
-        suite_size,
-    )
+    from autoshard.serving.suite_run import calibrated_profile, measure_suite
     from autoshard.serving.suites import SUITES
 
     if suite not in SUITES:
@@ -482,10 +478,7 @@ def compare_cmd(
         check_bench_options(suite, bench_requests, bench_rounds, bench_warmup)
     fresh = parse_seeds(seeds)
     profile = calibrated_profile(suite) if measure else None
-    with progress_bar("simulating deployments", suite_size(suite, span, fresh),
-                      "deployments") as advance:
-        rows, per_rate = simulate_suite(suite, requests, span, seed, profile, samples, fresh,
-                                        advance)
+    rows, per_rate = _simulated_suite(suite, requests, span, seed, profile, samples, fresh)
     measured = (measure_suite(suite, bench_requests, seed, profile, requests, bench_rounds,
                               bench_warmup) if measure else None)
     command = "autoshard serve " + " ".join(sys.argv[sys.argv.index("compare"):]) \
@@ -500,6 +493,17 @@ def compare_cmd(
         console.print(f"measured vs simulated Spearman: P99 {measured['spearman_p99']}, "
                       f"P90 {measured['spearman_p90']}, P50 {measured['spearman_p50']}")
     console.print(f"wrote {output}/{suite}.md")
+
+
+def _simulated_suite(suite: str, requests: int, span: int, seed: int, profile: Any,
+                     samples: int, fresh: tuple[int, ...]) -> tuple[Any, Any]:
+    """:func:`autoshard.serving.suite_run.simulate_suite`, its deployments shown as they are
+    simulated."""
+    from autoshard.serving.suite_run import simulate_suite, suite_size
+
+    with progress_bar("simulating deployments", suite_size(suite, span, fresh),
+                      "deployments") as advance:
+        return simulate_suite(suite, requests, span, seed, profile, samples, fresh, advance)
 
 
 @serve_app.command("study")
