@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.table import Table as RichTable
 
 from autoshard.cli.app import app
@@ -285,7 +286,9 @@ def show_torchrec(report: Any) -> None:
     run, modelled = report.torchrec, report.modelled
     table = RichTable(title=f"plan by {report.sharder or '?'} in TorchRec's "
                       f"DistributedModelParallel ({run.backend}, {run.mode}, batch "
-                      f"{run.batch_size}, median of {run.iterations}) vs {modelled.cost_model}")
+                      f"{run.batch_size}, median of {run.iterations}) vs {modelled.cost_model}",
+                      box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                      show_edge=False)
     for col in ("dev", "tables", "step", "cpu", "runner\nstep", "runner\nwork", "modelled",
                 "pooled\nmax |diff|", "logits\nmax |diff|"):
         table.add_column(col, justify="right")
