@@ -53,6 +53,9 @@ class Table:
         access_cdf: Measured share of lookups served by the hottest rows.
         zipf_alpha: Access skew assumed when no CDF is measured.
         reuse_hist: Share of distinct rows in each of the 17 reuse bins, if measured.
+        features: The features (model inputs) that look the table up, where known (a TorchRec
+            model's); statistics files are matched by them. Planning does not read them: the
+            lookups per sample are ``pooling_factor`` x ``coverage``, all features together.
     """
 
     name: str
@@ -67,6 +70,7 @@ class Table:
     access_cdf: AccessCurve | None = None
     zipf_alpha: float | None = None
     reuse_hist: tuple[float, ...] | None = field(default=None)
+    features: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name, value, ok, rule in self._checks():
@@ -109,6 +113,10 @@ class Table:
              or (isinstance(hist, tuple) and len(hist) == REUSE_BINS
                  and all(number_in(v, 0, 1) for v in hist)),
              f"must be {REUSE_BINS} shares in [0, 1]"),
+            ("features", self.features, isinstance(self.features, tuple)
+             and all(isinstance(f, str) and f for f in self.features)
+             and len(set(self.features)) == len(self.features),
+             "must be a list of distinct non-empty names"),
         ]
 
     @property
@@ -153,6 +161,8 @@ class Table:
             doc["reuse_hist"] = list(self.reuse_hist)
         if self.access_cdf is not None:
             doc["access_cdf"] = self.access_cdf.to_dict()
+        if self.features:
+            doc["features"] = list(self.features)
         return doc
 
     @classmethod
@@ -258,6 +268,12 @@ def _convert(key: str, value: Any, source: str, name: str) -> Any:
             return AccessCurve.from_dict(value)
         if key == "name" and is_int(value):  # YAML reads `name: 17` as a number
             return str(value)
+        if key == "features":
+            if isinstance(value, str):  # a CSV cell or a lone name: separated by ';' or spaces
+                value = [v for v in re.split(r"[;\s]+", value) if v]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError("expected a list of names")
+            return tuple(str(v) if is_int(v) else v for v in value)
         if key == "reuse_hist":
             if isinstance(value, str):  # a CSV cell: values separated by ';' or spaces
                 value = [v for v in re.split(r"[;\s]+", value) if v]

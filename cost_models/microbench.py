@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -208,7 +208,7 @@ def sweep(configs: Iterable[BenchConfig], output: Path, device: str = "cpu",
         if new_file:
             writer.writeheader()
             fh.flush()
-        for cfg in _progress(todo, progress, f"{len(done)} done"):
+        for cfg in _progress(todo, progress, len(done), budget_s):
             if budget_s is not None and time.perf_counter() - start > budget_s:
                 break
             writer.writerow({**measure(cfg, device, timing), **env})
@@ -217,14 +217,44 @@ def sweep(configs: Iterable[BenchConfig], output: Path, device: str = "cpu",
     return added
 
 
-def _progress(items: list[BenchConfig], show: bool, note: str) -> Iterable[BenchConfig]:
+def _progress(items: list[BenchConfig], show: bool, already: int, budget_s: float | None
+              ) -> Iterator[BenchConfig]:
+    """``items`` while a bar counts the configurations measured, those of an earlier run
+    (``already``) included; with a budget the bar fills with the seconds used of it, since the
+    sweep stops there, and says how many of the configurations it measured."""
     if not show:
         yield from items
         return
-    from rich.progress import Progress
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    with Progress() as bar:
-        task = bar.add_task(f"microbench ({note})", total=len(items))
-        for item in items:
-            yield item
-            bar.advance(task)
+    total = already + len(items)
+    label = "measuring" + (f" ({already:,} measured before)" if already else "")
+    if budget_s is None:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("configurations"), TimeElapsedColumn(),
+                      TimeRemainingColumn()) as bar:
+            task = bar.add_task(label, total=total, completed=already)
+            for item in items:
+                yield item
+                bar.advance(task)
+        return
+    start = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.fields[measured]:,} of {task.fields[of]:,} "
+                             "configurations"), TimeElapsedColumn(),
+                  TextColumn(f"of the {budget_s:g} s budget")) as bar:
+        task = bar.add_task(label, total=budget_s, measured=already, of=total)
+        try:
+            for count, item in enumerate(items, start=already + 1):
+                yield item
+                bar.update(task, completed=min(time.perf_counter() - start, budget_s),
+                           measured=count)
+        finally:  # the budget ends the sweep: the bar is full either way
+            bar.update(task, completed=budget_s)

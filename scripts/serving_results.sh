@@ -25,18 +25,23 @@ step() {  # step NAME COMMAND...: runs COMMAND unless NAME is already done
   echo "$name" >> "$DONE"
 }
 if [[ "$MODE" != bench ]]; then
-  step small $AS serve compare --suite small --requests 10000 --samples 5 --span 3 --seeds 1,2,3,4,5
-  step medium $AS serve compare --suite medium --requests 10000 --samples 5 --span 4 --seeds 1,2,3,4,5
-  step sparse $AS serve compare --suite sparse --requests 10000 --samples 5 --span 4 --seeds 1,2,3,4,5
-  step large $AS serve compare --suite large --requests 10000 --samples 5 --span 4 --seeds 1,2,3,4,5
+  step small $AS serve compare --suite small --requests 10000 --samples 5 --span 3 --seeds 1,2,3,4,5 \
+    -o results/serving
+  step medium $AS serve compare --suite medium --requests 10000 --samples 5 --span 4 --seeds 1,2,3,4,5 \
+    -o results/serving
+  step sparse $AS serve compare --suite sparse --requests 10000 --samples 5 --span 4 --seeds 1,2,3,4,5 \
+    -o results/serving
+  step large $AS serve compare --suite large --requests 10000 --samples 5 --span 4 --seeds 1,2,3,4,5 \
+    -o results/serving
   step medium60k-cache $AS serve plan --model medium --p99-ms 5 --qps 60000 --cache \
     -o results/serving/medium-60k-cache
   step medium60k-cache-int8 $AS serve plan --model medium --p99-ms 5 --qps 60000 --cache \
     --precision int8 -o results/serving/medium-60k-cache-int8
-  step study $AS serve study --requests 10000 --samples 5
+  step study $AS serve study --requests 10000 --samples 5 -o results/serving
   step simulator .venv/bin/python benchmarks/bench_serving.py
 fi
 if [[ "$MODE" == simulated ]]; then exit 0; fi
 if [[ "$MODE" == bench ]]; then sed -i '/^bench$/d' "$DONE"; fi
 step bench flock /tmp/autoshard-measure.lock $AS serve compare --suite bench --measure \
-  --bench-requests 1100 --bench-warmup 100 --bench-rounds 3 --requests 20000 --span 2
+  --bench-requests 1100 --bench-warmup 100 --bench-rounds 3 --requests 20000 --span 2 \
+  -o results/serving

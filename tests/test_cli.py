@@ -235,3 +235,30 @@ def test_sharder_option_lists_every_registered_sharder(capsys: pytest.CaptureFix
         pick(["--help"], prog_name="pick")
     shown = " ".join(capsys.readouterr().out.replace("│", " ").split())
     assert all(name in shown for name in sharder_names())
+
+
+def test_the_solver_line_names_each_bound_and_no_zero_as_a_share() -> None:
+    """The MILP's own bound is named as such beside the cost model's bound cost / bound uses;
+    a bound it did not prove (zero) is said in words, never as '100.0% below'."""
+    from autoshard.cli.core_cmds import solver_line
+
+    solver = {"solver": "recshard (HiGHS MILP)", "status": "Optimal", "gap": 1.0,
+              "found_s": 0.5, "seconds": 2.0}
+    none = solver_line(dict(solver, bound_ms=0.0), 0.151)
+    assert "%" not in none and "proved no bound of its own" in none and "0.151 ms" in none
+    assert "over the splits it chose" in none  # what the MIP gap is a gap of
+    same = solver_line(dict(solver, bound_ms=0.151, gap=0.423), 0.151)
+    assert "%" not in same and "(its own relaxation) is 0.151 ms, the lower bound" in same
+    below = solver_line(dict(solver, bound_ms=0.12), 0.151)
+    assert "0.120 ms, below the cost model's lower bound, 0.151 ms" in below
+
+
+def test_calibrate_says_where_metas_statistics_come_from(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The locality statistics are public data a clone does not hold: without them the command
+    names the file to download and its licence, and writes nothing."""
+    out = tmp_path / "calibration"
+    for args in ([], ["--reference", str(tmp_path / "missing.txt")]):
+        code, _, err = run(["calibrate", "--fit", *args, "--out", str(out)], capsys)
+        assert code == 2 and "--reference" in err and "dlrm_datasets" in err and "MIT" in err
+        assert not out.exists()

@@ -176,7 +176,8 @@ def test_reuse_needs_the_suites_csv(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_rows_of_files_that_predate_the_machine_columns_say_so(tmp_path: Path) -> None:
-    old = [c for c in COLUMNS if c not in ("found_by", "machine", "measured_at", "reused_from")]
+    old = [c for c in COLUMNS if c not in ("found_by", "machine", "measured_at", "reused_from",
+                                           "notes")]
     path = tmp_path / "old.csv"
     path.write_text(",".join(old) + "\n" + "tiny,t0,12,2,train,random,ok,," + ",".join(
         ["2.0", "1.0", "2.0", "1.1", "0.1", "0.01"]) + ",analytical,analytical,{}\n")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from autoshard.sharders import sharder_names
 from autoshard.tables import load_tables
 
@@ -33,3 +35,25 @@ def test_demo_small_budget(tmp_path: Path) -> None:
     assert "cost / lower bound" in (out / "demo.md").read_text()
     assert (out / "demo.png").is_file() and (out / "demo.devices.png").is_file()
     assert "recshard" in proc.stdout and "cost" in proc.stdout
+
+
+def test_the_demo_says_what_a_sharders_time_limit_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row whose sharder was cut by its limit (TorchRec's cache search, say) is shown with
+    what was cut, so the table does not pass for the sharder at full strength."""
+    from rich.console import Console
+
+    from autoshard.cli import demo_cmds
+    from autoshard.compare.rows import CompareRow
+
+    console = Console(width=100, record=True, color_system=None)
+    monkeypatch.setattr(demo_cmds, "console", console)
+    base = {"suite": "demo", "task": "t", "tables": 4, "devices": 2, "mode": "train",
+            "status": "ok", "step_cost_ms": 2.0, "lower_bound_ms": 1.0, "cost_ratio": 2.0,
+            "uvm_lookup_share": 0.1, "plan_seconds": 30.0}
+    rows = [CompareRow(sharder="torchrec", notes="time limit: TorchRec's cache-size search "
+                       "not run (0.4 s left, 5 s needed)", **base),  # type: ignore[arg-type]
+            CompareRow(sharder="recshard", **base)]  # type: ignore[arg-type]
+    demo_cmds._show(rows, {})
+    text = " ".join(console.export_text().split())
+    assert "torchrec: time limit: TorchRec's cache-size search not run" in text
+    assert "recshard:" not in text

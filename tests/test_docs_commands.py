@@ -484,3 +484,128 @@ def test_activating_the_venv_allows_bare_commands() -> None:
     block = "```bash\nsource .venv/bin/activate\nautoshard plan -t default --nope\n```"
     problems = [p for c in extract_commands(block) for p in check_command(c)]
     assert problems == ["`autoshard plan` has no option --nope"]
+
+
+# --- outputs: nothing written into the checkout ------------------------------------------------
+
+#: Options that name a file or folder a command writes (``--table-file``: ``synth``'s output,
+#: ``profile``'s input).
+OUTPUT_OPTIONS = ("-o", "--output", "--out", "--export", "--export-policy", "--fitted-plan",
+                  "--plot", "--report", "--save-partial", "--parts")
+SYNTH_OUTPUTS = ("--table-file",)
+#: Where the documents' commands may write: runs/ (ignored by git), and results/ where a
+#: command regenerates committed figures and says so by naming the folder.
+WRITABLE = ("runs/", "results/")
+
+
+def redirect_targets(line: str) -> list[str]:
+    """The files a command line's ``>``/``>>`` redirections write."""
+    lexer = shlex.shlex(FD_REDIRECT.sub("", line), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    tokens = list(lexer)
+    return [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t in (">", ">>")]
+
+
+def written_paths(path: Path) -> list[tuple[str, str, Command | None]]:
+    """(file or folder written, the command line that writes it, the command) of a
+    document: output options of autoshard commands and scripts, and shell redirections."""
+    text = path.read_text(encoding="utf-8")
+    found: list[tuple[str, str, Command | None]] = []
+    for command in extract_commands(text):
+        words = unwrap(command.words)
+        if words and words[0].removeprefix(VENV_BIN) in ("autoshard", "python", "torchrun"):
+            options = OUTPUT_OPTIONS + (SYNTH_OUTPUTS if "synth" in words[1:2] else ())
+            found += [(v, shlex.join(words), command) for v in option_values(words, *options)]
+    for first, lines in shell_blocks(text):
+        for _, line in logical_lines(first, lines):
+            found += [(target, line, None) for target in redirect_targets(line)]
+    return found
+
+
+def test_documented_commands_write_under_runs_or_named_results() -> None:
+    """Every file a documented command writes lies under runs/ (ignored by git) or, where a
+    command regenerates committed figures, under results/ as it says: run from a clone, the
+    documents' commands leave `git status` clean."""
+    outside = [f"{path.relative_to(ROOT)}: `{line}` writes {target}"
+               for path in DOCUMENTS for target, line, _ in written_paths(path)
+               if not target.startswith(WRITABLE)]
+    assert not outside, "\n".join(outside)
+
+
+def test_documented_examples_write_distinct_files() -> None:
+    """No two different documented commands write the same file, so that following one page
+    never overwrites what another page's example made (folders, which runs resume into, and
+    results/ excepted)."""
+    writers: dict[str, set[str]] = {}
+    for path in DOCUMENTS:
+        for target, line, _ in written_paths(path):
+            if Path(target).suffix and not target.startswith("results/"):
+                writers.setdefault(target, set()).add(" ".join(line.split()))
+    shared = {t: sorted(lines) for t, lines in writers.items() if len(lines) > 1}
+    assert not shared, "\n".join(f"{t}: {lines}" for t, lines in shared.items())
+
+
+def test_every_default_output_is_under_runs() -> None:
+    """A command given no output writes under runs/: never into the checkout itself."""
+    def walk(command: Any, path: str) -> Iterator[tuple[str, Any]]:
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, f"{path} {name}".strip())
+        for param in getattr(command, "params", []):
+            yield path, param
+
+    bad = []
+    for path, param in walk(cli_tree(), ""):
+        named = set(param.opts) & {"-o", "--output", "--out"}
+        default = param.default
+        if (named and default not in (None, "") and not callable(default)
+                and not str(default).startswith("runs/")):
+            bad.append(f"autoshard {path} {sorted(named)[0]}: default {default}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_redirect_and_output_extractors_see_what_they_look_for() -> None:
+    assert redirect_targets("autoshard hardware show x > c.yaml 2>&1") == ["c.yaml"]
+    assert redirect_targets("mkdir -p runs && cat > runs/t.yaml <<'EOF'") == ["runs/t.yaml"]
+    assert redirect_targets("autoshard plan -t a.yaml") == []
+
+
+def section_blocks(text: str, heading: str) -> list[str]:
+    """The shell blocks of the section under ``heading`` (to the next heading of its level)."""
+    start = text.index(f"\n{heading}\n")
+    level = heading.split(" ", 1)[0]
+    end = text.find(f"\n{level} ", start + len(heading) + 2)
+    section = text[start:end if end > 0 else len(text)]
+    return ["\n".join(lines) for _, lines in shell_blocks(section)]
+
+
+@pytest.mark.slow
+def test_the_quick_start_and_default_outputs_leave_a_clone_clean(tmp_path: Path) -> None:
+    """The README's quick start, run as written in a fresh clone, then commands given no
+    output (`plan`, `serve study`), write only under runs/: `git status` stays clean."""
+    import subprocess
+    import sys
+
+    from autoshard.torchrec import torchrec_unavailable
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    autoshard = f"{shlex.quote(sys.executable)} -m autoshard"
+    script = "\n".join(section_blocks((ROOT / "README.md").read_text(encoding="utf-8"),
+                                      "## Quick start: your own tables"))
+    if torchrec_unavailable(load=True) is not None:
+        script = script.replace(" --check", "")
+    script = script.replace(".venv/bin/autoshard", autoshard) + "\n" + "\n".join([
+        f"{autoshard} plan -t runs/my_tables.yaml -s lookup_greedy",
+        f"{autoshard} serve study --requests 1000 --samples 2"])
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=clone,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for made in ("runs/my_tables.yaml", "runs/plan.json", "runs/torchrec_plan.json",
+                 "runs/serving/study.md"):
+        assert (clone / made).is_file(), made
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                            cwd=clone, capture_output=True, text=True, check=True).stdout
+    assert status == "", status

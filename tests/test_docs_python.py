@@ -39,5 +39,6 @@ def test_every_python_block_of_the_library_page_runs(tmp_path: Path,
             exec(compile(code, f"{PAGE}:{line}", "exec"), namespace)
         except Exception as exc:
             raise AssertionError(f"{PAGE.name}, block at line {line}: {exc!r}") from exc
-    assert {p.name for p in tmp_path.iterdir()} == {"my_tables.yaml", "plan.json",
-                                                     "torchrec_plan.json"}
+    assert [p.name for p in tmp_path.iterdir()] == ["runs"]  # nothing beside runs/
+    assert {p.name for p in (tmp_path / "runs").iterdir()} == {
+        "library_tables.yaml", "library_plan.json", "library_torchrec_plan.json"}

@@ -209,7 +209,7 @@ def test_export_writes_what_the_export_command_writes(
     assert (tmp_path / "lib.json").read_bytes() == (tmp_path / "cli.json").read_bytes()
     assert json.loads((tmp_path / "lib.json").read_text()) == exported.doc
     assert Plan.load(tmp_path / "fitted.json") == exported.plan
-    assert exported.summary == "3 tables on 2 ranks (3 table_wise/fused)"
+    assert exported.summary == "3 tables on 2 ranks (3 table_wise/fused); module path ''"
     assert exported.changed == () and exported.checked is None
 
 

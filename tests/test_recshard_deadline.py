@@ -101,3 +101,52 @@ def test_returns_within_the_limit_on_a_large_task() -> None:
     result = RecShard(time_limit=2.0).solve(task, MODEL).details
     assert time.process_time() - start <= 2.0 + 1.5
     check_layout(result.plan, task)
+
+
+def test_slow_pricing_stops_before_it_would_overrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Points dear enough that the rest cannot be priced in time: the first call's pace says
+    so and pricing stops then, not after the deadline (fake clock: deterministic)."""
+    clock = _Clock()
+    task = _task(300)
+    t = np.repeat(np.arange(task.num_tables), 20)
+    zeros = np.zeros(t.size, dtype=np.int64)
+    rows = np.ones(t.size)
+    slow = _SlowModel(clock, 1e-3)  # 6,000 points: 6 fake seconds in all
+    monkeypatch.setattr(time, "perf_counter", clock)
+    with pytest.raises(DeadlineReached, match="points left"):
+        price_total(task, slow, t, zeros, rows, clock() + 3.0)
+    monkeypatch.undo()
+    assert clock.charged == pytest.approx(curves.FIRST_CHUNK * 1e-3)  # one call, then stopped
+
+
+def test_planning_for_two_models_keeps_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``also_for``: every step gets at most what is left of the limit, and a step with
+    almost nothing left is not run (each step here overruns its share by half: the blend
+    would have run past the limit)."""
+    from autoshard.sharders.base import Sharded
+    from autoshard.sharders.recshard_blend import solve_both
+    from autoshard.sharders.recshard_tables import RecShardResult
+
+    clock = _Clock()
+    task = _task(40)
+    plan = get_sharder("lookup_greedy").shard(task, MODEL)
+    given: list[float] = []
+
+    class _Step:
+        def __init__(self, seconds: float) -> None:
+            self.seconds = seconds
+
+        def solve(self, task: ShardingTask, model: object) -> Sharded[RecShardResult]:
+            given.append(self.seconds)
+            clock.charged += 1.5 * self.seconds
+            return Sharded(plan, RecShardResult(plan, 1.0, 0.5, 0.5, 0.0, "milp", "Optimal",
+                                                "greedy", 1.0))
+
+    monkeypatch.setattr(time, "perf_counter", clock)
+    start = clock()
+    result = solve_both(_Step, task, (MODEL, MODEL), 9.0, "recshard")
+    elapsed = clock() - start
+    monkeypatch.undo()
+    assert given == [pytest.approx(3.0), pytest.approx(3.0)]
+    assert elapsed <= 9.0 + 1.0  # the two steps' 9 fake seconds and the real pricing
+    assert "time limit: blend plan not made" in result.status

@@ -186,3 +186,52 @@ def test_plan_can_minimise_cost_and_rejects_bad_choices(
                             str(tmp_path / "no")], capsys)
     assert code == 2 and "--seeds" in err
     assert not (tmp_path / "no").exists()
+
+
+def test_simulate_gives_a_latency_verdict_only_against_a_target(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """No target: the verdict says only whether the deployment fits (never 'misses'), and the
+    JSON's ``meets`` is null; a target gives meets or misses against it."""
+    base = ["serve", "simulate", "--model", "small", "--strategy", "main_only", "--requests",
+            "1000", "--samples", "2"]
+    code, stdout, err = run_cli(base, capsys)
+    assert code == 0, err
+    assert "fits" in stdout and "misses" not in stdout and "meets" not in stdout
+    code, stdout, _ = run_cli([*base, "--json"], capsys)
+    assert json.loads(stdout)["meets"] is None and json.loads(stdout)["p99_target_ms"] is None
+    code, stdout, _ = run_cli([*base, "--p99-ms", "0.01"], capsys)
+    assert code == 0 and "misses" in stdout
+    code, stdout, _ = run_cli([*base, "--p99-ms", "1000", "--json"], capsys)
+    assert json.loads(stdout)["meets"] is True
+
+
+def test_answers_name_servers_and_shards_in_words() -> None:
+    """One server is 'server'; a deployment without shards says so (no 'x replicas -')."""
+    from autoshard.serving.plan_output import deployment_words
+    from autoshard.serving.suite_report import answer_lines
+
+    alone = {"strategy": "main_only", "servers": 0, "total_servers": 1, "replicas": "-",
+             "main_replicas": 1, "p99_ms": 1.07, "p99_lo_ms": 1.06, "p99_hi_ms": 1.09,
+             "max_utilisation": 0.13}
+    assert deployment_words(alone) == "1 server (main_only: no shard; 1 main)"
+    line = answer_lines([{"qps": 5000.0, "memory_bound_shards": 0, "answer": alone,
+                          "seeds": [{"seed": 1, "total_servers": 1}]}])[0]
+    assert "1 servers" not in line and "x replicas -" not in line
+    assert "1 server (main_only: no shard; 1 main); P99 1.07 ms" in line
+    sharded = dict(alone, strategy="load_balanced", servers=4, total_servers=14,
+                   replicas="3,3,3,3", main_replicas=2)
+    assert deployment_words(sharded) == ("14 servers (load_balanced: 4 shards, replicas "
+                                         "3,3,3,3; 2 main)")
+
+
+def test_study_writes_under_runs_by_default() -> None:
+    """`serve study` (and `serve compare`) write to runs/serving unless told: the committed
+    results/serving files change only when named."""
+    import typer
+
+    from autoshard.cli import app
+
+    serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    for name in ("study", "compare"):
+        output = next(p for p in serve.commands[name].params if p.name == "output")
+        assert str(output.default) == "runs/serving", name

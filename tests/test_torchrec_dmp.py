@@ -265,6 +265,55 @@ def test_the_output_check_sees_a_wrong_weight() -> None:
         dist.destroy_process_group()
 
 
+def test_logits_of_the_concat_model_match_whatever_order_the_sharded_outputs_come_in(
+        ) -> None:
+    """In this process, one rank: tables of several dims (the concat-MLP model), b in column
+    blocks, a and c whole. The sharded collection returns its features grouped by sharding
+    (a, c, then b), the unsharded in table order; the model concatenates them in its own
+    order, so the logits are equal, and each check has its own verdict."""
+    import torch
+    import torch.distributed as dist
+
+    from autoshard.runner.launch import free_port
+    from autoshard.torchrec import dmp_worker as w
+    from autoshard.torchrec.dmp import TOLERANCE
+    from autoshard.torchrec.dmp_model import BUILTIN_PATH, dense_batch, feature_batches
+
+    cpu = torch.device("cpu")
+    config = RunConfig(batch_size=16, iterations=1, warmup=0, device="cpu")
+    whole = {"sharding_type": "table_wise", "kernel": "fused", "cache_load_factor": None,
+             "ranks": [0]}
+    spec = {"config": config.to_dict(), "model": None, "world_size": 1, "runs": [
+        dict(whole, table="a", shards=[[0, 0, 120, 8, 0]]),
+        {"table": "b", "sharding_type": "column_wise", "kernel": "fused",
+         "cache_load_factor": None, "ranks": [0, 0],
+         "shards": [[0, 0, 60, 8, 0], [0, 8, 60, 8, 0]]},
+        dict(whole, table="c", shards=[[0, 0, 200, 8, 0]])]}
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1)
+    try:
+        reference, to_shard = w.build_models(spec, list(MIXED), cpu)
+        paths = dict.fromkeys((t.name for t in MIXED), BUILTIN_PATH)
+        dmp = w.shard_model(to_shard, w.sharding_plan(spec, paths, "cpu", 1), cpu, 0.01)
+        w.copy_weights(dmp, reference)
+        keys = {BUILTIN_PATH: [t.name for t in MIXED]}
+        batches = feature_batches(spec, list(MIXED), {t.name: [t.name] for t in MIXED}, 0)
+        inputs = [({BUILTIN_PATH: w.to_kjt(b, keys[BUILTIN_PATH], cpu)},
+                   dense_batch(0, 0, i, 16, cpu)) for i, b in enumerate(batches)]
+        sharded = w._wait(dmp.module.get_submodule(BUILTIN_PATH)(inputs[0][0][BUILTIN_PATH]))
+        assert sharded.keys() != ["a", "b", "c"]  # another order than the unsharded one's
+        check = w.compare_outputs(dmp, reference, keys, inputs, True, TOLERANCE)
+        assert check["pooled_equal"] and check["logits_equal"] and check["equal"]
+        assert check["logits_max_abs_diff"] <= 1e-5
+        with torch.no_grad():  # one sharded weight changed: both checks see it
+            dmp.state_dict()[f"{BUILTIN_PATH}.embedding_bags.a.weight"].local_shards()[
+                0].tensor.add_(1.0)
+        check = w.compare_outputs(dmp, reference, keys, inputs, True, TOLERANCE)
+        assert check["pooled_equal"] is False and check["logits_equal"] is False
+    finally:
+        dist.destroy_process_group()
+
+
 def test_outputs_that_differ_end_the_command_with_exit_1_after_the_report(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,8 +321,8 @@ def test_outputs_that_differ_end_the_command_with_exit_1_after_the_report(
     from autoshard.pricing.evaluator import evaluate
     from autoshard.torchrec import dmp
 
-    bad = dmp.RankFigures(0, ("a", "b"), 2.0, 1.0, 3, False, 8, 0.25, 0.5, "host:cpu")
-    good = dmp.RankFigures(1, ("b", "c"), 2.5, 1.0, 3, True, 8, 0.0, 0.0, "host:cpu")
+    bad = dmp.RankFigures(0, ("a", "b"), 2.0, 1.0, 3, False, 8, 0.25, 0.5, "host:cpu", False)
+    good = dmp.RankFigures(1, ("b", "c"), 2.5, 1.0, 3, True, 8, 0.0, 0.0, "host:cpu", True)
     run = dmp.DmpRun("torchrec.models.dlrm.DLRM", "gloo", "cpu", 64, 32, "train", 3, 1, (),
                      (bad, good), ())
     report = dmp.DmpReport("hand", run, evaluate(PLAN, task(), load_cost_model("analytical")))
@@ -281,8 +330,9 @@ def test_outputs_that_differ_end_the_command_with_exit_1_after_the_report(
     out = tmp_path / "report.json"
     code, stdout, err = run_cli(["run-plan", *files(tmp_path, PLAN, TABLES), "--engine",
                                  "torchrec", "-o", str(out)], capsys)
-    assert code == 1 and "outputs differ from the unsharded model's on rank(s) [0]" in err
-    assert "DIFFERENT" in stdout and "2.500 ms" in stdout
+    assert code == 1 and "pooled embeddings differ from the unsharded model's on rank(s) [0]" \
+        in err and "logits differ from the unsharded model's on rank(s) [0]" in err
+    assert "pooled embeddings DIFFERENT" in stdout and "2.500 ms" in stdout
     doc = json.loads(out.read_text())
     assert doc["outputs_equal"] is False and doc["step_ms"] == 2.5 and doc["runner"] is None
 

@@ -187,11 +187,26 @@ def test_statistics_come_from_stats_then_constraints_then_a_warning(
     with caplog.at_level(logging.WARNING, "autoshard"):
         _, planner = planned(cpu(), ebc(features=2), stats=stats, constraints=given)
     pooling = {t.name: t.pooling_factor for t in planner.result.task.tables}
-    assert pooling == {"t0": 3.0, "t1": 7.0, "t2": 2.5, "t3": 1.0}
+    assert pooling == {"t0": 3.0, "t1": 7.0, "t2": 2.5, "t3": 2.0}  # t3: 1.0 per feature
     assert planner.result.task.tables[1].zipf_alpha == 1.1
+    assert planner.result.task.tables[3].features == ("f3_0", "f3_1")
     warned = [r.getMessage() for r in caplog.records if "default pooling factor" in
               r.getMessage()]
     assert len(warned) == 1 and "(t3)" in warned[0]
+
+
+def test_a_pooling_factor_of_one_given_counts_as_given(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """1.0 is TorchRec's default value, but a constraint that carries it gives it: no warning
+    names that table."""
+    given = {name: constraint(pooling_factors=[1.0]) for name in ("t0", "t1", "t2")}
+    with caplog.at_level(logging.WARNING, "autoshard"):
+        _, planner = planned(cpu(), ebc(), constraints=given)
+    pooling = {t.name: t.pooling_factor for t in planner.result.task.tables}
+    assert pooling["t0"] == pooling["t1"] == pooling["t2"] == 1.0
+    warned = [r.getMessage() for r in caplog.records if "default pooling factor" in
+              r.getMessage()]
+    assert len(warned) == 1 and "(t3)" in warned[0] and "t0" not in warned[0]
 
 
 def test_the_result_plan_saves_and_evaluates_on_its_context(
@@ -203,6 +218,7 @@ def test_the_result_plan_saves_and_evaluates_on_its_context(
     assert code == 0, err
     assert json.loads(out)["step_cost_ms"] == pytest.approx(planner.result.report.step_cost_ms)
     assert Plan.load(path).context.tables.startswith("torchrec-module:")
+    assert Plan.load(path).context.module_paths == dict.fromkeys(("t0", "t1", "t2", "t3"), "")
 
 
 def test_collective_plan_broadcasts_and_raises_failures(tmp_path: Path) -> None:
@@ -316,6 +332,83 @@ def test_cli_plans_a_model_then_evaluates_and_exports_its_plan(
     code, _, err = run_cli(["export", str(plan), "--to", "torchrec", "-o",
                             str(tmp_path / "sharding.yaml")], capsys)
     assert code == 0, err
+
+
+DLRM_LIKE = '''
+import torch
+from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+
+
+class SparseArch(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding_bag_collection = EmbeddingBagCollection(tables=[
+            EmbeddingBagConfig(name="pair", embedding_dim=16, num_embeddings=1000,
+                               feature_names=["left", "right"]),
+            EmbeddingBagConfig(name="single", embedding_dim=16, num_embeddings=500,
+                               feature_names=["one"])])
+
+
+class Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sparse_arch = SparseArch()
+
+
+def build():
+    return Model()
+'''
+
+
+def test_exports_keep_the_collections_module_path_and_the_features(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plan of a model records where each table's collection lives, and ``export`` writes
+    it (TorchRec's plan is keyed by it), unless ``--module-path`` says otherwise; the table file
+    lists each table's features, a table of two features at two lookups per sample."""
+    from autoshard.torchrec.export import load_sharding_plan
+
+    (tmp_path / "dlrm_like.py").write_text(DLRM_LIKE)
+    spec, plan = f"{tmp_path / 'dlrm_like.py'}:build", tmp_path / "plan.json"
+    code, _, err = run_cli(["plan", "--torchrec-model", spec, "--devices", "2", "-o",
+                            str(plan), "-s", "lookup_greedy"], capsys)
+    assert code == 0, err
+    path = "sparse_arch.embedding_bag_collection"
+    assert json.loads(plan.read_text())["context"]["module_paths"] == {"pair": path,
+                                                                        "single": path}
+    exported = tmp_path / "sharding.yaml"
+    code, out, err = run_cli(["export", str(plan), "-o", str(exported), "--check"], capsys)
+    assert code == 0, err
+    assert f"module path '{path}'" in " ".join(out.split())
+    assert set(load_sharding_plan(exported).plan) == {path}
+    code, _, err = run_cli(["export", str(plan), "-o", str(exported), "--module-path",
+                            "model.ebc"], capsys)
+    assert code == 0, err
+    assert set(load_sharding_plan(exported).plan) == {"model.ebc"}
+    tables = tmp_path / "tables.yaml"
+    code, _, err = run_cli(["tables", "from-torchrec", spec, "--out", str(tables)], capsys)
+    assert code == 0, err
+    found = {t.name: t for t in load_tables(tables)}
+    assert found["pair"].features == ("left", "right") and found["pair"].pooling_factor == 2.0
+    assert found["single"].features == ("one",) and found["single"].pooling_factor == 1.0
+
+
+def test_an_export_of_several_collections_keys_each_table_by_its_own(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autoshard.torchrec.export import load_sharding_plan
+
+    (tmp_path / "models.py").write_text(MODEL_FILE)
+    spec, plan = f"{tmp_path / 'models.py'}:build", tmp_path / "plan.json"
+    code, _, err = run_cli(["plan", "--torchrec-model", spec, "--devices", "2", "-o",
+                            str(plan), "-s", "lookup_greedy"], capsys)
+    assert code == 0, err
+    exported = tmp_path / "sharding.json"
+    code, _, err = run_cli(["export", str(plan), "-o", str(exported)], capsys)
+    assert code == 0, err
+    doc = json.loads(exported.read_text())
+    assert {t["table"]: t["module_path"] for t in doc["tables"]} == {"videos": "tower.1",
+                                                                     "members": "user"}
+    loaded = load_sharding_plan(exported).plan
+    assert set(loaded) == {"user", "tower.1"} and set(loaded["user"]) == {"members"}
 
 
 def test_tables_from_torchrec_round_trips(tmp_path: Path,

@@ -195,3 +195,45 @@ def test_a_failed_task_leaves_no_figure_and_says_why(tmp_path: Path) -> None:
                {"step": 128, "train_ratio": 3.0}]
     assert training_curve(history, tmp_path / "curve.png").is_file()
     assert RunState(history=history).to_dict()["best_ratio"] is None
+
+
+def test_resume_takes_the_runs_own_options_and_says_which_policy_is_kept(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--resume`` needs only the run folder (and what it changes); training shows its steps
+    as it goes (lines on stderr here, no terminal); the line printed says which step's policy
+    is kept."""
+    run = tmp_path / "run"
+    code, out, err = run_cli(["train", "--timesteps", "128", "--eval-every", "64",
+                              "--out", str(run), *TINY_ARGS], capsys)
+    assert code == 0, err
+    assert "training (environment steps): 128 of 128 steps (100%)" in err
+    code, out, err = run_cli(["train", "--resume", "--timesteps", "256", "--out", str(run)],
+                             capsys)
+    assert code == 0, err
+    line = " ".join(out.split())
+    assert line.startswith("trained 256 steps")
+    summary = strict_json(run / "summary.json")
+    kept = summary["kept_policy_step"]
+    assert kept in (64, 128, 192, 256) and f"of step {kept:,}" in line
+    assert strict_json(run / "policy" / "config.json")["trained"]["steps"] == kept
+    code, _, err = run_cli(["train", "--resume", "--hidden", "32", "--out", str(run)], capsys)
+    assert code == 2 and "hidden" in err  # a setting of the run itself cannot change
+    code, _, err = run_cli(["train", "--resume", "--out", str(tmp_path / "none")], capsys)
+    assert code == 2 and "no run to resume" in err
+
+
+def test_a_fine_tuning_run_that_never_beat_its_start_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A policy fine-tuned for fewer steps than the evaluation period keeps its starting
+    policy (evaluated at step 0): the line says it is that policy, unchanged, and why."""
+    start = tmp_path / "start"
+    code, _, err = run_cli(["train", "--timesteps", "128", "--out", str(tmp_path / "first"),
+                            "--export-policy", str(start), *TINY_ARGS], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["train", "--timesteps", "128", "--out", str(tmp_path / "tuned"),
+                              "--init-policy", str(start), *TINY_ARGS], capsys)
+    assert code == 0, err
+    line = " ".join(out.split())
+    assert "kept the starting policy (step 0), unchanged: no evaluation ran during training " \
+        "(one every 20,000 steps)" in line
+    assert strict_json(tmp_path / "tuned" / "summary.json")["kept_policy_step"] == 0

@@ -18,6 +18,7 @@ from autoshard.errors import InputError
 from autoshard.limits import int_in, is_finite
 from autoshard.policy.network import save_policy
 from autoshard.pricing.cost import CostModel
+from autoshard.progress import Advance
 from autoshard.training.checkpoint import save_checkpoint
 from autoshard.training.config import TrainConfig
 from autoshard.training.evaluation import (
@@ -43,6 +44,8 @@ class RunState:
         stale_evals: Evaluations since the last improvement.
         stopped_early: Whether early stopping ended the run.
         wall_seconds: Training wall time over all sessions of the run.
+        best_step: The step of the evaluation that gave ``best_ratio`` (its policy is the one
+            kept; 0: the starting policy of a fine-tuning run); None: none did.
     """
 
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -50,6 +53,7 @@ class RunState:
     stale_evals: int = 0
     stopped_early: bool = False
     wall_seconds: float = 0.0
+    best_step: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,6 +66,7 @@ class RunState:
             InputError: A field of the wrong type or out of range, naming it.
         """
         best = doc.get("best_ratio")
+        best_step = doc.get("best_step")
         checks = (("history", _history_ok(doc.get("history", [])), "a list of points, each "
                    "a mapping of its step (an integer >= 0) to finite figures"),
                   ("best_ratio", best is None or (is_finite(best) and best > 0),
@@ -71,14 +76,16 @@ class RunState:
                   ("stopped_early", isinstance(doc.get("stopped_early", False), bool),
                    "true or false"),
                   ("wall_seconds", is_finite(doc.get("wall_seconds", 0.0))
-                   and doc.get("wall_seconds", 0.0) >= 0, "a number >= 0"))
+                   and doc.get("wall_seconds", 0.0) >= 0, "a number >= 0"),
+                  ("best_step", best_step is None or int_in(best_step, 0, 10**12),
+                   "null or an integer >= 0"))
         for name, ok, expected in checks:
             if not ok:
                 raise InputError(f"must be {expected}", source=source, field=name,
                                  value=doc.get(name))
         return cls(list(doc.get("history", [])), None if best is None else float(best),
                    doc.get("stale_evals", 0), doc.get("stopped_early", False),
-                   float(doc.get("wall_seconds", 0.0)))
+                   float(doc.get("wall_seconds", 0.0)), best_step)
 
 
 def _history_ok(history: Any) -> bool:
@@ -115,6 +122,26 @@ class CurveCallback(BaseCallback):
         self.tracker.log({"charts/train_cost_ratio": ratio,
                           "charts/episode_length": float(np.mean([e["l"] for e in episodes]))},
                          self.num_timesteps)
+
+
+class ProgressCallback(BaseCallback):
+    """After every rollout, tells ``advance`` how many environment steps it added (a
+    progress display: :mod:`autoshard.progress`)."""
+
+    def __init__(self, advance: Advance) -> None:
+        super().__init__()
+        self.advance = advance
+        self.reported = 0
+
+    def _init_callback(self) -> None:
+        self.reported = self.model.num_timesteps
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self.advance(self.num_timesteps - self.reported)
+        self.reported = self.num_timesteps
 
 
 class HeldOutEvalCallback(BaseCallback):
@@ -156,6 +183,7 @@ class HeldOutEvalCallback(BaseCallback):
         best = self.state.best_ratio
         if mean is not None and (best is None or mean < best - self.cfg.min_delta):
             self.state.best_ratio, self.state.stale_evals = mean, 0
+            self.state.best_step = step
             save_policy(policy.net, self.policy_dir, self.multipliers,
                         {"trained": {"steps": step, "held_out_cost_ratio": mean,
                                      "held_out_sharder": POLICY_SHARDER,

@@ -52,6 +52,9 @@ class TrainResult:
         steps_note: Why ``steps`` differs from ``steps_asked`` ('' where it does not).
         held_out_note: Why a held-out figure is None ('' where none is).
         results: The final comparison's rows (the policy's, then the greedy sharders').
+        kept_step: The step whose policy is kept: the best evaluation's (0: the starting
+            policy of a fine-tuning run, which no later evaluation beat), else the last step;
+            None where unknown (a run resumed from a checkpoint that did not record it).
     """
 
     run_dir: Path
@@ -67,6 +70,7 @@ class TrainResult:
     steps_note: str = ""
     held_out_note: str = ""
     results: list[CompareRow] = field(default_factory=list)
+    kept_step: int | None = None
 
 
 def finish(cfg: TrainConfig, result: TrainResult, tasks: list[EvalTask],
@@ -111,6 +115,7 @@ def summary(cfg: TrainConfig, result: TrainResult, greedy: float | None) -> dict
             "held_out_sharder": POLICY_SHARDER, "held_out_tasks": result.held_out_tasks,
             "held_out_measure": "mean over the tasks of step cost / lower bound",
             "best_held_out_ratio": result.best_ratio, "held_out_ratio": result.held_out_ratio,
+            "kept_policy_step": result.kept_step, "kept_policy": kept_words(cfg, result),
             "best_greedy_held_out_ratio": greedy, "held_out_note": result.held_out_note,
             "n_envs": cfg.n_envs, "vec_env": cfg.vec_env, "machine": describe_machine()}
 
@@ -146,7 +151,25 @@ def held_out_note(cfg: TrainConfig, result: TrainResult, evaluated: bool) -> str
     return "; ".join(notes)
 
 
-def describe(result: TrainResult) -> str:
+def kept_words(cfg: TrainConfig, result: TrainResult) -> str:
+    """Which step's policy is kept, and why, in words."""
+    step = result.kept_step
+    if step is None:
+        return "the best evaluated policy (its step not recorded)"
+    if result.best_ratio is None:
+        return f"the last policy, of step {step:,}"
+    if step == 0:
+        if result.steps - result.steps_before < cfg.eval_every:
+            return ("the starting policy (step 0), unchanged: no evaluation ran during "
+                    f"training (one every {cfg.eval_every:,} steps)")
+        return ("the starting policy (step 0), unchanged: no evaluation during training "
+                f"improved on it by min_delta {cfg.min_delta:g}")
+    later = "" if step == result.steps else (
+        f"; later evaluations did not improve on it by min_delta {cfg.min_delta:g}")
+    return f"the best evaluated policy, of step {step:,}{later}"
+
+
+def describe(result: TrainResult, cfg: TrainConfig | None = None) -> str:
     """The line ``autoshard train`` prints: steps run (and why they differ from those asked),
     time, the held-out figure or why there is none, and where the policy is."""
     steps = f"trained {result.steps:,} steps"
@@ -162,7 +185,8 @@ def describe(result: TrainResult) -> str:
         figure = f"{result.held_out_note}: held-out cost ratio {result.held_out_ratio:.3f} {over}"
     else:
         figure = result.held_out_note
-    return f"{steps}; {figure}; policy in {result.policy_dir}"
+    kept = f"; kept {kept_words(cfg, result)}" if cfg is not None else ""
+    return f"{steps}; {figure}{kept}; policy in {result.policy_dir}"
 
 
 def results_csv(results: list[CompareRow]) -> str:

@@ -28,10 +28,12 @@ from autoshard.policy.buckets import MULTIPLIERS, N_BUCKETS
 from autoshard.policy.choice import GRIDS
 from autoshard.policy.network import PlacementNet, load_policy, regrid, save_policy
 from autoshard.pricing.cost import CostModel, load_cost_model
+from autoshard.progress import ProgressFactory, no_progress
 from autoshard.training.callbacks import (
     CheckpointCallback,
     CurveCallback,
     HeldOutEvalCallback,
+    ProgressCallback,
     RunState,
 )
 from autoshard.training.checkpoint import load_checkpoint, read_state, save_checkpoint
@@ -40,7 +42,8 @@ from autoshard.training.evaluation import GREEDY, EvalTask, compare, eval_tasks
 from autoshard.training.report import TrainResult, copy_policy, export_run, finish
 from autoshard.training.wandb_runs import training_tracker
 
-__all__ = ["RESUMABLE", "TrainResult", "make_env", "make_vec", "planned_steps", "train"]
+__all__ = ["RESUMABLE", "TrainResult", "make_env", "make_vec", "planned_steps",
+           "resumed_config", "train"]
 
 #: Fields that may differ between a run and its resumption (the vectorised environments all
 #: play the same episodes; the run folder may have moved).
@@ -138,6 +141,27 @@ def _run_state(cfg: TrainConfig, resume: bool) -> tuple[RunState, int]:
     return RunState.from_dict(doc, source=str(ckpt / "state.json")), doc["num_timesteps"]
 
 
+def resumed_config(given: dict[str, Any]) -> TrainConfig:
+    """The config of the run being resumed in ``given['out']`` (default: the default run
+    folder): its saved ``config.json``, with the fields ``given`` overriding it (checked
+    against the run by :func:`train`: only :data:`RESUMABLE` fields may differ).
+
+    Raises:
+        InputError: The run folder has no config, or it or a given field is bad (named).
+    """
+    out = Path(given.get("out", TrainConfig().out))
+    path = out / "config.json"
+    if not path.is_file():
+        raise InputError("no run to resume here (no config.json); train it first, without "
+                         "--resume", source=str(out), field="out", value=str(out))
+    saved = read_structured(path)
+    check_finite(saved, str(path))
+    TrainConfig.from_dict(saved, source=str(path))  # the saved config is checked as such
+    if not isinstance(saved, dict):
+        raise InputError("expected a mapping", source=str(path))
+    return TrainConfig.from_dict({**saved, **given, "out": str(out)}, source="<config>")
+
+
 def _start_policy(cfg: TrainConfig) -> PlacementNet:
     """The policy a new run starts from, on the run's option grids; it must have the run's
     buckets and width."""
@@ -191,11 +215,13 @@ def _raise_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
-          export_policy: Path | None = None) -> TrainResult:
+          export_policy: Path | None = None, progress: ProgressFactory = no_progress
+          ) -> TrainResult:
     """Trains (or resumes) a run in ``cfg.out``; see the module docstring.
 
     ``export`` receives the run's curve, history, evaluation and figures; ``export_policy`` its
-    best policy (``autoshard/data/ppo_policy`` to replace the committed one).
+    best policy (``autoshard/data/ppo_policy`` to replace the committed one); ``progress``
+    is told the environment steps done, rollout by rollout.
 
     Raises:
         InputError: Bad input (a checkpoint, config or policy file, an option); raised before
@@ -231,25 +257,35 @@ def train(cfg: TrainConfig, resume: bool = False, export: Path | None = None,
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         if remaining > 0 and not state.stopped_early:
-            model.learn(total_timesteps=remaining, reset_num_timesteps=False,
-                        callback=CallbackList([CurveCallback(state, tracker), evaluator,
-                                               checkpoints]))
+            with progress("training (environment steps)", remaining) as advance:
+                model.learn(total_timesteps=remaining, reset_num_timesteps=False,
+                            callback=CallbackList([CurveCallback(state, tracker), evaluator,
+                                                   checkpoints, ProgressCallback(advance)]))
     finally:
         signal.signal(signal.SIGTERM, previous)
         state.wall_seconds = wall_before + time.perf_counter() - started
         save_checkpoint(model, run_dir / "checkpoints", {**state.to_dict(), "run_name": name})
         vec.close()
-    if not (policy_dir / "weights.pt").exists():  # no evaluation kept one: keep the last
-        save_policy(model.policy.net, policy_dir, MULTIPLIERS,
-                    {"trained": {"steps": int(model.num_timesteps), "config": cfg.to_dict()}})
-    result = TrainResult(run_dir, int(model.num_timesteps), cfg.timesteps, inputs.done_steps,
-                         state.wall_seconds, state.stopped_early, state.best_ratio, policy_dir)
-    result = finish(cfg, result, inputs.tasks, greedy, inputs.cost_model, state, tracker)
+    result = finish(cfg, _kept(cfg, model, inputs, policy_dir), inputs.tasks, greedy,
+                    inputs.cost_model, state, tracker)
     if export is not None:
         export_run(run_dir, export)
     if export_policy is not None:
         copy_policy(policy_dir, export_policy)
     return result
+
+
+def _kept(cfg: TrainConfig, model: Any, inputs: Inputs, policy_dir: Path) -> TrainResult:
+    """What the run keeps: the best evaluated policy, else (none kept) the last one, saved now;
+    the result says which step's it is."""
+    state, steps = inputs.state, int(model.num_timesteps)
+    if not (policy_dir / "weights.pt").exists():  # no evaluation kept one: keep the last
+        save_policy(model.policy.net, policy_dir, MULTIPLIERS,
+                    {"trained": {"steps": steps, "config": cfg.to_dict()}})
+    kept = state.best_step if state.best_ratio is not None else steps
+    return TrainResult(cfg.out_dir, steps, cfg.timesteps, inputs.done_steps,
+                       state.wall_seconds, state.stopped_early, state.best_ratio, policy_dir,
+                       kept_step=kept)
 
 
 def _seed_everything(cfg: TrainConfig, done_steps: int) -> int:

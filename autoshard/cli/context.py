@@ -171,8 +171,10 @@ def _without_context(plan: Plan, plan_file: Path, given: Given) -> Priced:
 
 def record_context(task: ShardingTask, tables: str, hardware: str, devices: int | None,
                    nodes: int | None, hbm_gb: float | None, cost_model: str,
-                   inline: bool = False) -> PlanContext:
+                   inline: bool = False, module_paths: dict[str, str] | None = None
+                   ) -> PlanContext:
     """The context ``plan`` records for a task made from these options (its tables recorded
-    themselves when ``inline``: a TorchRec model's)."""
+    themselves when ``inline``: a TorchRec model's, with their collections' module paths)."""
     spec = {"profile": hardware, "devices": devices, "nodes": nodes, "hbm_gb": hbm_gb}
-    return PlanContext.of(task, tables, spec, model_identity(cost_model), inline=inline)
+    return PlanContext.of(task, tables, spec, model_identity(cost_model), inline=inline,
+                          module_paths=module_paths)

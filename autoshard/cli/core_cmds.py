@@ -45,16 +45,26 @@ from autoshard.cli.context import (
     plan_task,
     record_context,
 )
+from autoshard.cli.placement_view import (
+    AllTablesOpt,
+    ByOpt,
+    PlotOpt,
+    View,
+    check_view,
+)
+from autoshard.cli.progress import timed
 from autoshard.cli.report import show_report, show_torchrec_estimate
 from autoshard.cli.torchrec_cmds import PlanTablesOpt as TablesOrModelOpt
 from autoshard.cli.torchrec_cmds import StatsOpt, TorchRecModelOpt, plan_tables
 from autoshard.errors import InputError, PlannerError
+from autoshard.fileio import check_distinct_outputs
 from autoshard.hardware import BUNDLED, load_hardware
 from autoshard.layout.plan import Plan
 from autoshard.limits import check_finite_costs, one_of
 from autoshard.planning import Planned
 from autoshard.pricing.cost import CostModel, load_cost_model, machine_warning
 from autoshard.pricing.evaluator import CostReport, evaluate
+from autoshard.pricing.shard_costs import shard_costs
 from autoshard.sharders import (
     accepted_options,
     check_sharder_options,
@@ -72,7 +82,7 @@ def plan(
     hardware: HardwareOpt = "8xH100-80GB",
     sharder: SharderOpt = "recshard",
     output: Annotated[Path, typer.Option("--output", "-o", help="Plan file to write.")] = Path(
-        "plan.json"),
+        "runs/plan.json"),
     devices: DevicesOpt = None,
     nodes: NodesOpt = None,
     hbm_gb: HbmOpt = None,
@@ -86,17 +96,25 @@ def plan(
     policy: PolicyOpt = None,
     torchrec_model: TorchRecModelOpt = None,
     stats: StatsOpt = None,
+    by: ByOpt = "device",
+    all_tables: AllTablesOpt = False,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Plan a task with a sharder and write the plan (JSON/YAML).
 
     The tables come from --tables or from a TorchRec model (--torchrec-model). --seed and
     --time-limit go to the sharder when it takes them; --opt and --policy must be options it
-    takes.
+    takes. Prints the per-device cost and memory, the placement (--by device or table) and
+    how the plan was found; --plot draws it.
     """
     check_output_path(output)
+    check_view(by, plot)
+    if plot is not None:
+        check_output_path(plot)
+        check_distinct_outputs({"--output": output, "--plot": plot})
     options = _sharder_options(sharder, seed, time_limit, opt, policy)
-    tables, given = plan_tables(tables, torchrec_model, stats)
+    tables, given, module_paths = plan_tables(tables, torchrec_model, stats)
     task = build_task(given, hardware, devices, nodes, hbm_gb, batch_size, mode,
                       overhead=overhead)
     with options_named():
@@ -105,35 +123,42 @@ def plan(
     if note := machine_warning(model):
         typer.echo(f"warning: {note}", err=True)
     context = record_context(task, tables, hardware, devices, nodes, hbm_gb, cost_model,
-                             inline=torchrec_model is not None)
+                             inline=torchrec_model is not None, module_paths=module_paths)
+    limit = options.get("time_limit")
     try:
-        planned = planning.plan(task, chosen, model, context=context)
+        with timed(f"planning with {sharder}" + (f" (limit {limit:g} s)" if limit else ""),
+                   float(limit) if isinstance(limit, (int, float)) else None):
+            planned = planning.plan(task, chosen, model, context=context)
     except PlannerError as exc:
         raise PlannerError(exc.kind, f"{tables}: {exc}") from exc
     planned.plan.save(output)
-    _show_planned(planned, output, json_out)
+    view = View(by, all_tables, plot)
+    _show_planned(planned, model, output, view, json_out)
 
 
-def _show_planned(planned: Planned, output: Path, json_out: bool) -> None:
-    """The plan's report: JSON, or the per-device table, how the plan was found and the
-    solver's figures."""
+def _show_planned(planned: Planned, model: CostModel, output: Path, view: View,
+                  json_out: bool) -> None:
+    """The plan's report: JSON, or the per-device table, the placement, how the plan was
+    found and the solver's figures; and its plot when asked."""
     report, plan, solver, seconds = (planned.report, planned.plan, planned.solver,
                                      planned.seconds)
     found = None if plan.provenance is None else plan.provenance.to_dict()
+    view.draw(report, f"{output}: {report.sharder}, {report.cost_model} cost")
     if json_out:
         print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output),
                         provenance=found, solver=solver, notes=list(planned.notes)))
         return
     show_report(report)
+    view.show(shard_costs(plan, planned.task, model), planned.task.num_devices)
     if plan.provenance is not None:
         console.print(f"found by {plan.provenance.summary()}", markup=False)
     if solver is not None:
-        console.print(solver_line(solver), markup=False)
+        console.print(solver_line(solver, report.lower_bound_ms), markup=False)
     for note in planned.notes:
         console.print(f"note: {note}", markup=False)
     console.print(f"planned {len(plan.placements)} tables on "
                   f"{report.per_device and len(report.per_device)} devices in {seconds:.3f} s; "
-                  f"wrote {output}")
+                  f"wrote {output}" + (f" and {view.plot}" if view.plot else ""))
 
 
 def _sharder_options(sharder: str, seed: int, time_limit: float, opt: list[str] | None,
@@ -183,11 +208,18 @@ def evaluate_cmd(
         "(TorchRec's default: a cached lookup at a bandwidth blended by the load factor) or "
         "'prefetch' (caches prefetched: lookups at HBM bandwidth plus the expected misses' "
         "fetch); default: the one the plan's reservation is for.")] = None,
+    by: ByOpt = "device",
+    all_tables: AllTablesOpt = False,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Price a plan on the tables, hardware, workload, reservation and cost model it records:
     per-device cost and HBM (weights, reserved, free), step cost, lower bound, balance and UVM
-    share. Options that contradict the plan are errors unless --reprice."""
+    share, and the placement (--by device or table; --plot draws it). Options that contradict
+    the plan are errors unless --reprice."""
+    check_view(by, plot)
+    if plot is not None:
+        check_output_path(plot)
     loaded = Plan.load(plan_file)
     _check_choices(bound, estimator, torchrec_pipeline)
     priced = plan_task(loaded, plan_file, Given(tables, hardware, devices, nodes, hbm_gb,
@@ -197,6 +229,25 @@ def evaluate_cmd(
         model = load_cost_model(priced.cost_model)
     for note in priced.notes:
         typer.echo(f"note: {note}", err=True)
+    report = _priced_report(loaded, task, model, bound, plan_file)
+    second = None
+    if estimator == "torchrec":
+        from autoshard.torchrec.estimate import estimate_plan
+
+        second = (estimate_plan(loaded, task, pipeline=torchrec_pipeline),
+                  per_table_ms(loaded, task, model))
+    view = View(by, all_tables, plot)
+    view.draw(report, f"{plan_file}: {report.sharder}, {report.cost_model} cost")
+    _show_evaluated(report, second, priced.notes, json_out)
+    if not json_out:
+        view.show(shard_costs(loaded, task, model, str(plan_file)), task.num_devices,
+                  written=True)
+
+
+def _priced_report(loaded: Plan, task: ShardingTask, model: CostModel, bound: str,
+                   plan_file: Path) -> CostReport:
+    """The plan's report under ``model``, with the MILP's LP bound where ``bound`` is 'lp' and
+    the plan keeps its tables whole; every figure checked finite."""
     bound_ms = None
     if bound == "lp" and not loaded.is_split:
         from autoshard.sharders.recshard import recshard_bound
@@ -205,13 +256,7 @@ def evaluate_cmd(
     report = evaluate(loaded, task, model, bound_ms=bound_ms, source=str(plan_file))
     check_finite_costs({"step_cost_ms": report.step_cost_ms,
                         "lower_bound_ms": report.lower_bound_ms}, f"{plan_file}")
-    second = None
-    if estimator == "torchrec":
-        from autoshard.torchrec.estimate import estimate_plan
-
-        second = (estimate_plan(loaded, task, pipeline=torchrec_pipeline),
-                  per_table_ms(loaded, task, model))
-    _show_evaluated(report, second, priced.notes, json_out)
+    return report
 
 
 def _show_evaluated(report: CostReport, second: tuple[Any, dict[str, float]] | None,
@@ -238,17 +283,34 @@ def _check_choices(bound: str, estimator: str, pipeline: str | None) -> None:
         check_pipeline(pipeline, "--torchrec-pipeline", "command line")
 
 
-def solver_line(solver: dict[str, Any]) -> str:
-    """A solver's report in one line: how it stopped, its proven bound and gap, and when it
-    found the plan it returned."""
-    stopped = {"Optimal": "its MILP solved to HiGHS's MIP gap",
-               "stalled": "stopped when it no longer improved",
-               "Time limit reached": "stopped at its time limit",
+def solver_line(solver: dict[str, Any], lower_bound_ms: float) -> str:
+    """A solver's report in one line: how its MILP stopped, the bound the sharder proved
+    itself (its relaxation of the task) against the plan's lower bound ``lower_bound_ms``
+    (the one cost / bound uses), and when it found the plan it returned.
+
+    A bound is named with what it is; one the sharder did not prove (zero, or absent) is said
+    in words, never as a share of the plan's cost."""
+    stopped = {"Optimal": "its MILP over the splits it chose solved within HiGHS's MIP gap",
+               "stalled": "its MILP stopped when it no longer improved",
+               "Time limit reached": "its MILP stopped at its time limit",
                "search": "the whole MILP not run (search only)"}.get(
         str(solver["status"]), f"status {solver['status']}")
-    return (f"{solver['solver']}: {stopped}; its proven bound {solver['bound_ms']:.3f} ms "
-            f"is {100 * float(solver['gap']):.1f}% below the plan's cost (gap); final plan "
-            f"found after {solver['found_s']:.2f} s of {solver['seconds']:.2f} s")
+    proved = own_bound_words(solver.get("bound_ms"), lower_bound_ms)
+    return (f"{solver['solver']}: {stopped}; {proved}; final plan found after "
+            f"{solver['found_s']:.2f} s of {solver['seconds']:.2f} s")
+
+
+def own_bound_words(bound_ms: Any, lower_bound_ms: float) -> str:
+    """What the sharder's own bound is beside the plan's lower bound, in words."""
+    if bound_ms is None or not math.isfinite(float(bound_ms)) or float(bound_ms) <= 0:
+        return ("it proved no bound of its own; cost / bound uses the cost model's lower bound, "
+                f"{lower_bound_ms:.3f} ms")
+    own = float(bound_ms)
+    if own >= lower_bound_ms * (1 - 1e-9):
+        return (f"the bound it proved (its own relaxation) is {own:.3f} ms, the lower bound "
+                "cost / bound uses")
+    return (f"the bound it proved (its own relaxation) is {own:.3f} ms, below the cost "
+            f"model's lower bound, {lower_bound_ms:.3f} ms, which cost / bound uses")
 
 
 def per_table_ms(plan: Plan, task: ShardingTask, model: CostModel) -> dict[str, float]:

@@ -197,7 +197,7 @@ def eval_cmd(
 def compare_cmd(
     data: DataArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="Results folder.")] = Path(
-        "results/cost_model"),
+        "runs/cost_model"),
     test_share: Annotated[float, ranged(Range(0, 1, open_low=True, open_high=True),
                                         "Share of configurations held out.")] = 0.2,
     seed: SeedOpt = 0,

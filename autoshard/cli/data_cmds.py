@@ -46,10 +46,13 @@ if TYPE_CHECKING:
     from autoshard.tables import Table
 
 OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="File to write.")]
+#: Where Meta's locality statistics come from (public data, MIT licence).
+LOCALITY_STATS = ("embedding_bag/2021/locality_stats.txt of github.com/facebookresearch/"
+                  "dlrm_datasets (MIT licence), saved as a file: --reference FILE")
 
 
 @contextlib.contextmanager
-def progress_bar(label: str, total: float | None) -> Iterator[Callable[[int], None]]:
+def progress_bar(label: str, total: float | None) -> Iterator[Callable[[float], None]]:
     """A rich progress bar; yields a function that advances it."""
     columns = (TextColumn("{task.description}"), BarColumn(),
                TextColumn("{task.completed:,.0f}"), TimeElapsedColumn())
@@ -108,7 +111,7 @@ def profile(
     inputs: Annotated[list[str], typer.Argument(
         metavar="INPUT...", help="Trace or data files, folders or (quoted) globs; or `merge` "
         "then partial profiles (.npz) to merge (a file named merge: ./merge).")],
-    output: OutputOpt = Path("tables.json"),
+    output: OutputOpt = Path("runs/tables.json"),
     fmt: Annotated[str | None, typer.Option(
         "--format", "-f", help=f"{', '.join(reader_names())} (default: from each file).")
     ] = None,
@@ -262,7 +265,7 @@ def _show_profiles(summaries: list[dict[str, float | int | str]]) -> None:
 
 @app.command()
 def synth(
-    output: OutputOpt = Path("trace.pt"),
+    output: OutputOpt = Path("runs/trace.pt"),
     tables: Annotated[int, ranged(TRACE_SIZE, "Number of tables (tables x --batch-size at "
                                   "most the same).", "--tables")] = 856,
     batch_size: Annotated[int, ranged(TRACE_SIZE, "Samples in the batch.")] = 4096,
@@ -299,11 +302,11 @@ def synth(
 
 @app.command()
 def calibrate(
-    reference: Annotated[Path, typer.Option(
-        help="Meta's locality stats (the first entry is the target).")] = Path(
-        "../shared/data/dlrm_locality_stats_2021.txt"),
+    reference: Annotated[Path | None, typer.Option(
+        help="Meta's locality statistics of its open DLRM traces (the first entry is the "
+        f"target): {LOCALITY_STATS}.")] = None,
     out: Annotated[Path, typer.Option(help="Folder for the results.")] = Path(
-        "results/calibration"),
+        "runs/calibration"),
     fit: Annotated[bool, typer.Option(
         help="Refit the generator's distributions (else check the built-in ones).")] = False,
     write_default: Annotated[bool, typer.Option(
@@ -313,6 +316,11 @@ def calibrate(
     """Fit/check the synthetic generator against Meta's reuse histograms; write results."""
     from autoshard.stats.calibration_report import run_calibration
 
+    if reference is None or not reference.is_file():
+        raise InputError(("no such file; " if reference is not None else "") +
+                         f"give Meta's locality statistics, {LOCALITY_STATS}",
+                         source="command line", field="--reference",
+                         value=None if reference is None else str(reference))
     check_output_path(out / "calibration.json")
     require("matplotlib", "plots")
     summary = run_calibration(reference, out, fit=fit, write_default=write_default, seed=seed,

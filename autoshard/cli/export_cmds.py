@@ -39,7 +39,7 @@ def export(
     hardware: PlanHardwareOpt = None,
     to: Annotated[str, typer.Option("--to", help="Target format: torchrec.")] = "torchrec",
     output: Annotated[Path, typer.Option("--output", "-o", help="File to write (JSON/YAML).")
-                      ] = Path("torchrec_plan.json"),
+                      ] = Path("runs/torchrec_plan.json"),
     devices: DevicesOpt = None,
     nodes: NodesOpt = None,
     hbm_gb: HbmOpt = None,
@@ -57,6 +57,11 @@ def export(
     fitted_plan: Annotated[Path | None, typer.Option(
         "--fitted-plan", help="Also write the exported plan as our plan file (what TorchRec "
         "gets, fitted), to price it with `evaluate`.")] = None,
+    module_path: Annotated[str | None, typer.Option(
+        "--module-path", help="Module path of the collection every table belongs to in your "
+        "model, the key of TorchRec's plan (e.g. sparse_arch.embedding_bag_collection in "
+        "TorchRec's DLRM); default: each table's as the plan records it (plans made from "
+        "--torchrec-model), else '' (the model is the collection).")] = None,
 ) -> None:
     """Write a plan as a TorchRec ShardingPlan description: each table table-wise, row-wise,
     table-row-wise or column-wise with its shards' ranks, offsets and sizes, and fused,
@@ -80,15 +85,16 @@ def export(
                                                 batch_size, mode, overhead), reprice)
     for note in priced.notes:
         typer.echo(f"note: {note}", err=True)
-    _export(plan_file, loaded, priced.task, to, output, fitted_plan, fit, check)
+    options: dict[str, object] = {"fit": fit, "check": check, "fitted_plan": fitted_plan,
+                                  "module_path": module_path}
+    _export(plan_file, loaded, priced.task, to, output, options)
 
 
 def _export(plan_file: Path, loaded: Plan, task: ShardingTask, to: str, output: Path,
-            fitted_plan: Path | None, fit: bool, check: bool) -> None:
+            options: dict[str, object]) -> None:
     """Exports ``loaded`` (:func:`autoshard.exporting.export`) and says what it holds."""
     try:
-        exported = exporting.export(loaded, task, output, to=to, fit=fit, check=check,
-                          fitted_plan=fitted_plan)
+        exported = exporting.export(loaded, task, output, to=to, **options)
     except InputError as exc:
         raise exc.located(str(plan_file)) from exc
     except PlannerError as exc:

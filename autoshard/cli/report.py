@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.table import Table as RichTable
 
 from autoshard.cli.common import console
@@ -12,9 +13,11 @@ from autoshard.torchrec.estimate import TorchRecEstimate
 def show_report(report: CostReport, title: str = "") -> None:
     """Prints a per-device table and the plan summary."""
     table = RichTable(title=title or f"plan by {report.sharder or '?'} "
-                      f"({report.cost_model} cost, {report.mode}, batch {report.batch_size})")
-    for col in ("device", "tables", "HBM\nms", "UVM\nms", "comm\nms", "total\nms",
-                "HBM weights\nGiB", "HBM reserved\nGiB", "HBM free\nGiB", "host\nGiB",
+                      f"({report.cost_model} cost, {report.mode}, batch {report.batch_size})",
+                      box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                      show_edge=False)
+    for col in ("dev", "tables", "HBM\nms", "UVM\nms", "comm\nms", "total\nms",
+                "HBM\nweights\nGiB", "HBM\nresv.\nGiB", "HBM\nfree\nGiB", "host\nGiB",
                 "UVM\nlookups"):
         table.add_column(col, justify="right", no_wrap=True)
     for d in report.per_device:
@@ -24,6 +27,9 @@ def show_report(report: CostReport, title: str = "") -> None:
                       f"{d.hbm_reserved_bytes / 2**30:.2f}", f"{d.hbm_free_bytes / 2**30:.2f}",
                       f"{d.host_bytes / 2**30:.2f}", f"{share:.1%}")
     console.print(table)
+    console.print("[dim]ms per step; HBM GiB: the rows' weights (and optimizer state), what "
+                  "the runtime reserves beside them (resv.), and what is free; UVM lookups: "
+                  "the share served from host memory[/]")
     hbm = {d.hbm_capacity_bytes for d in report.per_device}
     host = {d.host_capacity_bytes for d in report.per_device}
     if len(hbm) == 1 and len(host) == 1:

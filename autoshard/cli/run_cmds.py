@@ -3,10 +3,13 @@ DistributedModelParallel (``--engine torchrec``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.table import Table as RichTable
 
 from autoshard.cli.app import app
@@ -33,6 +36,7 @@ from autoshard.cli.context import (
     RepriceOpt,
     plan_task,
 )
+from autoshard.cli.progress import rank_steps
 from autoshard.errors import InputError, PlannerError
 from autoshard.extras import require
 from autoshard.fileio import write_structured
@@ -156,7 +160,8 @@ def run_autoshard(loaded: Plan, priced: Priced, config: Any, logs: Path | None,
     """Runs the plan on our runner and reports it."""
     from autoshard.runner import run_plan
 
-    result = run_plan(loaded, priced.task, config, priced.cost_model, logs)
+    with steps_of("running the plan", config) as stages:
+        result = run_plan(loaded, priced.task, config, priced.cost_model, logs, stages)
     if result is None:  # a rank other than 0 under torchrun
         return
     doc = result.to_dict()
@@ -191,7 +196,8 @@ def run_torchrec(loaded: Plan, priced: Priced, config: Any, settings: dict[str, 
     from autoshard.torchrec.dmp import DmpSettings, run_plan_in_dmp
 
     report = run_plan_in_dmp(loaded, priced.task, DmpSettings(config, **settings),
-                             priced.cost_model, logs, source=str(plan_file))
+                             priced.cost_model, logs, source=str(plan_file),
+                             progress=lambda label: steps_of(label, config))
     doc = report.to_dict()
     if output is not None:
         write_structured(output, doc)
@@ -201,10 +207,20 @@ def run_torchrec(loaded: Plan, priced: Priced, config: Any, settings: dict[str, 
         show_torchrec(report)
     run = report.torchrec
     if not run.outputs_equal:
-        bad = [r.rank for r in run.per_rank if not r.outputs_equal]
-        typer.echo(f"error: the sharded model's outputs differ from the unsharded model's on "
-                   f"rank(s) {bad} (tolerance {run.tolerance})", err=True)
+        for what, bad in (("pooled embeddings", [r.rank for r in run.per_rank
+                                                 if not r.pooled_equal]),
+                          ("logits", [r.rank for r in run.per_rank
+                                      if r.logits_equal is False])):
+            if bad:
+                typer.echo(f"error: the sharded model's {what} differ from the unsharded "
+                           f"model's on rank(s) {bad} (tolerance {run.tolerance})", err=True)
         raise typer.Exit(1)
+
+
+def steps_of(label: str, config: Any) -> AbstractContextManager[Callable[[list[str]], None]]:
+    """Progress of ranks running ``config``'s warm-up and timed steps
+    (:func:`autoshard.cli.progress.rank_steps`)."""
+    return rank_steps(f"{label}: steps done on every rank", config.warmup + config.iterations)
 
 
 def show_run(result: object) -> None:
@@ -243,27 +259,46 @@ def _ms(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _diff(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2g}"
+
+
+def _verdicts(run: Any) -> str:
+    """One verdict per check, each with what it compared: the pooled embeddings, and the
+    logits where both sides share the dense part."""
+    def said(equal: bool) -> str:
+        return "[bold]equal[/]" if equal else "[bold red]DIFFERENT[/]"
+
+    checked = sum(r.outputs_checked for r in run.per_rank)
+    text = (f"pooled embeddings {said(run.pooled_equal)} to the unsharded model's ({checked} "
+            f"outputs over {len(run.per_rank)} ranks)")
+    if run.logits_equal is None:
+        text += "; logits not compared (the model's dense part is its own)"
+    else:
+        text += (f"; logits {said(run.logits_equal)} (the same dense layers on both sides, "
+                 "fed the pooled embeddings)")
+    return text + f"; allclose with {run.tolerance}"
+
+
 def show_torchrec(report: Any) -> None:
     """Per rank: TorchRec's median step beside our runner's and the cost model's figures, and
     the check of the sharded outputs."""
     run, modelled = report.torchrec, report.modelled
     table = RichTable(title=f"plan by {report.sharder or '?'} in TorchRec's "
                       f"DistributedModelParallel ({run.backend}, {run.mode}, batch "
-                      f"{run.batch_size}, median of {run.iterations}) vs {modelled.cost_model}")
-    for col in ("dev", "tables", "step", "cpu", "runner step", "runner work", "modelled",
-                "max |diff|"):
+                      f"{run.batch_size}, median of {run.iterations}) vs {modelled.cost_model}",
+                      box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                      show_edge=False)
+    for col in ("dev", "tables", "step", "cpu", "runner\nstep", "runner\nwork", "modelled",
+                "pooled\nmax |diff|", "logits\nmax |diff|"):
         table.add_column(col, justify="right")
     for r, row in zip(run.per_rank, report.per_device(), strict=True):
         table.add_row(str(r.rank), str(len(r.tables)), _ms(r.step_ms), _ms(r.step_cpu_ms),
                       _ms(row["runner_step_ms"]), _ms(row["runner_work_ms"]),
-                      _ms(row["modelled_ms"], 4),
-                      "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.2g}")
+                      _ms(row["modelled_ms"], 4), _diff(r.max_abs_diff),
+                      _diff(r.logits_max_abs_diff))
     console.print(table)
-    checked = sum(r.outputs_checked for r in run.per_rank)
-    verdict = "[bold]equal[/]" if run.outputs_equal else "[bold red]DIFFERENT[/]"
-    console.print(f"model: {run.model}; pooled embeddings {verdict} to the unsharded model's "
-                  f"({checked} outputs over {len(run.per_rank)} ranks, allclose with "
-                  f"{run.tolerance})")
+    console.print(f"model: {run.model}; {_verdicts(run)}")
     console.print(f"step: TorchRec [bold]{run.step_ms:.3f} ms[/] (slowest rank), modelled "
                   f"{modelled.step_cost_ms:.4f} ms"
                   + (f", our runner {report.runner.step_wall_ms:.3f} ms wall" if report.runner

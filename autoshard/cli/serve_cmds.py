@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +18,7 @@ from autoshard.cli.common import (
     print_json,
     ranged,
 )
+from autoshard.cli.progress import progress_bar
 from autoshard.errors import InputError
 from autoshard.extras import require, require_all
 from autoshard.limits import (
@@ -102,7 +104,10 @@ def make_task(model: str, profile: str | None, qps: float, requests: int, seed: 
         raise
 
 
-def show_rows(rows: list[dict[str, Any]], title: str) -> None:
+def show_rows(rows: list[dict[str, Any]], title: str, target_ms: float | None) -> None:
+    """The deployments as a table. The verdict is against the P99 target ``target_ms`` (meets,
+    misses, or over: beyond a server's memory or utilisation ceiling); with no target it says
+    only whether the deployment is feasible (fits, over)."""
     from rich import box
 
     table = RichTable(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
@@ -121,8 +126,7 @@ def show_rows(rows: list[dict[str, Any]], title: str) -> None:
         cells[3] = f"{row['p99_ms']:.3g}±{row['p99_hi_ms'] - row['p99_ms']:.2g}"
         cells[4] = f"{max(row['max_utilisation'], row['max_nic_utilisation']):.2f}"
         cells[6] = "-" if row["p99_overhead"] is None else f"{row['p99_overhead']:+.0%}"
-        cells[7] = ("meets" if row["meets"] else "misses" if row["feasible"]
-                    else "[red]over")
+        cells[7] = _verdict(row, target_ms)
         table.add_row(*cells)
     console.print(table)
     for line in errors:
@@ -131,6 +135,15 @@ def show_rows(rows: list[dict[str, Any]], title: str) -> None:
                   "tier and shard replicas; util: busiest server's cores or network interface; "
                   "calls: remote calls per request; vs 1: P99 against one server holding every "
                   "table, replicated below the ceiling[/]")
+
+
+def _verdict(row: dict[str, Any], target_ms: float | None) -> str:
+    """A deployment's verdict: against the target when there is one, else feasibility."""
+    if not row["feasible"]:
+        return "[red]over"
+    if target_ms is None:
+        return "fits"
+    return "meets" if row["meets"] else "misses"
 
 
 def _fmt(value: Any) -> str:
@@ -168,6 +181,9 @@ def simulate_cmd(
     main_replicas: Annotated[int | None, ranged(
         REPLICAS, "Main-tier servers (default: provisioned).")] = None,
     qps: QpsOpt = 1000.0,
+    p99_ms: Annotated[float | None, ranged(
+        P99_TARGET_MS, "P99 latency target, ms: the verdict says whether the deployment meets "
+        "it (none: the verdict says only whether it is feasible).", "--p99-ms")] = None,
     requests: RequestsOpt = 20_000,
     samples: SamplesOpt = 5,
     precision: PrecisionOpt = "fp32",
@@ -178,42 +194,57 @@ def simulate_cmd(
                                                 help="Write the plan (JSON/YAML).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Simulate one deployment: P50/P90/P99 with intervals, fan-out, utilisation, memory."""
+    """Simulate one deployment: P50/P90/P99 with intervals, fan-out, utilisation, memory;
+    with --p99-ms, whether it meets that target."""
     from autoshard.serving.evaluation import Evaluator
-    from autoshard.serving.hotcold import with_main_cache
     from autoshard.serving.mapping import load_mapping, save_mapping
-    from autoshard.serving.provision import first_replicas
-    from autoshard.serving.registry import get_strategy
 
     if output is not None:
         check_output_path(output)
-    task = make_task(model, profile, qps, requests, seed, samples=samples, precision=precision)
+    task = make_task(model, profile, qps, requests, seed, p99_ms, samples=samples,
+                     precision=precision)
     if plan is not None:
         mapping = load_mapping(plan, task.model, task.precision)
     else:
-        chosen = get_strategy(strategy)
-        if servers and not chosen.needs_servers:
-            raise InputError(f"{strategy} uses no sparse server", source="command line",
-                             field="--servers", value=servers)
-        count = (servers if servers is not None else max(task.min_servers(), 1)) \
-            if chosen.needs_servers else 0
-        mapping = chosen.map(task, count)
-        if cache and mapping.servers:
-            mapping = with_main_cache(task, mapping)
-        if mapping.replicas is None:
-            auto = first_replicas(Evaluator(task, task.validate_samples), mapping)
-            mapping = mapping.with_replicas(
-                tuple([replicas] * mapping.servers) if replicas else tuple(
-                    int(r) for r in auto.replica_counts),
-                main_replicas or auto.main_replicas)
-    row = dict(Evaluator(task).evaluate(mapping).row(), qps=qps, requests=requests)
+        mapping = _deployment(task, strategy, servers, cache, replicas, main_replicas)
+    row = dict(Evaluator(task).evaluate(mapping).row(), qps=qps, requests=requests,
+               p99_target_ms=p99_ms)
+    if p99_ms is None:
+        row["meets"] = None  # no target, no verdict on latency
     if output is not None:
         save_mapping(output, mapping, task.model, task.precision)
     if json_out:
         print_json(row)
         return
     show_rows([row], f"{task.model.name} on {task.profile.name} at {qps:g} qps, "
-              f"{samples} samples of {requests} requests")
+              f"{samples} samples of {requests} requests", p99_ms)
+
+
+def _deployment(task: Any, strategy: str, servers: int | None, cache: bool,
+                replicas: int | None, main_replicas: int | None) -> Any:
+    """Strategy ``strategy``'s mapping on ``servers`` shards (default: the memory bound), with
+    the hot-row cache if asked, and the replicas given or provisioned."""
+    from autoshard.serving.evaluation import Evaluator
+    from autoshard.serving.hotcold import with_main_cache
+    from autoshard.serving.provision import first_replicas
+    from autoshard.serving.registry import get_strategy
+
+    chosen = get_strategy(strategy)
+    if servers and not chosen.needs_servers:
+        raise InputError(f"{strategy} uses no sparse server", source="command line",
+                         field="--servers", value=servers)
+    count = (servers if servers is not None else max(task.min_servers(), 1)) \
+        if chosen.needs_servers else 0
+    mapping = chosen.map(task, count)
+    if cache and mapping.servers:
+        mapping = with_main_cache(task, mapping)
+    if mapping.replicas is None:
+        auto = first_replicas(Evaluator(task, task.validate_samples), mapping)
+        mapping = mapping.with_replicas(
+            tuple([replicas] * mapping.servers) if replicas else tuple(
+                int(r) for r in auto.replica_counts),
+            main_replicas or auto.main_replicas)
+    return mapping
 
 
 @serve_app.command("plan")
@@ -250,7 +281,7 @@ def plan_cmd(
     from autoshard.limits import one_of
     from autoshard.serving.parts import check_precision
     from autoshard.serving.plan_output import verdict, write_plan_outputs
-    from autoshard.serving.planning import OBJECTIVES, PlanOptions, server_range, sweep
+    from autoshard.serving.planning import OBJECTIVES, PlanOptions
     from autoshard.serving.registry import parse_strategies
 
     check_output_path(output / "plan.json")
@@ -260,16 +291,26 @@ def plan_cmd(
     check_precision(precision, "--precision", "command line")
     task = make_task(model, profile, qps, requests, seed, p99_ms, samples, precision,
                      max_utilisation, headroom)
-    options = PlanOptions(replicas=replicas, cache=cache)
-    rows, found = sweep(task, names, server_range(task, span), options)
+    rows, found = _swept(task, names, span, PlanOptions(replicas=replicas, cache=cache))
     write_plan_outputs(task, rows, found, output, {"replicas": replicas, "cache": cache},
                        minimise)
     show_rows(rows, f"{task.model.name} on {task.profile.name} at {qps:g} qps, {samples} "
-              f"samples of {requests} requests")
+              f"samples of {requests} requests", p99_ms)
     console.print(f"memory bound: at least {task.min_servers()} shards "
                   f"({task.profile.memory_headroom:.0%} headroom); utilisation ceiling "
                   f"{task.profile.utilisation_ceiling:g}")
     console.print(f"answer: {verdict(task, rows, minimise)}; wrote {output}/")
+
+
+def _swept(task: Any, names: list[str], span: int, options: Any) -> tuple[Any, Any]:
+    """:func:`autoshard.serving.planning.sweep` over ``span`` shard counts, its deployments
+    shown as they are simulated."""
+    from autoshard.serving.planning import server_range, sweep, sweep_size
+
+    counts = server_range(task, span)
+    with progress_bar("simulating deployments", sweep_size(names, counts),
+                      "deployments") as advance:
+        return sweep(task, names, counts, options, advance)
 
 
 @serve_app.command("bench")
@@ -415,7 +456,7 @@ def compare_cmd(
         help="Requests dropped at the start of each rate's round.")] = 0,
     seed: SeedOpt = 0,
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
-        "results/serving"),
+        "runs/serving"),
 ) -> None:
     """Every strategy on a suite at its request rates: P99 vs servers, the fewest servers
     meeting the target (and again on each of --seeds), the optimiser's out-of-sample margin at
@@ -425,7 +466,7 @@ def compare_cmd(
     import sys
 
     from autoshard.serving.suite_report import write_suite
-    from autoshard.serving.suite_run import calibrated_profile, measure_suite, simulate_suite
+    from autoshard.serving.suite_run import calibrated_profile, measure_suite
     from autoshard.serving.suites import SUITES
 
     if suite not in SUITES:
@@ -437,7 +478,7 @@ def compare_cmd(
         check_bench_options(suite, bench_requests, bench_rounds, bench_warmup)
     fresh = parse_seeds(seeds)
     profile = calibrated_profile(suite) if measure else None
-    rows, per_rate = simulate_suite(suite, requests, span, seed, profile, samples, fresh)
+    rows, per_rate = _simulated_suite(suite, requests, span, seed, profile, samples, fresh)
     measured = (measure_suite(suite, bench_requests, seed, profile, requests, bench_rounds,
                               bench_warmup) if measure else None)
     command = "autoshard serve " + " ".join(sys.argv[sys.argv.index("compare"):]) \
@@ -454,12 +495,23 @@ def compare_cmd(
     console.print(f"wrote {output}/{suite}.md")
 
 
+def _simulated_suite(suite: str, requests: int, span: int, seed: int, profile: Any,
+                     samples: int, fresh: tuple[int, ...]) -> tuple[Any, Any]:
+    """:func:`autoshard.serving.suite_run.simulate_suite`, its deployments shown as they are
+    simulated."""
+    from autoshard.serving.suite_run import simulate_suite, suite_size
+
+    with progress_bar("simulating deployments", suite_size(suite, span, fresh),
+                      "deployments") as advance:
+        return simulate_suite(suite, requests, span, seed, profile, samples, fresh, advance)
+
+
 @serve_app.command("study")
 def study_cmd(
     requests: RequestsOpt = 10_000,
     samples: SamplesOpt = 5,
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
-        "results/serving"),
+        "runs/serving"),
 ) -> None:
     """Lui et al.'s findings checked here: the best mapping's P99 overhead against the
     unsharded model, compute overhead growing with shards, capacity- against load-balanced,
@@ -468,7 +520,7 @@ def study_cmd(
     from autoshard.serving.study import run_study, write_study
 
     check_output_path(output / "study.md")
-    found = run_study(requests, samples)
+    found = run_study(requests, samples, partial(progress_bar, unit="deployments"))
     write_study(found, output)
     for line in found["verdicts"]:
         console.print(f"- {line}")

@@ -41,9 +41,10 @@ StatsOpt = Annotated[Path | None, typer.Option(
 
 
 def plan_tables(tables: str | None, model: str | None, stats: Path | None
-                ) -> tuple[str, str | tuple[Table, ...]]:
+                ) -> tuple[str, str | tuple[Table, ...], dict[str, str] | None]:
     """Where ``plan``'s tables come from and what they are: (the source its context records,
-    the ``--tables`` spec or the model's tables).
+    the ``--tables`` spec or the model's tables, and for a model each table's collection's
+    module path).
 
     Raises:
         InputError: Both or neither of ``--tables`` and ``--torchrec-model``, ``--stats``
@@ -61,13 +62,16 @@ def plan_tables(tables: str | None, model: str | None, stats: Path | None
             raise InputError("give the tables: --tables FILE (or 'default'), or "
                              "--torchrec-model MODULE:FACTORY", source="command line",
                              field="--tables")
-        return tables, tables
-    return MODEL_SOURCE + model, read_model_tables(model, stats, "--torchrec-model")
+        return tables, tables, None
+    found, paths = read_model_tables(model, stats, "--torchrec-model")
+    return MODEL_SOURCE + model, found, paths
 
 
-def read_model_tables(model: str, stats: Path | None, field: str) -> tuple[Table, ...]:
-    """The tables of the model ``MODULE:FACTORY`` returns (the module docstring); a warning
-    on stderr names those that fell back to TorchRec's default pooling factor.
+def read_model_tables(model: str, stats: Path | None, field: str
+                      ) -> tuple[tuple[Table, ...], dict[str, str]]:
+    """The tables of the model ``MODULE:FACTORY`` returns (the module docstring), with each
+    table's collection's module path; a warning on stderr names those that fell back to
+    TorchRec's default pooling factor.
 
     Raises:
         InputError: TorchRec is not installed, or the model or statistics cannot be read.
@@ -77,12 +81,20 @@ def read_model_tables(model: str, stats: Path | None, field: str) -> tuple[Table
     reason = torchrec_unavailable(load=True)
     if reason:
         raise InputError(reason, source="command line", field=field, value=model)
-    from autoshard.torchrec.model_tables import factory_tables, fallback_note
+    from autoshard.tables import check_unique_names
+    from autoshard.torchrec.model_tables import (
+        fallback_note,
+        our_tables,
+        read_factory,
+        read_statistics,
+    )
 
-    tables, fell_back = factory_tables(model, stats, field)
+    found = read_factory(model, field)
+    tables, fell_back = our_tables(found, read_statistics(stats), warn=False)
+    check_unique_names(tables, model)
     if fell_back:
         typer.echo(f"warning: {fallback_note(fell_back)}", err=True)
-    return tables
+    return tables, {t.name: t.path for t in found}
 
 
 tables_app = typer.Typer(help="Table files.", no_args_is_help=True)
@@ -106,6 +118,8 @@ def from_torchrec(
     if out.suffix.lower() == ".csv":
         raise InputError("writes JSON or YAML (a CSV file holds no access statistics)",
                          source="command line", field="--out", value=str(out))
-    tables = read_model_tables(model, stats, "MODULE:FACTORY")
+    tables, paths = read_model_tables(model, stats, "MODULE:FACTORY")
     save_tables(out, tables)
-    console.print(f"wrote {len(tables)} tables of {model} to {out}", markup=False)
+    where = sorted(set(paths.values()))
+    console.print(f"wrote {len(tables)} tables of {model} to {out} (with their features; "
+                  f"collections: {', '.join(repr(p) for p in where)})", markup=False)

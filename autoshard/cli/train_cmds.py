@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import typing
 from dataclasses import MISSING, fields
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +18,7 @@ import typer
 
 from autoshard.cli.app import app
 from autoshard.cli.common import console
+from autoshard.cli.progress import progress_bar
 from autoshard.errors import InputError
 from autoshard.extras import EXTRAS, require_all
 from autoshard.training.config import LIMITS, TrainConfig, field_help
@@ -51,32 +53,50 @@ def _config_parameters() -> list[inspect.Parameter]:
     return params
 
 
-def train(resume: bool = False, export: Path | None = None, export_policy: Path | None = None,
-          **values: Any) -> None:
+def _given(values: dict[str, Any], resume: bool, context: Any) -> dict[str, Any]:
+    """The config fields of the command line: every one for a new run; for ``--resume``, only
+    those given (the run keeps its own value of every other), as the command's ``context``
+    records where each value came from."""
+    def given(name: str) -> bool:
+        source = context.get_parameter_source(name) if context is not None else None
+        return not resume or source is None or source.name != "DEFAULT"
+
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()
+            if v is not None and given(k)}
+
+
+def train(ctx: typer.Context | None = None, resume: bool = False, export: Path | None = None,
+          export_policy: Path | None = None, **values: Any) -> None:
     """Train the `ppo` sharder's policy with MaskablePPO on autoshard/Placement-v0."""
     require_all({**dict.fromkeys(EXTRAS["learned"].modules, "learned"), "matplotlib": "plots"})
     from autoshard.training.report import describe
+    from autoshard.training.train import resumed_config
     from autoshard.training.train import train as run_training
 
-    given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
-                             for k, v in values.items() if v is not None}
+    given = _given(values, resume, ctx)
     try:
-        cfg = TrainConfig(**given)
+        cfg = resumed_config(given) if resume else TrainConfig(**given)
     except InputError as exc:  # name the option, not the field
+        if exc.source not in (None, "<config>"):
+            raise
         option = "--" + (exc.field or "").replace("_", "-")
         raise InputError(exc.reason, source="command line", field=option,
                          value=exc.value) from None
-    result = run_training(cfg, resume=resume, export=export, export_policy=export_policy)
-    console.print(describe(result)
+    result = run_training(cfg, resume=resume, export=export, export_policy=export_policy,
+                          progress=partial(progress_bar, unit="steps"))
+    console.print(describe(result, cfg)
                   + (f"; exported to {export}" if export else "")
                   + (f"; policy copied to {export_policy}" if export_policy else ""),
                   markup=False, highlight=False)
 
 
 _own = [
+    inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=False,
                       annotation=Annotated[bool, typer.Option(
-                          "--resume", help="Continue the run in --out from its last checkpoint.")]),
+                          "--resume", help="Continue the run in --out from its last checkpoint, "
+                          "with the run's own options; an option given must equal the run's, "
+                          "but for --timesteps, --patience, --vec-env and --wandb-mode.")]),
     inspect.Parameter("export", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[Path | None, typer.Option(
                           help="Also copy the curve, history and evaluation here "

@@ -145,7 +145,7 @@ def run_one(suite: str, spec: TaskSource, task: ShardingTask, name: str, cost_mo
                      lower_bound_ms=report.lower_bound_ms, cost_ratio=report.cost_ratio,
                      load_balance=report.load_balance, uvm_lookup_share=report.uvm_lookup_share,
                      plan_seconds=planned.seconds, found_by=found_by,
-                     **base)  # type: ignore[arg-type]
+                     notes="; ".join(planned.notes), **base)  # type: ignore[arg-type]
     return row, found, report
 
 

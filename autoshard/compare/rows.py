@@ -31,7 +31,8 @@ class CompareRow:
     ``machine`` (:func:`autoshard.machine.describe_machine`) and ``measured_at`` (UTC, ISO 8601)
     say where and when the row was measured; files written before they were recorded leave
     them empty. ``reused_from`` is empty when the run that wrote the file measured the row, else
-    the CSV the row was reused from.
+    the CSV the row was reused from. ``notes`` are what the sharder said of an ok row's plan
+    (what its time limit cut, say), joined by ``; ``.
     """
 
     suite: str
@@ -55,6 +56,7 @@ class CompareRow:
     machine: str = ""
     measured_at: str = ""
     reused_from: str = ""
+    notes: str = ""
 
     @property
     def reused(self) -> bool:
@@ -72,7 +74,7 @@ _FLOATS = {f.name for f in fields(CompareRow) if f.type in ("float", float)}
 #: Columns added after the first results were written, which older files lack, and the value
 #: such a row reads as (a column's name: that column's value; empty: empty).
 _LATER = {"cost_model_id": "cost_model", "options": "", "found_by": "", "machine": "",
-          "measured_at": "", "reused_from": ""}
+          "measured_at": "", "reused_from": "", "notes": ""}
 STATUSES = ("ok", "failed", "skipped")
 #: The figures of an ok row; a row with any of them not finite is never kept or reused.
 FIGURES = ("step_cost_ms", "lower_bound_ms", "cost_ratio", "load_balance", "uvm_lookup_share",

@@ -88,6 +88,12 @@ class ShardingKind(Enum):
         the runtime (TorchRec's grid: a block row-sharded over a host's local ranks)."""
         return self is ShardingKind.GRID_SHARD
 
+    @property
+    def abbreviation(self) -> str:
+        """The kind's short name in listings (TorchRec's abbreviations: TW, RW, TWRW, CW, DP;
+        GRID for its grid sharding)."""
+        return _ABBREVIATIONS[self]
+
     @classmethod
     def parse(cls, value: object, field: str = "sharding", source: str | None = None
               ) -> ShardingKind:
@@ -108,6 +114,9 @@ class ShardingKind(Enum):
         return _BY_CODE[int(code)]
 
 
+_ABBREVIATIONS = {ShardingKind.TABLE_WISE: "TW", ShardingKind.ROW_WISE: "RW",
+                  ShardingKind.TABLE_ROW_WISE: "TWRW", ShardingKind.COLUMN_WISE: "CW",
+                  ShardingKind.DATA_PARALLEL: "DP", ShardingKind.GRID_SHARD: "GRID"}
 _BY_CODE = tuple(ShardingKind)
 _CODES = {kind: i for i, kind in enumerate(_BY_CODE)}
 #: Every kind's name, as plan files write it.

@@ -83,6 +83,9 @@ class PlanContext:
         cost_model: The identity of the cost model it was priced with.
         inline_tables: The tables themselves, where they cannot be read again from
             ``tables`` (a model's); None: read from ``tables``.
+        module_paths: Each table's collection's module path in the model it was read from
+            (a TorchRec model's: the key of TorchRec's plan, which ``export`` writes); None:
+            not read from a model.
     """
 
     tables: str
@@ -93,15 +96,19 @@ class PlanContext:
     reservation: str
     cost_model: str
     inline_tables: tuple[Table, ...] | None = field(default=None, compare=False, repr=False)
+    module_paths: dict[str, str] | None = field(default=None, compare=False, hash=False)
 
     @classmethod
     def of(cls, task: ShardingTask, tables: str, hardware_spec: dict[str, Any],
-           cost_model: str, inline: bool = False) -> PlanContext:
+           cost_model: str, inline: bool = False,
+           module_paths: dict[str, str] | None = None) -> PlanContext:
         """The context of a plan of ``task``, whose tables came from ``tables`` (recorded
-        themselves when ``inline``)."""
+        themselves when ``inline``; with their collections' ``module_paths`` when read from a
+        model)."""
         return cls(tables, tables_digest(task.tables), task.hardware, dict(hardware_spec),
                    task.workload, task.reservation.name, cost_model,
-                   task.tables if inline else None)
+                   task.tables if inline else None,
+                   None if module_paths is None else dict(module_paths))
 
     def read_tables(self, source: str = "plan") -> tuple[Table, ...]:
         """The plan's tables, read again from where they came from and checked.
@@ -134,6 +141,8 @@ class PlanContext:
             "reservation": self.reservation, "cost_model": self.cost_model}
         if self.inline_tables is not None:
             doc["inline_tables"] = [t.to_dict() for t in self.inline_tables]
+        if self.module_paths is not None:
+            doc["module_paths"] = dict(self.module_paths)
         return doc
 
     @classmethod
@@ -161,7 +170,8 @@ class PlanContext:
         get_reservation(doc["reservation"], "context.reservation", source)
         return cls(doc["tables"], doc["tables_digest"], hardware, dict(doc["hardware_spec"]),
                    workload, doc["reservation"], doc["cost_model"],
-                   _inline_tables(doc.get("inline_tables"), source))
+                   _inline_tables(doc.get("inline_tables"), source),
+                   _module_paths(doc.get("module_paths"), source))
 
 
 def _inline_tables(docs: Any, source: str) -> tuple[Table, ...] | None:
@@ -182,3 +192,19 @@ def _inline_tables(docs: Any, source: str) -> tuple[Table, ...] | None:
     except InputError as exc:
         raise exc.located(source, "context.inline_tables") from exc
     return tables
+
+
+def _module_paths(doc: Any, source: str) -> dict[str, str] | None:
+    """The tables' module paths a context records (None when it records none).
+
+    Raises:
+        InputError: Not a mapping of table names to module paths (strings), named under
+            ``context.module_paths``.
+    """
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in doc.items()):
+        raise InputError("expected a mapping of table names to module paths", source=source,
+                         field="context.module_paths", value=doc)
+    return dict(doc)

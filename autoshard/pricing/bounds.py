@@ -10,7 +10,7 @@ import numpy as np
 from autoshard.layout import kinds
 from autoshard.layout.shards import ShardGeometry, shard_task
 from autoshard.pricing.cost import CostModel
-from autoshard.pricing.curves import device_kinds, hull_values, table_cost_curves
+from autoshard.pricing.curves import device_kinds, hull_values, price_total, table_cost_curves
 from autoshard.task import ShardingTask
 
 
@@ -88,7 +88,8 @@ def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
         cost, used = table_cost_curves(task, cost_model, int(d), hbm_bytes=top,
                                        deadline=deadline, reserved=reserved)
         if replicas and not whole_tables:
-            cost, used = _with_replicas(task, cost_model, int(d), cost, used, reserved)
+            cost, used = _with_replicas(task, cost_model, int(d), cost, used, reserved,
+                                        deadline)
         if whole_tables and dev.hbm_capacity[d] != top:
             own, _ = table_cost_curves(task, cost_model, int(d), deadline=deadline,
                                        reserved=reserved)
@@ -106,12 +107,14 @@ def relax(task: ShardingTask, cost_model: CostModel, whole_tables: bool = False,
 
 
 def replica_points(task: ShardingTask, cost_model: CostModel, device: int = 0,
-                   reserved: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                   reserved: bool = False, deadline: float | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Each table replicated on every device (:func:`autoshard.layout.shards.replicas`): the
     replicas' total cost (ms, each priced on a device like ``device``, all rows in HBM) and
     their HBM bytes (weights and optimizer state, or with ``reserved`` as the runtime counts
     them with their reservations); cost infinite where the table may not be replicated (its
-    constraints, or a world of one device). Shapes [T]."""
+    constraints, or a world of one device). Shapes [T]. Past ``deadline``:
+    :class:`autoshard.errors.DeadlineReached` (:func:`price_total`)."""
     a = task.table_arrays
     n, world = task.num_tables, task.num_devices
     t = np.arange(n)
@@ -120,7 +123,7 @@ def replica_points(task: ShardingTask, cost_model: CostModel, device: int = 0,
                       a.dim)
     sub = shard_task(task, g, named=False)
     b = sub.table_arrays
-    one = cost_model.price(sub, t, np.full(n, device), b.rows).total_ms
+    one = price_total(sub, cost_model, t, np.full(n, device), b.rows, deadline)
     per_row = b.hbm_bytes_per_row if reserved else b.memory_bytes_per_row
     held = b.rows * per_row + (b.hbm_reserved_bytes if reserved else 0.0)
     allowed = np.array([task.constraints.of(x.name).allows(kinds.REPLICATED)
@@ -129,10 +132,11 @@ def replica_points(task: ShardingTask, cost_model: CostModel, device: int = 0,
 
 
 def _with_replicas(task: ShardingTask, cost_model: CostModel, device: int, cost: np.ndarray,
-                   used: np.ndarray, reserved: bool) -> tuple[np.ndarray, np.ndarray]:
+                   used: np.ndarray, reserved: bool, deadline: float | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """The curves with each table's replicas as one more point (its last point repeated
     where it may not be replicated or the replicas cost more)."""
-    rep_cost, rep_bytes = replica_points(task, cost_model, device, reserved)
+    rep_cost, rep_bytes = replica_points(task, cost_model, device, reserved, deadline)
     better = rep_cost < cost[:, -1]
     return (np.column_stack((cost, np.where(better, rep_cost, cost[:, -1]))),
             np.column_stack((used, np.where(better, np.maximum(rep_bytes, used[:, -1]),

@@ -35,32 +35,51 @@ from autoshard.errors import DeadlineReached
 from autoshard.pricing.cost import CostModel
 from autoshard.task import ShardingTask
 
-__all__ = ["PRICE_CHUNK", "UNIT_BYTES", "CostCurves", "CostLines", "Curves", "DeviceKinds",
-           "cost_curves", "device_kinds", "hbm_terms", "hull_values", "lower_hulls",
-           "price_total", "table_cost_curves"]
+__all__ = ["FIRST_CHUNK", "PRICE_CHUNK", "UNIT_BYTES", "CostCurves", "CostLines", "Curves",
+           "DeviceKinds", "cost_curves", "device_kinds", "hbm_terms", "hull_values",
+           "lower_hulls", "price_total", "table_cost_curves"]
 
 #: Bytes per unit of the MILP's memory variables (GB keeps coefficients near 1).
 UNIT_BYTES = 1e9
 #: Most (table, device, rows) points priced in one call when pricing against a deadline.
 PRICE_CHUNK = 100_000
+#: Points of the first call against a deadline: its time per point sizes the later calls and
+#: says whether the rest can be priced in time (a cost model may take milliseconds a point:
+#: TorchRec's estimator).
+FIRST_CHUNK = 2_000
+#: Share of the time left that one later call may be expected to take.
+CALL_SHARE = 0.25
 
 
 def price_total(task: ShardingTask, cost_model: CostModel, table_idx: np.ndarray,
                 device_idx: np.ndarray, hbm_rows: np.ndarray, deadline: float | None = None
                 ) -> np.ndarray:
-    """Total cost (ms) of each (table, device, HBM rows) point; with ``deadline``, priced in
-    chunks of :data:`PRICE_CHUNK` points and :class:`DeadlineReached` raised once it passes."""
-    if deadline is None or table_idx.size <= PRICE_CHUNK:
-        if deadline is not None and time.perf_counter() >= deadline:
-            raise DeadlineReached("pricing")
+    """Total cost (ms) of each (table, device, HBM rows) point.
+
+    With ``deadline``, the points are priced in calls sized by the time a point took so far
+    (:data:`FIRST_CHUNK` first, then what :data:`CALL_SHARE` of the time left allows, at most
+    :data:`PRICE_CHUNK`), and :class:`DeadlineReached` is raised once the deadline has passed
+    or when the points left would take longer than the time left at the pace so far: a slow
+    cost model stops before it overruns, not after."""
+    if deadline is None:
         return cost_model.price(task, table_idx, device_idx, hbm_rows).total_ms
-    out = np.empty(table_idx.size)
-    for lo in range(0, table_idx.size, PRICE_CHUNK):
-        if time.perf_counter() >= deadline:
+    n = table_idx.size
+    out = np.empty(n)
+    lo, size = 0, min(FIRST_CHUNK, n)
+    while lo < n:
+        began = time.perf_counter()
+        if began >= deadline:
             raise DeadlineReached("pricing")
-        part = slice(lo, lo + PRICE_CHUNK)
-        out[part] = cost_model.price(task, table_idx[part], device_idx[part],
-                                     hbm_rows[part]).total_ms
+        hi = min(lo + size, n)
+        out[lo:hi] = cost_model.price(task, table_idx[lo:hi], device_idx[lo:hi],
+                                      hbm_rows[lo:hi]).total_ms
+        per_point = (time.perf_counter() - began) / (hi - lo)
+        lo = hi
+        left = deadline - time.perf_counter()
+        if lo < n and per_point * (n - lo) > left:
+            raise DeadlineReached(f"pricing: {n - lo:,} points left at {per_point * 1e3:.3g} "
+                                  f"ms each, {max(left, 0.0):.1f} s left")
+        size = int(np.clip(CALL_SHARE * left / max(per_point, 1e-12), FIRST_CHUNK, PRICE_CHUNK))
     return out
 
 

@@ -7,6 +7,7 @@ unsharded copy of its tables."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,8 @@ def torchrun_env() -> tuple[int, int, int, int] | None:
 
 
 def run_plan(plan: Plan, task: ShardingTask, config: RunConfig,
-             cost_model: CostModel | str = "analytical", logs: Path | None = None
-             ) -> RunResult | None:
+             cost_model: CostModel | str = "analytical", logs: Path | None = None,
+             stages: Callable[[list[str]], None] | None = None) -> RunResult | None:
     """Runs ``plan`` for real and prices it with ``cost_model`` for the same workload.
 
     Launches one process per device of ``task`` on this machine, or, under torchrun, runs this
@@ -54,6 +55,8 @@ def run_plan(plan: Plan, task: ShardingTask, config: RunConfig,
         config: Run settings.
         cost_model: Model for the modelled figures ('analytical', a model directory or a model).
         logs: Folder for the ranks' logs (kept if the run fails).
+        stages: Given each local rank's stage while they run (``step 3 done``), for a
+            progress display (:func:`autoshard.runner.launch.launch_local`).
 
     Raises:
         PlannerError: Invalid plan. InputError: bad trace or tables too large for this host.
@@ -75,7 +78,7 @@ def run_plan(plan: Plan, task: ShardingTask, config: RunConfig,
     if launched is None:
         check_memory(task, plan)
         results = launch_local(dict(spec, pg_timeout_s=2 * config.timeout_s + 30),
-                               task.num_devices, config.timeout_s, logs)
+                               task.num_devices, config.timeout_s, logs, stages=stages)
     else:
         results = _run_here(spec, task, config, launched)
         if results is None:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ def free_port() -> int:
 
 
 def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
-                 logs: Path | None = None, worker: str = "autoshard.runner.worker") -> Any:
+                 logs: Path | None = None, worker: str = "autoshard.runner.worker",
+                 stages: Callable[[list[str]], None] | None = None) -> Any:
     """Runs ``world`` ranks of ``spec`` here; returns rank 0's gathered results.
 
     Args:
@@ -52,6 +54,8 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
         logs: Folder for the ranks' logs (a temporary one if None); kept when the run fails,
             removed when it succeeds.
         worker: Module each rank runs as ``python -m WORKER SPEC RANK``.
+        stages: Called while the ranks run with each rank's last progress mark (``step 3
+            done``, ...), for a progress display.
 
     Raises:
         RunError: A rank failed or stalled; all ranks have been stopped.
@@ -71,7 +75,7 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", worker, str(work / "spec.json"), str(rank)],
                     stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        watch(procs, work, timeout_s)
+        watch(procs, work, timeout_s, stages)
         result = json.loads((work / "result.json").read_text())
         ok = True
         return result
@@ -81,10 +85,14 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
             shutil.rmtree(work, ignore_errors=True)
 
 
-def watch(procs: list[subprocess.Popen[bytes]], work: Path, timeout_s: float) -> None:
-    """Waits for every rank to exit 0; raises on the first failure or stall."""
+def watch(procs: list[subprocess.Popen[bytes]], work: Path, timeout_s: float,
+          stages: Callable[[list[str]], None] | None = None) -> None:
+    """Waits for every rank to exit 0; raises on the first failure or stall. ``stages`` is
+    given every rank's stage at each look."""
     start = time.monotonic()
     while True:
+        if stages is not None:
+            stages([stage(work, r) for r in range(len(procs))])
         codes = [p.poll() for p in procs]
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
@@ -97,9 +105,9 @@ def watch(procs: list[subprocess.Popen[bytes]], work: Path, timeout_s: float) ->
         now = time.monotonic()
         quiet = {r: now - last_progress(work, r, start) for r, c in enumerate(codes) if c is None}
         if max(quiet.values()) > timeout_s:
-            stages = ", ".join(f"rank {r} at '{stage(work, r)}' ({q:.0f} s ago)"
-                               for r, q in sorted(quiet.items()))
-            raise RunError(f"no progress for {timeout_s:g} s: {stages}; stopped all "
+            where = ", ".join(f"rank {r} at '{stage(work, r)}' ({q:.0f} s ago)"
+                              for r, q in sorted(quiet.items()))
+            raise RunError(f"no progress for {timeout_s:g} s: {where}; stopped all "
                            f"{len(procs)} ranks (logs in {work})")
         time.sleep(POLL_S)
 

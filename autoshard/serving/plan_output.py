@@ -19,13 +19,24 @@ from autoshard.serving.report import (
 from autoshard.serving.task import ServingTask
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 server``, ``2 servers``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def deployment_words(row: dict[str, Any]) -> str:
+    """A deployment's servers in words: ``14 servers (load_balanced: 4 shards, replicas
+    3,3,3,3; 2 main)``, or ``1 server (main_only: no shard; 1 main)``."""
+    shards = (f"{plural(int(row['servers']), 'shard')}, replicas {row['replicas']}"
+              if row["servers"] else "no shard")
+    return (f"{plural(int(row['total_servers']), 'server')} ({row['strategy']}: {shards}; "
+            f"{row['main_replicas']} main)")
+
+
 def describe(row: dict[str, Any]) -> str:
-    """One deployment in words: strategy, shards x replicas, main replicas, P99 interval."""
-    shards = (f"{row['servers']} shards x replicas {row['replicas']}" if row["servers"]
-              else "no shard")
-    noun = "server" if row["total_servers"] == 1 else "servers"
-    return (f"{row['total_servers']} {noun} ({row['strategy']}: {shards}, "
-            f"{row['main_replicas']} main), P99 {row['p99_ms']:.3f} ms "
+    """One deployment in words: strategy, shards and their replicas, main replicas, P99
+    interval."""
+    return (f"{deployment_words(row)}, P99 {row['p99_ms']:.3f} ms "
             f"[{row['p99_lo_ms']:.3f}, {row['p99_hi_ms']:.3f}]")
 
 

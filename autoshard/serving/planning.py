@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoshard.errors import PlannerError
+from autoshard.progress import Advance
 from autoshard.serving.evaluation import Evaluation, Evaluator
 from autoshard.serving.hotcold import with_main_cache
 from autoshard.serving.mapping import Mapping
@@ -58,11 +59,17 @@ def deployment(task: ServingTask, name: str, count: int, options: PlanOptions,
     return provision(validate, mapping) if options.replicas else mapping
 
 
+def sweep_size(strategies: Sequence[str], servers: Sequence[int]) -> int:
+    """The deployments :func:`sweep` evaluates."""
+    return sum(len(servers) if get_strategy(name).needs_servers else 1 for name in strategies)
+
+
 def sweep(task: ServingTask, strategies: Sequence[str], servers: Sequence[int],
-          options: PlanOptions | None = None) -> tuple[list[dict[str, Any]],
-                                                        dict[tuple[str, int], Evaluation]]:
+          options: PlanOptions | None = None, advance: Advance | None = None
+          ) -> tuple[list[dict[str, Any]], dict[tuple[str, int], Evaluation]]:
     """(a row per strategy and shard count, the evaluations by (strategy, count));
-    ``main_only`` once, at 0 shards. A strategy that cannot map a count gives an error row."""
+    ``main_only`` once, at 0 shards. A strategy that cannot map a count gives an error row.
+    ``advance(1)`` is called as each deployment is done (a progress display)."""
     options = options or PlanOptions()
     judge, validate = Evaluator(task), Evaluator(task, task.validate_samples)
     rows, found = [], {}
@@ -75,6 +82,9 @@ def sweep(task: ServingTask, strategies: Sequence[str], servers: Sequence[int],
                 rows.append({"strategy": name, "servers": count, "error": str(exc),
                              "qps": task.qps})
                 continue
+            finally:
+                if advance is not None:
+                    advance(1)
             found[(name, count)] = result
             rows.append(dict(result.row(), qps=task.qps))
     return rows, found

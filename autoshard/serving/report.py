@@ -38,35 +38,47 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]
                                      columns))
 
 
+#: Marker and line style per strategy of a plot, so that strategies with equal figures stay
+#: apart (each is also shifted a little along the x axis).
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_LINES = ("-", "--", "-.", ":")
+
+
 def plot_p99_vs_servers(rows: Sequence[dict[str, Any]], path: Path, title: str,
                         target_ms: float | None = None) -> None:
-    """P99 with its 95% interval (left) and calls per request (right) against total servers,
-    a line per strategy and rate."""
+    """P99 with its 95% interval (left) and the total servers it takes (right) against the
+    sparse shards swept, a line per strategy and rate. Strategies are shifted apart along the
+    x axis and drawn with their own marker and line style, so that equal figures do not hide
+    one another."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     ok = [r for r in rows if not r.get("error")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     keys = sorted({(r["strategy"], r["qps"]) for r in ok}, key=lambda k: (k[1], k[0]))
-    for strategy, qps in keys:
-        pts = sorted((r["total_servers"], r["p99_ms"], r["calls_per_request"], r["p99_lo_ms"],
+    width = 0.3  # the spread of the strategies around each shard count
+    for i, (strategy, qps) in enumerate(keys):
+        pts = sorted((r["servers"], r["p99_ms"], r["total_servers"], r["p99_lo_ms"],
                       r["p99_hi_ms"]) for r in ok if r["strategy"] == strategy
                      and r["qps"] == qps)
-        xs, p99, calls, lo, hi = (np.array(v) for v in zip(*pts, strict=True))
-        label = f"{strategy} @ {qps:g} qps"
-        style = "o" if len(xs) == 1 else "-o"
-        axes[0].errorbar(xs, p99, yerr=[p99 - lo, hi - p99], fmt=style, label=label,
-                         markersize=4, capsize=2)
-        axes[1].plot(xs, calls, style, label=label, markersize=4)
+        shards, p99, total, lo, hi = (np.array(v, dtype=float) for v in zip(*pts, strict=True))
+        x = shards + (width * (i / max(len(keys) - 1, 1) - width / 2) if len(keys) > 1 else 0)
+        style = {"marker": _MARKERS[i % len(_MARKERS)], "markersize": 4,
+                 "linestyle": _LINES[i % len(_LINES)] if len(x) > 1 else "none",
+                 "label": f"{strategy} @ {qps:g} qps"}
+        axes[0].errorbar(x, p99, yerr=[p99 - lo, hi - p99], capsize=2, **style)
+        axes[1].plot(x, total, **style)
     if target_ms is not None:
         axes[0].axhline(target_ms, color="grey", linestyle="--", linewidth=1, label="P99 target")
-    axes[0].set(xlabel="servers (main tier and shard replicas)",
-                ylabel="simulated P99 latency (ms), 95% interval", title=title)
-    axes[1].set(xlabel="servers (main tier and shard replicas)",
-                ylabel="remote calls per request",
-                title="fan-out")
+    axes[0].set(xlabel="sparse shards", ylabel="simulated P99 latency (ms), 95% interval",
+                title=title)
+    axes[1].set(xlabel="sparse shards", ylabel="servers (main tier and shard replicas)",
+                title="servers each deployment takes")
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].legend(fontsize=6)
     fig.tight_layout()
     save_figure(fig, path)

@@ -24,6 +24,7 @@ from typing import Any
 
 from autoshard.fileio import atomic_write_text, write_structured
 from autoshard.machine import describe_machine
+from autoshard.progress import Advance, ProgressFactory, no_progress
 from autoshard.serving.cluster import ServingProfile, load_serving_profile
 from autoshard.serving.evaluation import Evaluator
 from autoshard.serving.registry import get_strategy
@@ -36,6 +37,12 @@ DENSE_US = (0.0, 5.0, 20.0, 50.0, 150.0, 500.0)
 STRATEGIES = ("capacity_balanced", "load_balanced", "feature_group")
 #: Shard counts from the memory bound.
 SPAN = 4
+#: The strategies whose fan-out is compared on the sparse suite.
+FAN_OUT = ("capacity_balanced", "feature_group")
+
+
+def _nothing(amount: float = 1.0) -> None:
+    """Progress told to no one."""
 
 
 def remote_us(profile: ServingProfile) -> float:
@@ -44,7 +51,8 @@ def remote_us(profile: ServingProfile) -> float:
     return profile.main_call_us + profile.call_overhead_us + profile.network_latency_us
 
 
-def _rows(task: ServingTask, strategies: tuple[str, ...] = STRATEGIES) -> list[dict[str, Any]]:
+def _rows(task: ServingTask, strategies: tuple[str, ...] = STRATEGIES,
+          advance: Advance = _nothing) -> list[dict[str, Any]]:
     """Every strategy at every shard count from the memory bound: one server per shard, and as
     many main servers as the unsharded reference has (so both do the dense part alike)."""
     ev = Evaluator(task)
@@ -56,10 +64,12 @@ def _rows(task: ServingTask, strategies: tuple[str, ...] = STRATEGIES) -> list[d
         for count in range(low, low + SPAN):
             mapping = get_strategy(name).map(task, count).with_replicas((1,) * count, main)
             rows.append(dict(ev.evaluate(mapping).row(), main_replicas=main))
+            advance(1)
     return rows
 
 
-def overhead_sweep(requests: int, samples: int) -> list[dict[str, Any]]:
+def overhead_sweep(requests: int, samples: int, advance: Advance = _nothing
+                   ) -> list[dict[str, Any]]:
     """Finding 1 and 2 per dense cost: the best P99 overhead and compute overhead by shards."""
     spec = SUITES["paper"]
     model = suite_model("paper")
@@ -68,7 +78,7 @@ def overhead_sweep(requests: int, samples: int) -> list[dict[str, Any]]:
     for dense in DENSE_US:
         prof = replace(base, dense_us_per_item=dense)
         task = ServingTask(model, prof, qps=spec.qps[0], requests=requests, samples=samples)
-        rows = _rows(task)
+        rows = _rows(task, advance=advance)
         best = min(rows, key=lambda r: r["p99_ms"])
         ratio = dense * model.items / remote_us(prof)
         by_shards = {}
@@ -86,13 +96,13 @@ def overhead_sweep(requests: int, samples: int) -> list[dict[str, Any]]:
     return out
 
 
-def fan_out(requests: int, samples: int) -> list[dict[str, Any]]:
+def fan_out(requests: int, samples: int, advance: Advance = _nothing) -> list[dict[str, Any]]:
     """Finding 4: calls per request and P99 of capacity-balanced and feature-group packing on
     the sparse suite, at its lower rate."""
     spec = SUITES["sparse"]
     task = ServingTask(suite_model("sparse"), load_serving_profile(spec.profile),
                        qps=spec.qps[0], requests=requests, samples=samples)
-    rows = _rows(task, ("capacity_balanced", "feature_group"))
+    rows = _rows(task, FAN_OUT, advance)
     keys = ("strategy", "servers", "calls_per_request", "compute_us_per_request", "p99_ms",
             "p99_lo_ms", "p99_hi_ms")
     return [{k: r[k] for k in keys} for r in rows]
@@ -129,9 +139,13 @@ def verdicts(sweep: list[dict[str, Any]], fans: list[dict[str, Any]]) -> list[st
     ]
 
 
-def run_study(requests: int = 10_000, samples: int = 5) -> dict[str, Any]:
-    sweep = overhead_sweep(requests, samples)
-    fans = fan_out(requests, samples)
+def run_study(requests: int = 10_000, samples: int = 5,
+              progress: ProgressFactory = no_progress) -> dict[str, Any]:
+    """The study's sweeps and verdicts; ``progress`` is told each deployment simulated."""
+    total = SPAN * (len(DENSE_US) * len(STRATEGIES) + len(FAN_OUT))
+    with progress("simulating deployments", total) as advance:
+        sweep = overhead_sweep(requests, samples, advance)
+        fans = fan_out(requests, samples, advance)
     return {"sweep": sweep, "fan_out": fans, "verdicts": verdicts(sweep, fans),
             "requests": requests, "samples": samples, "machine": describe_machine()}
 

@@ -8,6 +8,7 @@ from typing import Any
 from autoshard.fileio import atomic_write_text, write_structured
 from autoshard.machine import describe_machine
 from autoshard.serving.cluster import CALIBRATED
+from autoshard.serving.plan_output import deployment_words
 from autoshard.serving.report import (
     BENCH_COLUMNS,
     SWEEP_COLUMNS,
@@ -31,13 +32,11 @@ def answer_lines(per_rate: list[dict[str, Any]]) -> list[str]:
         if a["total_servers"] is None:
             text = "no deployment within the profile's servers meets it"
         else:
-            text = (f"{a['total_servers']} servers: {a['strategy']}, {a['servers']} shards x "
-                    f"replicas {a['replicas']} + {a['main_replicas']} main; P99 "
-                    f"{a['p99_ms']} ms [{a['p99_lo_ms']}, {a['p99_hi_ms']}], busiest "
-                    f"server {a['max_utilisation']}")
+            text = (f"{deployment_words(a)}; P99 {a['p99_ms']} ms [{a['p99_lo_ms']}, "
+                    f"{a['p99_hi_ms']}], busiest server {a['max_utilisation']}")
         seeds = ", ".join(str(s["seed"]) for s in rate["seeds"])
         again = ", ".join(str(s["total_servers"]) for s in rate["seeds"])
-        tail = f". Fresh seeds {seeds}: {again} servers" if again else ""
+        tail = f". Servers on fresh seeds {seeds}: {again}" if again else ""
         lines.append(f"- {rate['qps']:g} qps (memory bound {rate['memory_bound_shards']} "
                      f"shards): {text}{tail}")
     return lines

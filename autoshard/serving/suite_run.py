@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from autoshard.progress import Advance
 from autoshard.serving.cluster import (
     ServingProfile,
     load_serving_profile,
@@ -18,6 +19,7 @@ from autoshard.serving.planning import (
     fewest_servers,
     server_range,
     sweep,
+    sweep_size,
 )
 from autoshard.serving.registry import get_strategy, strategy_names
 from autoshard.serving.report import spearman
@@ -27,12 +29,24 @@ from autoshard.serving.task import ServingTask
 MEASURED_SERVERS = 2
 
 
+def suite_size(name: str, span: int, seeds: Sequence[int] = ()) -> int:
+    """The deployments :func:`simulate_suite` evaluates."""
+    spec = SUITES[name]
+    model, profile = suite_model(name), load_serving_profile(spec.profile)
+    total = 0
+    for qps in spec.qps:
+        task = ServingTask(model, profile, qps=qps, p99_ms=spec.p99_ms)
+        total += (1 + len(seeds)) * sweep_size(strategy_names(), server_range(task, span))
+    return total
+
+
 def simulate_suite(name: str, requests: int, span: int, seed: int = 0,
                    profile: ServingProfile | None = None, samples: int = 5,
-                   seeds: Sequence[int] = ()) -> tuple[list[dict[str, Any]],
-                                                       list[dict[str, Any]]]:
+                   seeds: Sequence[int] = (), advance: Advance | None = None
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(sweep rows over every rate, per-rate summaries: the answer, fewest servers per
-    strategy, the optimiser's out-of-sample margin, and the answer on each of ``seeds``)."""
+    strategy, the optimiser's out-of-sample margin, and the answer on each of ``seeds``);
+    ``advance(1)`` as each deployment is done (:func:`suite_size` in all)."""
     spec = SUITES[name]
     model = suite_model(name)
     profile = profile or load_serving_profile(spec.profile)
@@ -44,12 +58,13 @@ def simulate_suite(name: str, requests: int, span: int, seed: int = 0,
 
     for qps in spec.qps:
         task = task_at(qps, seed)
-        got, _ = sweep(task, strategy_names(), server_range(task, span))
+        got, _ = sweep(task, strategy_names(), server_range(task, span), advance=advance)
         rows += got
         stable = []
         for other in seeds:
             again = task_at(qps, other)
-            best = answer(sweep(again, strategy_names(), server_range(again, span))[0])
+            best = answer(sweep(again, strategy_names(), server_range(again, span),
+                                advance=advance)[0])
             stable.append({"seed": other, **_brief(best)})
         per_rate.append({"qps": qps, "p99_target_ms": spec.p99_ms,
                          "memory_bound_shards": task.min_servers(), "answer": _brief(answer(got)),

@@ -142,7 +142,8 @@ class RecShard(Sharder):
             estimator, :mod:`autoshard.torchrec.cost`; ``analytical``; or a learned model's
             folder): the plan is chosen to be good under both
             (:mod:`autoshard.sharders.recshard_blend`). The cost and bound reported stay the
-            first model's.
+            first model's. It is loaded when the sharder is made (TorchRec's import takes
+            seconds), so that ``time_limit`` covers the planning.
         split_search_cap: On tasks too large for the whole MILP (over ``max_pairs``), only
             the first split choice is tried and its search runs at most this many times as
             long as its solve's set-up (:data:`SPLIT_SEARCH_OVER_SETUP`), so that splitting
@@ -179,6 +180,13 @@ class RecShard(Sharder):
                              "folder", source="sharder options", field="recshard.also_for",
                              value=also_for)
         self.also_for = also_for
+        # Loaded when the sharder is made (importing TorchRec takes seconds), as the torchrec
+        # sharder imports TorchRec, so that the time limit covers the planning alone.
+        self._second: CostModel | None = None
+        if also_for is not None:
+            from autoshard.pricing.cost import load_cost_model
+
+            self._second = load_cost_model(also_for)
         self.polish = polish
         self.replicate = replicate
         self.split_search_cap = split_search_cap
@@ -211,11 +219,9 @@ class RecShard(Sharder):
         start = time.perf_counter()
         limit = self.time_limit * (1.0 - POLISH_SHARE_OF_LIMIT if self.polish else 1.0)
         solver = self._with_limit(limit)
-        if self.also_for is not None:
-            from autoshard.pricing.cost import load_cost_model
-
-            result = solve_both(solver._with_limit, task, (cost_model,
-                                load_cost_model(self.also_for)), limit, self.name)
+        if self._second is not None:
+            result = solve_both(solver._with_limit, task, (cost_model, self._second), limit,
+                                self.name)
         else:
             result = solver._solve(task, cost_model)
         if not self.polish:
@@ -226,7 +232,7 @@ class RecShard(Sharder):
         """A copy with another time limit, planning for its cost model alone, no search
         stage."""
         out = copy.copy(self)
-        out.time_limit, out.also_for, out.polish = time_limit, None, False
+        out.time_limit, out.also_for, out._second, out.polish = time_limit, None, None, False
         return out
 
     def _searched(self, result: RecShardResult, task: ShardingTask, cost_model: CostModel,

@@ -5,13 +5,15 @@ A plan handed to TorchRec is judged twice: by our cost model and by TorchRec's o
 factor and not by the skew of the lookups. Each model's best plan can be poor under the other.
 :func:`solve_both` looks for one plan good under both:
 
-1. ``recshard`` under each model on its own (a third of the time limit each): each model's own
-   best step cost ``best_m``;
+1. ``recshard`` under each model on its own (a third of the time limit each, at most what is
+   left of it): each model's own best step cost ``best_m``;
 2. ``recshard`` under their blend (:class:`BlendedCostModel`), each price divided by its model's
    ``best_m``, so that a device's blended load is the sum of its loads relative to each model's
    best (the rest of the time);
 3. of the three plans, the one whose worse relative figure, max over models of
    cost_m / (least cost_m among the three), is least.
+
+The whole keeps the time limit: a step left too little of it is not run, and the status says so.
 
 The result's cost and bound are the first model's (its bound holds for every plan under it);
 its status gives each model's figure for the plan and for that model's own best plan.
@@ -41,6 +43,8 @@ class Solver(Protocol):
 
 #: Share of the time limit for each model's own solve (the blend gets the rest).
 OWN_SHARE = 1.0 / 3.0
+#: Least share of the time limit left for a step to be run at all.
+MIN_STEP_SHARE = 0.05
 
 
 class BlendedCostModel:
@@ -65,22 +69,35 @@ def solve_both(with_limit: Callable[[float], Solver], task: ShardingTask,
                models: tuple[CostModel, CostModel], limit: float, name: str) -> RecShardResult:
     """The plan of the module docstring within ``limit`` seconds; ``with_limit(seconds)`` gives
     the solver of each step (``recshard`` with its settings and that time limit), ``name`` the
-    sharder's name for the plan."""
+    sharder's name for the plan.
+
+    Each step gets at most what is left of the limit; a step with less than
+    :data:`MIN_STEP_SHARE` of it left is not run (the choice is then among the plans made),
+    and its status says so."""
     start = time.perf_counter()
-    own = with_limit(OWN_SHARE * limit)
-    first = own.solve(task, models[0]).details
-    second = own.solve(task, models[1]).details
-    plans = [first.plan, second.plan]
-    best = [min(plan_cost_ms(p, task, m) for p in plans) for m in models]
-    left = max(limit - (time.perf_counter() - start), 0.1 * limit)
-    blend = BlendedCostModel(models, tuple(1.0 / max(b, 1e-12) for b in best))
-    plans.append(with_limit(left).solve(task, blend).plan)
+    deadline = start + limit
+    first = with_limit(OWN_SHARE * limit).solve(task, models[0]).details
+    plans, names, skipped = [first.plan], ["own"], []
+    left = deadline - time.perf_counter()
+    if left >= MIN_STEP_SHARE * limit:
+        plans.append(with_limit(min(OWN_SHARE * limit, left)).solve(task, models[1]).plan)
+        names.append("second")
+    else:
+        skipped.append("second")
+    left = deadline - time.perf_counter()
+    if len(plans) == 2 and left >= MIN_STEP_SHARE * limit:
+        best = [min(plan_cost_ms(p, task, m) for p in plans) for m in models]
+        blend = BlendedCostModel(models, tuple(1.0 / max(b, 1e-12) for b in best))
+        plans.append(with_limit(deadline - time.perf_counter()).solve(task, blend).plan)
+        names.append("blend")
+    else:
+        skipped.append("blend")
     choice = choose(plans, task, models)
     pick, costs, least = choice.index, choice.costs, choice.least
-    names = ("own", "second", "blend")
     status = (f"both: {names[pick]} plan; " + ", ".join(
         f"{m.name} {costs[pick][i]:.4g} ms (least {least[i]:.4g})"
-        for i, m in enumerate(models)))
+        for i, m in enumerate(models))
+        + (f"; time limit: {' and '.join(skipped)} plan not made" if skipped else ""))
     step = costs[pick][0]
     bound = min(first.bound_ms, step)
     return replace(first, plan=replace(plans[pick], sharder=name), step_cost_ms=step,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from autoshard.fileio import atomic_write_text, output_folder, save_figure, write_structured
+from autoshard.progress import ProgressFactory
 from autoshard.stats.synth_fit import (
     LocalityStats,
     distances,
@@ -29,8 +29,6 @@ FIT_START = SynthConfig(log10_rows=(5.3, 1.2), lookups_sigma=1.2, alpha=(0.6, 1.
 DEFAULT_TABLES = Path(__file__).resolve().parents[1] / "data" / "default_tables.json"
 #: Points of each access curve in the default table file (keeps the package data small).
 DEFAULT_CURVE_POINTS = 24
-
-ProgressFactory = Callable[[str, float | None], AbstractContextManager[Callable[[int], None]]]
 
 
 def run_calibration(reference: Path, out: Path, fit: bool, write_default: bool, seed: int,

@@ -295,7 +295,7 @@ class AutoshardPlanner:
         lowered = 0
         for _ in range(FIT_ROUNDS):
             planned = self._planned(_lowered(task, lowered), _source(model.module),
-                                    model.reserved)
+                                    model.reserved, model.path_of)
             result = self._torchrec_plan(planned.plan, planned.task, model)
             options = rate_plan(result, model.module, model.sharders, model.topology,
                                 model.per_rank, model.constraints, self.pipeline)
@@ -311,17 +311,17 @@ class AutoshardPlanner:
                            f"{FIT_ROUNDS} plans: {_overfilled(stats)} under "
                            f"{model.reserved.describe()}")
 
-    def _planned(self, task: ShardingTask, source: str, reserved: Reserved
-                 ) -> planning.Planned:
+    def _planned(self, task: ShardingTask, source: str, reserved: Reserved,
+                 paths: dict[str, str]) -> planning.Planned:
         """The sharder's plan within the constraints, priced (:func:`autoshard.planning.plan`),
-        its context naming ``source`` (the model) with the tables inline and the storage
-        reservation."""
+        its context naming ``source`` (the model) with the tables inline, their collections'
+        module ``paths`` (which ``autoshard export`` writes) and the storage reservation."""
         options = {**common_options(self.sharder, {"seed": SEED,
                                                    "time_limit": self.time_limit}),
                    **self.sharder_options}
         spec = {"profile": task.hardware.name, "storage_reservation": reserved.to_dict()}
         context = PlanContext.of(task, source, spec, model_identity(self.cost_model),
-                                 inline=True)
+                                 inline=True, module_paths=paths)
         return planning.plan(task, self.sharder, self.cost_model, context=context, **options)
 
     def _torchrec_plan(self, plan: Plan, task: ShardingTask, model: _Model) -> Any:

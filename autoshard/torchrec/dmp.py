@@ -23,6 +23,9 @@ checked against the unsharded model and timed, beside our runner and the cost mo
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -254,18 +257,26 @@ class DmpSettings:
 @dataclass(frozen=True)
 class RankFigures:
     """One rank's figures: the tables it holds, its median step (wall and this thread's CPU
-    time, ms, over the timed steps), and its check of the sharded model's outputs."""
+    time, ms, over the timed steps), and its checks of the sharded model's outputs, each with
+    its own verdict and largest difference: the pooled embeddings, and the logits where both
+    sides share the dense part (the built-in model; None where not checked)."""
 
     rank: int
     tables: tuple[str, ...]
     step_ms: float
     step_cpu_ms: float
     steps: int
-    outputs_equal: bool
+    pooled_equal: bool
     outputs_checked: int
     max_abs_diff: float | None
     logits_max_abs_diff: float | None
     where: str
+    logits_equal: bool | None = None
+
+    @property
+    def outputs_equal(self) -> bool:
+        """Whether every check passed."""
+        return self.pooled_equal and self.logits_equal is not False
 
 
 @dataclass(frozen=True)
@@ -288,7 +299,19 @@ class DmpRun:
 
     @property
     def outputs_equal(self) -> bool:
+        """Whether every check passed on every rank."""
         return all(r.outputs_equal for r in self.per_rank)
+
+    @property
+    def pooled_equal(self) -> bool:
+        """Whether the pooled embeddings are equal on every rank."""
+        return all(r.pooled_equal for r in self.per_rank)
+
+    @property
+    def logits_equal(self) -> bool | None:
+        """Whether the logits are equal on every rank (None: not checked)."""
+        found = [r.logits_equal for r in self.per_rank if r.logits_equal is not None]
+        return all(found) if found else None
 
     @property
     def step_ms(self) -> float:
@@ -297,17 +320,22 @@ class DmpRun:
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
-        doc.update(outputs_equal=self.outputs_equal, step_ms=self.step_ms,
+        for rank, figures in zip(doc["per_rank"], self.per_rank, strict=True):
+            rank["outputs_equal"] = figures.outputs_equal
+        doc.update(outputs_equal=self.outputs_equal, pooled_equal=self.pooled_equal,
+                   logits_equal=self.logits_equal, step_ms=self.step_ms,
                    world_size=len(self.per_rank))
         return doc
 
 
 def run_tables(runs: list[TableRun], tables: tuple[Table, ...], settings: DmpSettings,
-               world: int, logs: Path | None = None, source: str = "plan") -> DmpRun:
+               world: int, logs: Path | None = None, source: str = "plan",
+               stages: Callable[[list[str]], None] | None = None) -> DmpRun:
     """Runs ``tables`` sharded as ``runs`` say on ``world`` local ranks.
 
     Everything is checked before a process starts: the sharding types and kernels on the
-    device, the user's model, the batch size and this host's memory.
+    device, the user's model, the batch size and this host's memory. ``stages`` is given each
+    rank's stage while they run (``step 3 done``), for a progress display.
 
     Raises:
         InputError: A check failed. RunError: A rank failed or made no progress.
@@ -336,7 +364,7 @@ def run_tables(runs: list[TableRun], tables: tuple[Table, ...], settings: DmpSet
             "tolerance": TOLERANCE, "pg_timeout_s": 2 * config.timeout_s + 30}
     if any(t.bytes_per_element != 4 for t in tables):
         notes.append("tables of other element sizes ran in FP32")
-    results = launch_local(spec, world, config.timeout_s, logs, worker=WORKER)
+    results = launch_local(spec, world, config.timeout_s, logs, worker=WORKER, stages=stages)
     per_rank = tuple(_figures(r, fitted) for r in sorted(results, key=lambda r: r["rank"]))
     return DmpRun(model, str(results[0]["backend"]), device,
                   config.batch_size, config.batch_size // world, config.mode, config.iterations,
@@ -348,9 +376,10 @@ def _figures(result: dict[str, Any], runs: list[TableRun]) -> RankFigures:
     rank = int(result["rank"])
     return RankFigures(rank, tuple(r.table for r in runs if r.on_rank(rank)),
                        float(result["step_ms"]), float(result["step_cpu_ms"]),
-                       int(result["steps"]), bool(check["equal"]), int(check["checked"]),
-                       check["max_abs_diff"], check["logits_max_abs_diff"],
-                       f"{result['host']}:{result['device']}")
+                       int(result["steps"]), bool(check["pooled_equal"]),
+                       int(check["checked"]), check["max_abs_diff"],
+                       check["logits_max_abs_diff"], f"{result['host']}:{result['device']}",
+                       check["logits_equal"])
 
 
 @dataclass(frozen=True)
@@ -386,12 +415,23 @@ class DmpReport:
                 "runner": self.runner.to_dict() if self.runner else None}
 
 
+#: Makes the function a run reports its ranks' stages to, for the run named (a context
+#: manager, as :func:`autoshard.cli.progress.rank_steps` is).
+Progress = Callable[[str], AbstractContextManager[Callable[[list[str]], None]]]
+
+
+@contextlib.contextmanager
+def _unwatched(label: str) -> Iterator[Callable[[list[str]], None]]:
+    yield lambda stages: None
+
+
 def run_plan_in_dmp(plan: Plan, task: ShardingTask, settings: DmpSettings,
                     cost_model: CostModel | str = "analytical", logs: Path | None = None,
-                    source: str = "plan") -> DmpReport:
+                    source: str = "plan", progress: Progress | None = None) -> DmpReport:
     """Runs ``plan`` in DistributedModelParallel on ``task.num_devices`` local ranks, prices it
     with ``cost_model`` for the run's workload and, with ``settings.compare_runner``, runs it
-    with our runner too (after TorchRec's run, not beside it).
+    with our runner too (after TorchRec's run, not beside it). ``progress(label)`` gives the
+    function each run reports its ranks' stages to (a progress display).
 
     Raises:
         InputError: The plan cannot run here as planned (see :func:`run_tables`).
@@ -406,9 +446,13 @@ def run_plan_in_dmp(plan: Plan, task: ShardingTask, settings: DmpSettings,
     model = load_cost_model(cost_model) if isinstance(cost_model, str) else cost_model
     modelled = evaluate(plan, task, model)
     runs = plan_runs(plan, task, settings.node_columns)
-    run = run_tables(runs, task.tables, settings, task.num_devices, logs, source)
+    watch = progress or _unwatched
+    with watch("TorchRec's DistributedModelParallel") as stages:
+        run = run_tables(runs, task.tables, settings, task.num_devices, logs, source, stages)
     runner = None
     if settings.compare_runner:
-        result = run_plan(plan, task, config, model, logs)
+        with watch("our runner") as stages:
+            result = run_plan(plan, task, config, model, logs, stages)
         runner = result.measured if result is not None else None
     return DmpReport(plan.sharder, run, modelled, runner)
+

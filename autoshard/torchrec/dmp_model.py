@@ -63,11 +63,14 @@ def builtin_model(tables: list[Table], device: Any, meta: bool) -> Any:
         return DLRM(ebc, dense_in_features=DENSE_FEATURES,
                     dense_arch_layer_sizes=[DENSE_HIDDEN, dims.pop()],
                     over_arch_layer_sizes=[DENSE_HIDDEN, 1], dense_device=device)
-    return _concat_model(ebc, sum(t.dim for t in tables), device)
+    return _concat_model(ebc, [t.name for t in tables], sum(t.dim for t in tables), device)
 
 
-def _concat_model(ebc: Any, pooled_dim: int, device: Any) -> Any:
-    """Dense MLP, concatenated with the pooled embeddings, then an MLP to one logit."""
+def _concat_model(ebc: Any, features: list[str], pooled_dim: int, device: Any) -> Any:
+    """Dense MLP, concatenated with the pooled embeddings of ``features`` in that order, then
+    an MLP to one logit. The order is the model's own: a sharded collection returns its
+    features grouped by sharding and rank, so its ``values()`` are in another order than the
+    unsharded collection's."""
     import torch
     from torchrec.modules.mlp import MLP
 
@@ -85,9 +88,10 @@ def _concat_model(ebc: Any, pooled_dim: int, device: Any) -> Any:
                 MLP(DENSE_HIDDEN + pooled_dim, [DENSE_HIDDEN], device=device),
                 torch.nn.Linear(DENSE_HIDDEN, 1, device=device))
 
-        def forward(self, dense: Any, features: Any) -> Any:
-            pooled = self.sparse_arch.embedding_bag_collection(features).values()
-            return self.over_arch(torch.cat([self.dense_arch(dense), pooled], dim=1))
+        def forward(self, dense: Any, kjt: Any) -> Any:
+            pooled = self.sparse_arch.embedding_bag_collection(kjt).to_dict()
+            return self.over_arch(torch.cat([self.dense_arch(dense),
+                                             *(pooled[f] for f in features)], dim=1))
 
     return ConcatModel()
 

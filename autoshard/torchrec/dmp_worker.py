@@ -124,23 +124,27 @@ def _wait(result: Any) -> Any:
 def compare_outputs(dmp: Any, reference: Any, keys: dict[str, list[str]],
                     inputs: list[tuple[dict[str, Any], Any]], builtin: bool,
                     tolerance: dict[str, float]) -> dict[str, Any]:
-    """Pooled embeddings (and, for the built-in model, logits) of the sharded model against the
-    unsharded one on every input batch: the largest absolute difference (None if any output is
-    not finite) and whether all are close (``torch.allclose`` with ``tolerance``)."""
+    """Pooled embeddings (and, for the built-in model, whose dense part both sides share,
+    logits) of the sharded model against the unsharded one on every input batch. Each check
+    has its own verdict: whether all its outputs are finite and close (``torch.allclose``
+    with ``tolerance``; None for logits not checked) and its largest absolute difference
+    (None if any output is not finite, or not checked)."""
     import torch
 
     worst = {"pooled": 0.0, "logits": 0.0}
-    finite, equal, checked = True, True, 0
+    finite = {"pooled": True, "logits": True}
+    close = {"pooled": True, "logits": True}
+    checked = 0
 
     def record(what: str, got: Any, want: Any) -> None:
-        nonlocal finite, equal
         got = got.detach().float().cpu()
         if got.numel():
             diff = float((got - want).abs().max())
-            finite = finite and bool(torch.isfinite(got).all()) and bool(np.isfinite(diff))
+            finite[what] = (finite[what] and bool(torch.isfinite(got).all())
+                            and bool(np.isfinite(diff)))
             worst[what] = max(worst[what], diff if np.isfinite(diff) else 0.0)
-        equal = equal and bool(torch.allclose(got, want, rtol=tolerance["rtol"],
-                                                   atol=tolerance["atol"]))
+        close[what] = close[what] and bool(torch.allclose(got, want, rtol=tolerance["rtol"],
+                                                          atol=tolerance["atol"]))
 
     with torch.no_grad():
         for kjts, dense in inputs:
@@ -155,9 +159,15 @@ def compare_outputs(dmp: Any, reference: Any, keys: dict[str, list[str]],
                 features = kjts[BUILTIN_PATH]
                 record("logits", dmp(dense[0], features),
                        reference(dense[0].cpu(), features.to(torch.device("cpu"))))
-    return {"equal": bool(equal and finite), "checked": checked,
-            "max_abs_diff": worst["pooled"] if finite else None,
-            "logits_max_abs_diff": (worst["logits"] if finite else None) if builtin else None}
+
+    def verdict(what: str) -> tuple[bool, float | None]:
+        return close[what] and finite[what], worst[what] if finite[what] else None
+
+    pooled, pooled_diff = verdict("pooled")
+    logits, logits_diff = verdict("logits") if builtin else (None, None)
+    return {"pooled_equal": pooled, "logits_equal": logits,
+            "equal": pooled and logits is not False, "checked": checked,
+            "max_abs_diff": pooled_diff, "logits_max_abs_diff": logits_diff}
 
 
 def make_optimizer(dmp: Any, learning_rate: float) -> Any:

@@ -37,19 +37,51 @@ from autoshard.torchrec.shardings import (
 )
 
 
-def export_doc(plan: Plan, task: ShardingTask) -> dict[str, Any]:
-    """A JSON/YAML-ready description of the TorchRec ShardingPlan of ``plan``."""
+def export_doc(plan: Plan, task: ShardingTask, module_paths: Mapping[str, str] | None = None
+               ) -> dict[str, Any]:
+    """A JSON/YAML-ready description of the TorchRec ShardingPlan of ``plan``.
+
+    ``module_paths`` gives each table's collection's module path in the model, the key of
+    TorchRec's plan (none given: ``""``, the model itself). One path for every table is written
+    once (``module_path``); several are written per table, beside it."""
+    paths = {s.table: (module_paths or {}).get(s.table, "")
+             for s in table_shardings(plan, task)}
+    shared = len(set(paths.values())) <= 1
+    tables = []
+    for s in table_shardings(plan, task):
+        entry: dict[str, Any] = {
+            "table": s.table, "rows": s.rows, "dim": s.dim, "data_type": s.data_type,
+            "sharding_type": s.sharding_type, "compute_kernel": s.compute_kernel,
+            "cache_load_factor": s.cache_load_factor,
+            "shards": [shard_doc(x) for x in s.shards]}
+        if not shared:
+            entry["module_path"] = paths[s.table]
+        tables.append(entry)
     return {
         "schema_version": SCHEMA_VERSION, "kind": "torchrec_sharding_plan",
         "sharder": plan.sharder, "world_size": task.num_devices,
-        "local_world_size": task.hardware.node_devices,
-        "device_type": "cuda", "module_path": "", "pipeline": pipeline_of(task.reservation),
-        "tables": [{"table": s.table, "rows": s.rows, "dim": s.dim, "data_type": s.data_type,
-                    "sharding_type": s.sharding_type, "compute_kernel": s.compute_kernel,
-                    "cache_load_factor": s.cache_load_factor,
-                    "shards": [shard_doc(x) for x in s.shards]}
-                   for s in table_shardings(plan, task)],
-    }
+        "local_world_size": task.hardware.node_devices, "device_type": "cuda",
+        "module_path": next(iter(paths.values()), "") if shared else "",
+        "pipeline": pipeline_of(task.reservation), "tables": tables}
+
+
+def module_groups(doc: dict[str, Any], shardings: Sequence[TableSharding],
+                  where: str = "<torchrec plan>") -> dict[str, list[TableSharding]]:
+    """The description's table shardings grouped by their collection's module path (a table's
+    own ``module_path``, else the description's), in order.
+
+    Raises:
+        InputError: A module path that is not a string, naming the field.
+    """
+    groups: dict[str, list[TableSharding]] = {}
+    for i, (entry, s) in enumerate(zip(doc.get("tables") or [], shardings, strict=True)):
+        path = entry.get("module_path", doc.get("module_path", "")) if isinstance(
+            entry, dict) else ""
+        if not isinstance(path, str):
+            raise InputError("must be a module path (a string)", source=where,
+                             field=f"tables[{i}].module_path", value=path)
+        groups.setdefault(path, []).append(s)
+    return groups
 
 
 def read_export(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any],
@@ -69,6 +101,9 @@ def read_export(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any],
         raise InputError("must be an integer >= 1", source=where, field="world_size", value=world)
     local = doc.get("local_world_size") or world
     check_pipeline(doc.get("pipeline", "none"), "pipeline", where)
+    if not isinstance(doc.get("module_path", ""), str):
+        raise InputError("must be a module path (a string)", source=where, field="module_path",
+                         value=doc.get("module_path"))
     out = []
     for i, t in enumerate(doc.get("tables") or []):
         s = _read_table(t, f"tables[{i}]", where)
@@ -126,9 +161,11 @@ def meta_collection(tables: list[tuple[str, int, int, str]]) -> Any:
 
 def load_sharding_plan(source: str | Path | dict[str, Any]) -> Any:
     """The exported description as a ``torchrec.distributed.types.ShardingPlan``
-    (:func:`sharding_plan`, for the description's one module path)."""
+    (:func:`sharding_plan`, each table under its collection's module path:
+    :func:`module_groups`)."""
     doc, shardings = read_export(source)
-    return sharding_plan({str(doc.get("module_path", "")): shardings},
+    where = str(source) if not isinstance(source, dict) else "<torchrec plan>"
+    return sharding_plan(module_groups(doc, shardings, where),
                          str(doc.get("device_type", "cuda")),
                          int(doc.get("local_world_size") or doc["world_size"]),
                          str(doc.get("pipeline", "none")))
@@ -177,10 +214,11 @@ def sharding_plan(modules: Mapping[str, Sequence[TableSharding]], device_type: s
 
 
 def check_sharding_plan(plan: Any, module: Any, world_size: int,
-                        local_world_size: int | None = None) -> None:
-    """Checks a ShardingPlan against a module with TorchRec's sharder for it: every parameter
-    planned, sharding type and compute kernel among those the sharder offers on CUDA, ranks in
-    range, and shards tiling the parameter exactly as the sharding type says.
+                        local_world_size: int | None = None, path: str = "") -> None:
+    """Checks a ShardingPlan's entry for the collection at ``path`` against that collection
+    (``module``) with TorchRec's sharder for it: every parameter planned, sharding type and
+    compute kernel among those the sharder offers on CUDA, ranks in range, and shards tiling
+    the parameter exactly as the sharding type says.
 
     Raises:
         PlannerError: The first mismatch found.
@@ -189,7 +227,7 @@ def check_sharding_plan(plan: Any, module: Any, world_size: int,
 
     sharder = EmbeddingBagCollectionSharder()
     params = sharder.shardable_parameters(module)
-    module_plan = plan.get_plan_for_module("")
+    module_plan = plan.get_plan_for_module(path)
     if module_plan is None or set(module_plan) != set(params):
         raise PlannerError("invalid_plan", "the TorchRec plan does not cover the module's "
                            "tables exactly")

@@ -36,6 +36,7 @@ from autoshard.torchrec.export import (
     export_doc,
     load_sharding_plan,
     meta_collection,
+    module_groups,
     read_export,
 )
 from autoshard.torchrec.shardings import TableSharding, table_shardings, to_plan
@@ -79,12 +80,16 @@ class TorchRecExport:
         """The tables, ranks and (sharding type/kernel) counts of the description."""
         kinds = Counter(f"{t['sharding_type']}/{t['compute_kernel']}" for t in self.doc["tables"])
         counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-        return f"{len(self.doc['tables'])} tables on {self.doc['world_size']} ranks ({counts})"
+        paths = sorted({t.get("module_path", self.doc["module_path"]) for t in self.doc["tables"]})
+        under = ", ".join(repr(p) for p in paths)
+        return (f"{len(self.doc['tables'])} tables on {self.doc['world_size']} ranks ({counts}); "
+                f"module path{'s' if len(paths) > 1 else ''} {under}")
 
 
 def export_plan(plan: Plan, task: ShardingTask, output: str | Path | None = None, *,
                 fit: bool = True, check: bool = False,
-                fitted_plan: str | Path | None = None) -> TorchRecExport:
+                fitted_plan: str | Path | None = None,
+                module_path: str | None = None) -> TorchRecExport:
     """Exports ``plan`` of ``task`` for TorchRec (the module docstring gives the steps).
 
     Args:
@@ -97,6 +102,10 @@ def export_plan(plan: Plan, task: ShardingTask, output: str | Path | None = None
         check: Check the description with TorchRec (:func:`check_export`; needs the torchrec
             extra).
         fitted_plan: Also write our plan of the export (what TorchRec gets) here.
+        module_path: The module path of the collection of every table (the key of TorchRec's
+            plan: ``sparse_arch.embedding_bag_collection`` in TorchRec's DLRM); None: each
+            table's as the plan's context records it (a plan made from a TorchRec model),
+            else ``""``, the model itself.
 
     Raises:
         InputError: The plan does not fit the task, or a row layout TorchRec cannot route.
@@ -106,7 +115,10 @@ def export_plan(plan: Plan, task: ShardingTask, output: str | Path | None = None
     planned = table_shardings(plan, task)
     shardings, changed = fit_shardings(planned, task) if fit else (planned, [])
     exported = to_plan(shardings, task, plan.sharder)
-    doc = export_doc(exported, task)
+    recorded = plan.context.module_paths if plan.context is not None else None
+    paths = ({t.name: module_path for t in task.tables} if module_path is not None
+             else recorded)
+    doc = export_doc(exported, task, paths)
     estimate = check_export(doc, task) if check else None
     if output is not None:
         write_structured(output, doc)
@@ -125,8 +137,10 @@ def check_export(doc: dict[str, Any], task: ShardingTask) -> TorchRecEstimate:
     """
     sharding_plan = load_sharding_plan(doc)
     _, shardings = read_export(doc)
-    module = meta_collection([(s.table, s.rows, s.dim, s.data_type) for s in shardings])
-    check_sharding_plan(sharding_plan, module, doc["world_size"], doc["local_world_size"])
+    for path, group in module_groups(doc, shardings).items():
+        module = meta_collection([(s.table, s.rows, s.dim, s.data_type) for s in group])
+        check_sharding_plan(sharding_plan, module, doc["world_size"], doc["local_world_size"],
+                            path)
     estimate = estimate_shardings(shardings, task)
     for r in estimate.per_rank:
         if not r.fits:

@@ -201,15 +201,16 @@ def our_tables(tables: Sequence[ModelTable], stats: Mapping[str, Table],
 
     out, fell_back = [], []
     for t in tables:
-        base = Table(t.name, t.rows, t.dim, bytes_per_element=t.bytes_per_element)
+        base = Table(t.name, t.rows, t.dim, bytes_per_element=t.bytes_per_element,
+                     features=tuple(dict.fromkeys(t.features)))
         matched = stats.get(t.name)
         by_feature = [stats[f] for f in t.features if f in stats] if matched is None else []
         if matched is not None or by_feature:
             out.append(_with_stats(base, matched, by_feature))
         elif pooling and t.name in pooling:
             out.append(replace(base, pooling_factor=float(pooling[t.name])))
-        else:
-            out.append(replace(base, pooling_factor=POOLING_FACTOR))
+        else:  # TorchRec's default for each feature that looks the table up
+            out.append(replace(base, pooling_factor=POOLING_FACTOR * max(len(t.features), 1)))
             fell_back.append(t.name)
     if fell_back and warn:
         _log.warning("%s", fallback_note(fell_back))
@@ -221,7 +222,8 @@ def fallback_note(names: Sequence[str]) -> str:
     from torchrec.distributed.planner.constants import POOLING_FACTOR
 
     return (f"no statistics or pooling factors for {len(names)} table(s) ({', '.join(names)}): "
-            f"TorchRec's default pooling factor {POOLING_FACTOR:g} assumed")
+            f"TorchRec's default pooling factor {POOLING_FACTOR:g} assumed for each of a "
+            "table's features")
 
 
 def _with_stats(base: Table, matched: Table | None, by_feature: list[Table]) -> Table:
@@ -312,10 +314,23 @@ def _working_folder_on_path() -> Iterator[None]:
 
 def factory_tables(spec: str, stats: Statistics | None = None,
                    field: str = "--torchrec-model") -> tuple[tuple[Table, ...], list[str]]:
+    """The tables of the model ``MODULE:FACTORY`` returns (:func:`read_factory`), with
+    ``stats``; and the tables that fell back to TorchRec's default pooling factor
+    (:func:`our_tables`, not logged).
+
+    Raises:
+        InputError: The factory cannot be loaded, fails, or returns a model with no embedding
+            collection, naming ``spec``.
+    """
+    found, fell_back = our_tables(read_factory(spec, field), read_statistics(stats), warn=False)
+    check_unique_names(found, spec)
+    return found, fell_back
+
+
+def read_factory(spec: str, field: str = "--torchrec-model") -> list[ModelTable]:
     """The tables of the model ``MODULE:FACTORY`` returns, built on the meta device (no
-    weights allocated) and read with TorchRec's default sharders, with ``stats``; and the
-    tables that fell back to TorchRec's default pooling factor (:func:`our_tables`, not
-    logged).
+    weights allocated) and read with TorchRec's default sharders, each with its collection's
+    module path.
 
     Raises:
         InputError: The factory cannot be loaded, fails, or returns a model with no embedding
@@ -341,6 +356,4 @@ def factory_tables(spec: str, stats: Statistics | None = None,
     if not tables:
         raise InputError("the model has no EmbeddingBagCollection or EmbeddingCollection "
                          "with tables", source="command line", field=field, value=spec)
-    found, fell_back = our_tables(tables, read_statistics(stats), warn=False)
-    check_unique_names(found, spec)
-    return found, fell_back
+    return tables

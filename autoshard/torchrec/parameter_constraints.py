@@ -16,7 +16,7 @@ Each table's constraint becomes a :class:`autoshard.layout.constraints.TableCons
 - ``min_partition``: the narrowest column block.
 - ``pooling_factors``: the table's lookups per sample (summed over its features, as
   TorchRec's estimators sum them), unless statistics give them
-  (:mod:`autoshard.torchrec.model_tables`).
+  (:mod:`autoshard.torchrec.model_tables`); a value of 1.0 counts as given like any other.
 - ``cache_params``, ``enforce_hbm``, ``stochastic_rounding``, ``bounds_check_mode``,
   ``output_dtype``, ``key_value_params``: passed into the table's ``ParameterSharding`` as
   TorchRec's planner passes them.
@@ -97,12 +97,12 @@ class Allowed:
 
 
 def pooling_factors(constraints: Mapping[str, Any] | None) -> dict[str, float]:
-    """Lookups per sample by table, from the constraints that set ``pooling_factors`` (summed
-    over the features); constraints left at TorchRec's default set none."""
-    from torchrec.distributed.planner.constants import POOLING_FACTOR
-
+    """Lookups per sample by table, from each table's constraint (its ``pooling_factors``
+    summed over the features). A constraint always carries them: TorchRec's default, [1.0],
+    where it was not set, which TorchRec's planner uses for that table too; so a table with a
+    constraint counts as given, whatever its value, 1.0 included."""
     return {name: float(sum(c.pooling_factors)) for name, c in (constraints or {}).items()
-            if c.pooling_factors and list(c.pooling_factors) != [POOLING_FACTOR]}
+            if c.pooling_factors}
 
 
 def allowed(table: ModelTable, c: Any | None, sharder: Any, device: str) -> Allowed:
