@@ -19,12 +19,15 @@ def test_plan_answers_with_servers_and_writes_its_outputs(
     code, stdout, err = run_cli(["serve", "plan", "--p99-ms", "50", "--qps", "2000", "--model",
                                  "medium", "--span", "2", "--requests", "1000", "--samples", "3",
                                  "--strategies", "capacity_balanced,feature_group",
-                                 "-o", str(out)], capsys)
+                                 "--seeds", "7", "-o", str(out)], capsys)
     assert code == 0, err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["memory_bound_shards"] == 3
     assert summary["fewest_servers"]["capacity_balanced"] == 4  # 3 shards and 1 main server
     assert summary["answer"].startswith("meets P99 <= 50 ms with 4 servers")
+    assert [s["seed"] for s in summary["seeds"]] == [7] and summary["same"]
+    assert summary["servers_on_every_seed"] == 4 and not summary["marginal"]
+    assert "seeds 7: 4 (capacity_balanced); the same answer on every seed" in stdout
     plan = json.loads((out / "plan.json").read_text())
     assert plan["servers"] == 3 and len(plan["assign"]) == 200 and plan["main_replicas"] == 1
     assert (out / "p99_vs_servers.png").stat().st_size > 0

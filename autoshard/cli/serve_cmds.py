@@ -52,6 +52,9 @@ CeilingOpt = Annotated[float | None, ranged(
 HeadroomOpt = Annotated[float | None, ranged(
     Range(0, 0.9), "Share of each server's memory left free (default: the profile's).",
     "--headroom")]
+SeedsOpt = Annotated[str, typer.Option(help="Fresh seeds the plan is made again on "
+                                       "(comma-separated; empty: none): the report says "
+                                       "whether the answer holds on each.")]
 #: Sparse shards of a simulated mapping (a profile allows at most 4,096 servers).
 SERVERS = Range(0, 4096, integer=True)
 SHOWN = ("strategy", "servers", "total_servers", "p99_ms", "max_utilisation",
@@ -236,6 +239,7 @@ def plan_cmd(
     max_utilisation: CeilingOpt = None,
     headroom: HeadroomOpt = None,
     seed: SeedOpt = 0,
+    seeds: SeedsOpt = "",
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
         "runs/serve-plan"),
 ) -> None:
@@ -243,8 +247,10 @@ def plan_cmd(
 
     Every strategy is swept over shard counts from the memory bound, each deployment given
     replicas below the utilisation ceiling and judged on fresh request samples; it meets the
-    target when feasible and the upper end of its P99 interval is within it. Writes plan.json
-    (the answer's deployment), summary.json, sweep.csv/.md and p99_vs_servers.png.
+    target when feasible and its P99 is within it on every sample (marginally when the target
+    lies within the P99's interval). With --seeds the plan is made again on each seed and the
+    servers that meet the target on every seed are named. Writes plan.json (the answer's
+    deployment), summary.json, sweep.csv/.md and p99_vs_servers.png.
     """
     from autoshard.limits import one_of
     from autoshard.serving.parts import check_precision
@@ -256,18 +262,49 @@ def plan_cmd(
     one_of(minimise, OBJECTIVES, "--minimise", "command line")
     names = parse_strategies(strategies, "--strategies", "command line")
     check_precision(precision, "--precision", "command line")
+    fresh = parse_seeds(seeds)
     task = make_task(model, profile, qps, requests, seed, p99_ms, samples, precision,
                      max_utilisation, headroom)
     options = PlanOptions(replicas=replicas, cache=cache)
     rows, found = sweep(task, names, server_range(task, span), options)
-    write_plan_outputs(task, rows, found, output, {"replicas": replicas, "cache": cache},
-                       minimise)
+    checked = check_seeds(task, rows, found, fresh, names, span, options, minimise)
+    write_plan_outputs(task, rows, found, output, {"replicas": replicas, "cache": cache,
+                                                   **checked}, minimise)
     show_rows(rows, f"{task.model.name} on {task.profile.name} at {qps:g} qps, {samples} "
               f"samples of {requests} requests")
     console.print(f"memory bound: at least {task.min_servers()} shards "
                   f"({task.profile.memory_headroom:.0%} headroom); utilisation ceiling "
                   f"{task.profile.utilisation_ceiling:g}")
     console.print(f"answer: {verdict(task, rows, minimise)}; wrote {output}/")
+    if fresh:
+        show_seeds(checked, seeds)
+
+
+def show_seeds(checked: dict[str, Any], seeds: str) -> None:
+    """The answers on fresh seeds, and whether the first one holds on them."""
+    again = ", ".join(f"{s['total_servers']} ({s.get('strategy', '-')})"
+                      for s in checked["seeds"])
+    holds = ("the same answer on every seed" if checked["same"] else
+             f"{checked['servers_on_every_seed']} servers meet the target on every seed")
+    edge = "; marginal" if checked["marginal"] else ""
+    console.print(f"seeds {seeds}: {again}; {holds}{edge}")
+
+
+def check_seeds(task: Any, rows: list[dict[str, Any]], found: dict[Any, Any],
+                seeds: tuple[int, ...], names: list[str], span: int, options: Any,
+                minimise: str) -> dict[str, Any]:
+    """The plan made again on each of ``seeds``: each seed's answer and whether the first
+    answer holds (:func:`autoshard.serving.planning.replan`); empty without seeds."""
+    from autoshard.serving.planning import answer, replan
+
+    if not seeds:
+        return {}
+    again, checked = replan(task, answer(rows, minimise), found, seeds, names, span, options,
+                            minimise)
+    keys = ("strategy", "servers", "total_servers", "p99_ms", "p99_lo_ms", "p99_hi_ms")
+    return {"seeds": [{"seed": s, **({k: a[k] for k in keys} if a else
+                                     {"total_servers": None})}
+                      for s, a in zip(seeds, again, strict=True)], **checked}
 
 
 @serve_app.command("bench")

@@ -11,7 +11,8 @@ import numpy as np
 from autoshard.fileio import atomic_write_text, csv_text, save_figure
 
 SWEEP_COLUMNS = ("qps", "strategy", "servers", "total_servers", "main_replicas", "replicas", "cost",
-                 "p50_ms", "p90_ms", "p99_ms", "p99_lo_ms", "p99_hi_ms", "meets", "feasible",
+                 "p50_ms", "p90_ms", "p99_ms", "p99_lo_ms", "p99_hi_ms", "p99_max_ms",
+                 "p99_sample_hi_ms", "meets", "marginal", "feasible", "validation_p99_ms",
                  "p99_overhead", "calls_per_request", "compute_us_per_request",
                  "compute_overhead", "max_utilisation", "max_nic_utilisation", "memory_gb_max",
                  "memory_gb_main", "allocated_gb", "samples", "note", "error")

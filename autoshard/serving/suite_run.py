@@ -16,6 +16,7 @@ from autoshard.serving.planning import (
     advantage_at_equal_servers,
     answer,
     fewest_servers,
+    replan,
     server_range,
     sweep,
 )
@@ -32,36 +33,34 @@ def simulate_suite(name: str, requests: int, span: int, seed: int = 0,
                    seeds: Sequence[int] = ()) -> tuple[list[dict[str, Any]],
                                                        list[dict[str, Any]]]:
     """(sweep rows over every rate, per-rate summaries: the answer, fewest servers per
-    strategy, the optimiser's out-of-sample margin, and the answer on each of ``seeds``)."""
+    strategy, the optimiser's out-of-sample margin, the answer on each of ``seeds`` and
+    whether it holds there (:func:`autoshard.serving.planning.seed_check`))."""
     spec = SUITES[name]
     model = suite_model(name)
     profile = profile or load_serving_profile(spec.profile)
     rows: list[dict[str, Any]] = []
     per_rate = []
-    def task_at(qps: float, s: int) -> ServingTask:
-        return ServingTask(model, profile, qps=qps, p99_ms=spec.p99_ms, requests=requests,
-                           seed=s, samples=samples)
-
     for qps in spec.qps:
-        task = task_at(qps, seed)
-        got, _ = sweep(task, strategy_names(), server_range(task, span))
+        task = ServingTask(model, profile, qps=qps, p99_ms=spec.p99_ms, requests=requests,
+                           seed=seed, samples=samples)
+        got, found = sweep(task, strategy_names(), server_range(task, span))
         rows += got
-        stable = []
-        for other in seeds:
-            again = task_at(qps, other)
-            best = answer(sweep(again, strategy_names(), server_range(again, span))[0])
-            stable.append({"seed": other, **_brief(best)})
+        first = answer(got)
+        again, checked = replan(task, first, found, seeds, strategy_names(), span)
         per_rate.append({"qps": qps, "p99_target_ms": spec.p99_ms,
-                         "memory_bound_shards": task.min_servers(), "answer": _brief(answer(got)),
+                         "memory_bound_shards": task.min_servers(), "answer": _brief(first),
                          "fewest_servers": fewest_servers(got),
-                         "advantage": advantage_at_equal_servers(got), "seeds": stable})
+                         "advantage": advantage_at_equal_servers(got),
+                         "seeds": [{"seed": s, **_brief(a)} for s, a in zip(seeds, again,
+                                                                            strict=True)],
+                         **checked})
     return rows, per_rate
 
 
 def _brief(row: dict[str, Any] | None) -> dict[str, Any]:
     """The figures of an answer row worth repeating (none when nothing meets the target)."""
     keys = ("strategy", "servers", "total_servers", "replicas", "main_replicas", "p99_ms",
-            "p99_lo_ms", "p99_hi_ms", "max_utilisation")
+            "p99_lo_ms", "p99_hi_ms", "p99_sample_hi_ms", "marginal", "max_utilisation")
     return {k: row[k] for k in keys} if row else {"total_servers": None}
 
 
