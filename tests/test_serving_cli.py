@@ -86,7 +86,8 @@ def test_plan_rejects_negative_rate_and_writes_nothing(
 def test_compare_rejects_bad_bench_rounds_before_measuring(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "serving"
-    for flag, value in (("--bench-rounds", "0"), ("--bench-warmup", "295")):
+    for flag, value in (("--bench-rounds", "0"), ("--bench-warmup", "295"),
+                        ("--bench-mode", "parallel")):
         code, _, err = run_cli(["serve", "compare", "--suite", "bench", "--measure",
                                 "--bench-requests", "300", flag, value, "-o", str(out)], capsys)
         assert code == 2 and flag in err

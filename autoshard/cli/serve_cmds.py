@@ -307,6 +307,16 @@ def check_seeds(task: Any, rows: list[dict[str, Any]], found: dict[Any, Any],
                       for s, a in zip(seeds, again, strict=True)], **checked}
 
 
+ModeOpt = Annotated[str, typer.Option(
+    help="replay: each server measured alone on its own calls, the requests composed; "
+    "concurrent: every server at once on this host.")]
+NetworkOpt = Annotated[float, typer.Option(
+    "--network-us", help="Network a replayed call is given beyond this host's loopback, "
+    "microseconds.")]
+PinOpt = Annotated[bool, typer.Option(help="Keep the server and its caller (replay: the load "
+                                      "generator) on cores of their own.")]
+
+
 @serve_app.command("bench")
 def bench_cmd(
     model: ModelOpt = "bench",
@@ -315,15 +325,22 @@ def bench_cmd(
     servers: Annotated[int, ranged(Range(1, 64, integer=True),
                                    "Sparse shards.")] = 2,
     replicas: Annotated[int, ranged(Range(1, 64, integer=True),
-                                    "Server processes per shard.")] = 1,
+                                    "Servers per shard.")] = 1,
+    main_replicas: Annotated[int, ranged(Range(1, 64, integer=True),
+                                         "Main-tier servers (replay mode; concurrent runs "
+                                         "one main process).")] = 1,
     qps: Annotated[str, typer.Option("--qps", help="Request rates, comma-separated, each "
                                      f"{QPS.help()}.")] = "100",
     requests: Annotated[int, typer.Option(
         help="Requests per rate and round, warm-up included.")] = 300,
     rounds: Annotated[int, typer.Option(
-        help="Rounds over the rates; each percentile is the median over rounds.")] = 1,
+        help="Interleaved rounds over the rates (and simulator draws); each percentile is "
+        "the median over rounds, with their range.")] = 3,
     warmup: Annotated[int, typer.Option(
         help="Requests dropped at the start of each rate's round.")] = 0,
+    mode: ModeOpt = "replay",
+    network_us: NetworkOpt = 0.0,
+    pin: PinOpt = True,
     max_rows: Annotated[int, ranged(Range(1, 10_000_000, integer=True),
                                     "Rows held per table (capped).")] = 20_000,
     seed: SeedOpt = 0,
@@ -334,35 +351,45 @@ def bench_cmd(
                                                 help="Write the rows (CSV or JSON).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Serve a mapping for real here (torch.distributed.rpc, one process per server) and report
-    measured P50/P90/P99 next to the simulator's for the same requests."""
-    from autoshard.serving.bench import BenchConfig, run_bench
+    """Serve a mapping for real here (torch.distributed.rpc) and report measured P50/P90/P99
+    next to the simulator's for the same requests. By default each server is replayed its
+    own calls alone (one at a time) and the requests are composed from the measured calls;
+    --mode concurrent runs every server at once on this host."""
+    from autoshard.serving.bench import run_bench
     from autoshard.serving.registry import get_strategy
 
     if output is not None:
         check_output_path(output)
     rates = parse_rates(qps)
-    with_field = {"requests": "--requests", "timeout": "--timeout", "qps": "--qps",
-                  "rounds": "--rounds", "warmup": "--warmup"}
-    try:
-        config = BenchConfig(qps=rates, requests=requests, max_rows=max_rows, timeout_s=timeout,
-                             seed=seed, rounds=rounds, warmup=warmup)
-    except InputError as exc:
-        raise InputError(exc.reason, source="command line",
-                         field=with_field.get(exc.field or "", exc.field), value=exc.value
-                         ) from exc
-    task = make_task(model, profile, rates[0], config.simulated_requests, seed)
+    config = bench_config(qps=rates, requests=requests, max_rows=max_rows, timeout_s=timeout,
+                          seed=seed, rounds=rounds, warmup=warmup, mode=mode,
+                          network_us=network_us, pin=pin)
+    task = make_task(model, profile, rates[0], 1000, seed)
     chosen = get_strategy(strategy)
     mapping = chosen.map(task, servers if chosen.needs_servers else 0)
-    mapping = mapping.with_replicas((replicas,) * mapping.servers, 1)
+    mapping = mapping.with_replicas((replicas,) * mapping.servers, main_replicas)
     rows = run_bench(task, mapping, config, logs)
     if output is not None:
         write_rows(output, rows)
     if json_out:
         print_json(rows)
         return
-    show_bench(rows, f"{task.model.name}: {strategy} on {mapping.servers} shards x {replicas}, "
-               "measured here vs simulated")
+    show_bench(rows, f"{task.model.name}: {strategy} on {mapping.servers} shards x {replicas} "
+               f"+ {main_replicas} main, measured here ({mode}) vs simulated")
+
+
+def bench_config(names: dict[str, str] | None = None, **values: Any) -> Any:
+    """A :class:`autoshard.serving.bench.BenchConfig`, its errors naming the command-line
+    option (``names`` maps a field to it when it is not ``--field``)."""
+    from autoshard.serving.bench import BenchConfig
+
+    try:
+        return BenchConfig(**values)
+    except InputError as exc:
+        field = exc.field or ""
+        option = (names or {}).get(field, "--" + field.replace("_", "-"))
+        raise InputError(exc.reason, source="command line", field=option,
+                         value=exc.value) from exc
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -382,8 +409,15 @@ def show_bench(rows: list[dict[str, Any]], title: str) -> None:
     for col in cols:
         table.add_column(col.replace("_ms", "").replace("_", " "), justify="right")
     for row in rows:
-        table.add_row(*(_fmt(row[c]) for c in cols))
+        cells = [_fmt(row[c]) for c in cols]
+        for i, name in ((7, "measured"), (8, "simulated")):
+            cells[i] += f" [{row[f'{name}_p99_lo_ms']:.3g}, {row[f'{name}_p99_hi_ms']:.3g}]"
+        table.add_row(*cells)
     console.print(table)
+    console.print("[dim]P99: median over rounds \\[lowest, highest round]; "
+                  + ("replayed: each server alone, requests composed" if rows and
+                     rows[0]["mode"] == "replay" else "every server at once on this host")
+                  + "[/]")
 
 
 @serve_app.command("calibrate")
@@ -393,11 +427,12 @@ def calibrate_cmd(
         "local-cpu"),
     calls: Annotated[int, ranged(Range(3, 100_000, integer=True),
                                  "Timed calls per configuration.")] = 200,
+    pin: PinOpt = True,
 ) -> None:
     """Measure this machine's call and lookup costs (torch.distributed.rpc, EmbeddingBag) and
     write a serving profile with them."""
     from autoshard.machine import describe_machine
-    from autoshard.serving.bench import calibrate
+    from autoshard.serving.calibrate import calibrate
     from autoshard.serving.cluster import (
         CALIBRATED,
         load_serving_profile,
@@ -407,7 +442,7 @@ def calibrate_cmd(
 
     check_output_path(output)
     prof = load_serving_profile(base)
-    found = calibrate(calls)
+    found = calibrate(calls, pin=pin)
     prof = with_calibration(prof, found, output.stem)
     save_serving_profile(output, prof)
     for key in CALIBRATED:
@@ -415,18 +450,15 @@ def calibrate_cmd(
     console.print(f"[dim]{describe_machine()}; wrote {output}[/]")
 
 
-def check_bench_options(suite: str, requests: int, rounds: int, warmup: int) -> None:
+def check_bench_options(suite: str, requests: int, rounds: int, warmup: int,
+                        mode: str) -> None:
     """Rejects bad --bench-* options before anything is run."""
-    from autoshard.serving.bench import BenchConfig
     from autoshard.serving.suites import SUITES
 
-    names = {"requests": "--bench-requests", "rounds": "--bench-rounds",
-             "warmup": "--bench-warmup"}
-    try:
-        BenchConfig(qps=SUITES[suite].qps, requests=requests, rounds=rounds, warmup=warmup)
-    except InputError as exc:
-        raise InputError(exc.reason, source="command line",
-                         field=names.get(exc.field or "", exc.field), value=exc.value) from exc
+    bench_config({"requests": "--bench-requests", "rounds": "--bench-rounds",
+                  "warmup": "--bench-warmup", "mode": "--bench-mode"},
+                 qps=SUITES[suite].qps, requests=requests, rounds=rounds, warmup=warmup,
+                 mode=mode)
 
 
 @serve_app.command("compare")
@@ -443,9 +475,14 @@ def compare_cmd(
     bench_requests: Annotated[int, typer.Option(
         help="Measured requests per rate and round, warm-up included.")] = 300,
     bench_rounds: Annotated[int, typer.Option(
-        help="Measured rounds over the rates; the median round is reported.")] = 1,
+        help="Measured rounds over the deployments and rates; the median round is "
+        "reported, with the range.")] = 3,
     bench_warmup: Annotated[int, typer.Option(
         help="Requests dropped at the start of each rate's round.")] = 0,
+    bench_mode: ModeOpt = "replay",
+    bench_pin: Annotated[bool, typer.Option(
+        help="Calibrate and replay with the server and its caller on cores of their own.")
+    ] = True,
     seed: SeedOpt = 0,
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
         "results/serving"),
@@ -466,12 +503,12 @@ def compare_cmd(
                          source="command line", field="--suite", value=suite)
     check_output_path(output / f"{suite}.md")
     if measure:
-        check_bench_options(suite, bench_requests, bench_rounds, bench_warmup)
+        check_bench_options(suite, bench_requests, bench_rounds, bench_warmup, bench_mode)
     fresh = parse_seeds(seeds)
-    profile = calibrated_profile(suite) if measure else None
+    profile = calibrated_profile(suite, bench_pin) if measure else None
     rows, per_rate = simulate_suite(suite, requests, span, seed, profile, samples, fresh)
-    measured = (measure_suite(suite, bench_requests, seed, profile, requests, bench_rounds,
-                              bench_warmup) if measure else None)
+    measured = (measure_suite(suite, bench_requests, seed, profile, bench_rounds, bench_warmup,
+                              bench_mode, bench_pin) if measure else None)
     command = "autoshard serve " + " ".join(sys.argv[sys.argv.index("compare"):]) \
         if "compare" in sys.argv else f"autoshard serve compare --suite {suite}"
     write_suite(suite, output, command, rows, per_rate, measured)

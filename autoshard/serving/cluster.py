@@ -203,9 +203,9 @@ BUNDLED: dict[str, ServingProfile] = {
 
 #: The fields ``serve calibrate`` measures on this machine.
 CALIBRATED = ("call_overhead_us", "network_latency_us", "main_call_us", "main_request_us",
-              "call_table_overhead_us", "network_gbps", "nic_gbps", "lookup_ns",
-              "memory_bandwidth_gbps", "table_overhead_us", "tail_sigma", "stall_per_s",
-              "stall_us")
+              "main_tail_sigma", "call_table_overhead_us", "network_gbps", "nic_gbps",
+              "lookup_ns", "memory_bandwidth_gbps", "table_overhead_us", "tail_sigma",
+              "stall_per_s", "stall_us")
 
 
 def with_calibration(profile: ServingProfile, found: dict[str, Any],

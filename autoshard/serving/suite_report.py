@@ -82,7 +82,23 @@ def measured_lines(measured: dict[str, Any]) -> list[str]:
             + ", ".join(f"{k} {measured['profile'][k]}" for k in (*CALIBRATED, "host_cores"))
             + ".", "", markdown_table(measured["rows"], BENCH_COLUMNS),
             "One shard of load-balanced tables, on one server and on two replicas:", "",
-            markdown_table(measured["replicated"], BENCH_COLUMNS)]
+            markdown_table(measured["replicated"], BENCH_COLUMNS),
+            *replica_lines(measured["replica_verdicts"]), "",
+            "Load-balanced tables on more shards than this host has cores:", "",
+            markdown_table(measured["wide"], BENCH_COLUMNS)]
+
+
+def replica_lines(verdicts: list[dict[str, Any]]) -> list[str]:
+    """One line per rate: two replicas against one, measured and simulated."""
+    lines = []
+    for v in verdicts:
+        sim = "lower" if v["simulated_faster"] else "not lower"
+        got = ("lower, the intervals apart" if v["measured_faster_apart"] else
+               "not lower beyond the intervals")
+        lines.append(f"- {v['qps']:g} qps: two replicas P99 {v['two_p99_ms']} ms "
+                     f"{v['two_interval']} against one {v['one_p99_ms']} ms "
+                     f"{v['one_interval']}: measured {got}; simulated {sim}")
+    return lines
 
 
 def write_suite(name: str, output: Path, command: str, rows: list[dict[str, Any]],
@@ -119,5 +135,5 @@ def write_suite(name: str, output: Path, command: str, rows: list[dict[str, Any]
     write_structured(output / f"{name}.json", {
         "suite": name, "command": command, "machine": machine, "per_rate": per_rate,
         "measured": measured and {k: v for k, v in measured.items()
-                                  if k not in ("rows", "replicated")}})
+                                  if k not in ("rows", "replicated", "wide")}})
     atomic_write_text(output / f"{name}.md", "\n".join(lines) + "\n")
