@@ -65,13 +65,14 @@ def _row(name: str, total: int, p99: float, half: float = 0.1, **more: object
             "feasible": True, **more}
 
 
-def test_the_answer_picks_a_strategy_only_beyond_noise() -> None:
-    rows = [_row("capacity_balanced", 4, 3.0), _row("load_balanced", 4, 2.95),
+def test_ties_on_servers_go_to_the_first_strategy_whatever_its_p99() -> None:
+    rows = [_row("capacity_balanced", 4, 3.0), _row("load_balanced", 4, 2.5),
             _row("optimiser", 5, 1.0)]
     best = answer(rows)
-    assert best is not None and best["strategy"] == "capacity_balanced"  # within noise
-    rows[1] = _row("load_balanced", 4, 2.7)  # intervals apart: lower beyond noise
-    best = answer(rows)
+    assert best is not None and best["strategy"] == "capacity_balanced"
+    best = answer(rows, "cost")
+    assert best is not None and best["strategy"] == "capacity_balanced"
+    best = answer([dict(rows[0], meets=False), *rows[1:]])
     assert best is not None and best["strategy"] == "load_balanced"
 
 

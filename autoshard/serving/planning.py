@@ -107,19 +107,18 @@ def answer(rows: Sequence[dict[str, Any]], by: str = "servers") -> dict[str, Any
     """The row meeting the target with the fewest servers then the least cost (or the least
     cost then the fewest servers); None when no row meets it.
 
-    Among the rows tied on both, the lowest mean P99 decides only beyond sampling noise: the
-    answer is the first of them in the rows' order (the registry's, simplest strategies first)
-    whose P99 interval overlaps that of the lowest. So a strategy is not picked for a difference
-    that another draw of samples could reverse.
+    Among rows tied on both, the first strategy in the rows' order (the registry's, simplest
+    first), then the fewest shards, then the lowest upper P99. The target asks for no lower
+    P99 than it, and which of two deployments that meet it is lower is often a question
+    another draw of samples answers the other way; the order does not change with the seed.
     """
     ok = [r for r in rows if not r.get("error") and r.get("meets")]
     if not ok:
         return None
+    rank = {name: i for i, name in enumerate(dict.fromkeys(r["strategy"] for r in rows))}
     first = ("cost", "total_servers") if by == "cost" else ("total_servers", "cost")
-    top = min(tuple(r[k] for k in first) for r in ok)
-    tied = [r for r in ok if tuple(r[k] for k in first) == top]
-    lowest = min(tied, key=lambda r: (r["p99_ms"], r["p99_hi_ms"]))
-    return next(r for r in tied if overlap(r, lowest))
+    return min(ok, key=lambda r: (*(r[k] for k in first), rank[r["strategy"]], r["servers"],
+                                  r["p99_hi_ms"]))
 
 
 def overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
