@@ -192,3 +192,17 @@ def test_stream_looks_up_the_models_lookups_in_the_rows_held(bench_task: Serving
     assert stream.part.size == int(sample.touched[:, touched.table].sum())
     again = request_stream(bench_task, parts, sample, 500)
     assert np.array_equal(again.ids, stream.ids)  # seeded
+
+
+def test_pinning_puts_the_server_and_its_caller_on_two_cores() -> None:
+    import os
+
+    from autoshard.serving.bench import pinned_cores
+
+    assert pinned_cores(False) is None
+    allowed = os.sched_getaffinity(0)
+    got = pinned_cores(True)
+    if len(allowed) < 2:
+        assert got is None
+    else:
+        assert got is not None and len(set(got)) == 2 and set(got) <= allowed

@@ -340,7 +340,7 @@ def bench_cmd(
         help="Requests dropped at the start of each rate's round.")] = 0,
     mode: ModeOpt = "replay",
     network_us: NetworkOpt = 0.0,
-    pin: PinOpt = True,
+    pin: PinOpt = False,
     max_rows: Annotated[int, ranged(Range(1, 10_000_000, integer=True),
                                     "Rows held per table (capped).")] = 20_000,
     seed: SeedOpt = 0,
@@ -427,7 +427,7 @@ def calibrate_cmd(
         "local-cpu"),
     calls: Annotated[int, ranged(Range(3, 100_000, integer=True),
                                  "Timed calls per configuration.")] = 200,
-    pin: PinOpt = True,
+    pin: PinOpt = False,
 ) -> None:
     """Measure this machine's call and lookup costs (torch.distributed.rpc, EmbeddingBag) and
     write a serving profile with them."""
@@ -482,7 +482,7 @@ def compare_cmd(
     bench_mode: ModeOpt = "replay",
     bench_pin: Annotated[bool, typer.Option(
         help="Calibrate and replay with the server and its caller on cores of their own.")
-    ] = True,
+    ] = False,
     seed: SeedOpt = 0,
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
         "results/serving"),

@@ -59,10 +59,10 @@ class BenchConfig:
         mode: ``replay`` or ``concurrent`` (:data:`MODES`).
         network_us: Network a replayed call's round trip is given beyond this host's
             loopback, microseconds (0: the loopback is the network).
-        pin: Keep the replayed server and its load generator on cores of their own: the
-            server then has the one core the profile gives it (``cores``), as ``serve
-            calibrate`` measures it. On a host busy with other work a pinned process cannot
-            move off a busy core.
+        pin: Keep the replayed server and its load generator each on a core of its own
+            (on a quiet host the scheduler keeps them apart anyway; on a host busy with other
+            work a pinned process cannot move off a busy core, and the load generator falls
+            behind its schedule: ``late_p99_us`` says by how much).
     """
 
     qps: tuple[float, ...]
@@ -74,7 +74,7 @@ class BenchConfig:
     seed: int = 0
     mode: str = "replay"
     network_us: float = 0.0
-    pin: bool = True
+    pin: bool = False
 
     def __post_init__(self) -> None:
         if not self.qps or any(not (np.isfinite(q) and q > 0) for q in self.qps):

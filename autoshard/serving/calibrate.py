@@ -19,7 +19,7 @@ BANDWIDTH_GBPS_BOUNDS = (BANDWIDTH_GBPS.low, BANDWIDTH_GBPS.high)
 
 
 def calibrate(calls: int = 200, pause_s: float = 0.004, logs: Path | None = None,
-              pin: bool = True) -> dict[str, Any]:
+              pin: bool = False) -> dict[str, Any]:
     """Measures this machine's serving constants for a profile, none clamped to a bound.
 
     Local lookups (:func:`fit_lookup_costs`) give ``lookup_ns``, ``table_overhead_us`` and
@@ -40,7 +40,7 @@ def calibrate(calls: int = 200, pause_s: float = 0.004, logs: Path | None = None
     the stalls: a request over its median by more than 1 ms is one, ``stall_per_s`` their
     rate and ``stall_us`` their mean excess.
     ``host_cores`` is the cores this process may run on. With ``pin`` the caller and the
-    server keep to a core each, as a replayed measurement runs them.
+    server keep to a core each, as ``serve bench --pin`` runs them.
     """
     import os
 

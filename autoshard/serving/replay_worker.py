@@ -176,7 +176,7 @@ def measure_job(loaded: Loaded, job: int, stage: list[str], timeout_s: float) ->
     stream, routing = loaded.streams[key], loaded.routings[spec["routing"]]
 
     def run_main(replica: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        stage[0] = f"job {job}: main replica {replica}"
+        stage[0] = f"{stage[1]}, job {job}: main replica {replica}"
         rpc.rpc_sync("server", post, args=(("main", job, replica),))
         try:  # the replay's span, and as long again as a call may take
             got = _RESULTS.get(timeout=float(stream.arrivals_us(spec["qps"])[-1]) / 1e6
@@ -190,7 +190,7 @@ def measure_job(loaded: Loaded, job: int, stage: list[str], timeout_s: float) ->
 
     def run_calls(schedule: CallSchedule, order: np.ndarray, due_us: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
-        stage[0] = f"job {job}: {schedule.server.name}"
+        stage[0] = f"{stage[1]}, job {job}: {schedule.server.name}"
         payloads = [payload(stream, key, schedule.entries_of(c)) for c in order]
         start = time.perf_counter() + LEAD_S
         due = start + due_us / 1e6
@@ -209,8 +209,8 @@ def drive(spec: dict[str, Any], loaded: Loaded, stage: list[str]) -> dict[str, A
 
     rounds: list[list[dict[str, Any]]] = [[] for _ in loaded.jobs]
     for r in range(spec["rounds"]):
+        stage[1] = f"round {r + 1} of {spec['rounds']}"
         for job in range(len(loaded.jobs)):
-            stage[0] = f"round {r}, job {job}"
             got = measure_job(loaded, job, stage, spec["timeout_s"])
             rounds[job].append({k: getattr(got, k).tolist() for k in
                                 ("local_us", "send_us", "trip_us", "late_us")})
@@ -223,7 +223,7 @@ def run(spec: dict[str, Any], rank: int, progress: Any) -> dict[str, Any] | None
 
     loaded = load(spec)
     build_tables(spec, real=rank == 1)
-    stage = ["tables built"]
+    stage = ["tables built", ""]  # what is being done, and in which round
     beat = threading.Event()
 
     def heartbeat() -> None:

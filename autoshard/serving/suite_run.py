@@ -66,7 +66,7 @@ def _brief(row: dict[str, Any] | None) -> dict[str, Any]:
     return {k: row[k] for k in keys} if row else {"total_servers": None}
 
 
-def calibrated_profile(name: str, pin: bool = True) -> ServingProfile:
+def calibrated_profile(name: str, pin: bool = False) -> ServingProfile:
     """The suite's profile with this machine's constants measured now
     (:func:`autoshard.serving.calibrate.calibrate`)."""
     from autoshard.serving.calibrate import calibrate
@@ -101,7 +101,7 @@ def measured_deployments(task: ServingTask) -> dict[str, list[Mapping]]:
 
 def measure_suite(name: str, requests: int, seed: int = 0,
                   profile: ServingProfile | None = None, rounds: int = 3, warmup: int = 0,
-                  mode: str = "replay", pin: bool = True) -> dict[str, Any]:
+                  mode: str = "replay", pin: bool = False) -> dict[str, Any]:
     """Measures here (``serve bench``'s ``mode``) every deployment of
     :func:`measured_deployments` at each of the suite's rates, ``rounds`` interleaved rounds
     of ``requests`` each (``warmup`` of them dropped), and the replicated pair also at
