@@ -34,8 +34,9 @@ def answer_lines(per_rate: list[dict[str, Any]]) -> list[str]:
         else:
             text = (f"{a['total_servers']} servers: {a['strategy']}, {a['servers']} shards x "
                     f"replicas {a['replicas']} + {a['main_replicas']} main; P99 "
-                    f"{a['p99_ms']} ms [{a['p99_lo_ms']}, {a['p99_hi_ms']}], busiest "
-                    f"server {a['max_utilisation']}")
+                    f"{a['p99_ms']} ms [{a['p99_lo_ms']}, {a['p99_hi_ms']}] (one sample's up "
+                    f"to {a.get('p99_sample_hi_ms', '-')}), busiest server "
+                    f"{a['max_utilisation']}")
         lines.append(f"- {rate['qps']:g} qps (memory bound {rate['memory_bound_shards']} "
                      f"shards): {text}{seed_text(rate)}")
     return lines
@@ -52,7 +53,8 @@ def seed_text(rate: dict[str, Any]) -> str:
     if rate.get("same"):
         tail += "; the same answer on every seed"
     if rate.get("marginal"):
-        tail += (f". Marginal: the target lies within the answer's P99 interval; "
+        tail += (". Marginal: a sample's P99 can reach the target (within the prediction "
+                 "interval of one sample's P99, or on a fresh seed's samples); "
                  f"{rate['servers_on_every_seed']} servers meet it on every seed tried")
     elif not rate.get("same"):
         tail += (f"; {rate['servers_on_every_seed']} servers meet the target on every seed "
