@@ -5,9 +5,9 @@
 # the script runs again; `scripts/serving_results.sh fresh` starts over.
 # `scripts/serving_results.sh simulated` runs all but the measured suite;
 # `scripts/serving_results.sh bench` redoes only the measured suite: it calibrates this machine
-# first, then serves every strategy (and a replicated mapping) for real, holding
-# /tmp/autoshard-measure.lock so no other measurement overlaps it. Run it on a quiet machine
-# (the report records the load average before and after).
+# first, then measures every strategy's deployment (and a replicated and a 7-server one) by
+# replay, one server at a time, holding /tmp/autoshard-measure.lock so no other measurement
+# overlaps it. Run it on a quiet machine (the report records the load average before and after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AS=.venv/bin/autoshard
@@ -43,5 +43,5 @@ fi
 if [[ "$MODE" == simulated ]]; then exit 0; fi
 if [[ "$MODE" == bench ]]; then sed -i '/^bench$/d' "$DONE"; fi
 step bench flock /tmp/autoshard-measure.lock $AS serve compare --suite bench --measure \
-  --bench-requests 1100 --bench-warmup 100 --bench-rounds 3 --requests 20000 --span 2 \
-  -o results/serving
+  --bench-mode replay --bench-requests 1100 --bench-warmup 100 --bench-rounds 5 \
+  --requests 20000 --span 2 -o results/serving

@@ -21,18 +21,22 @@ from autoshard.serving.task import ServingTask
 
 
 @pytest.mark.slow
-def test_measured_run_reports_beside_the_simulator() -> None:
+@pytest.mark.parametrize("mode", ["replay", "concurrent"])
+def test_measured_run_reports_beside_the_simulator(mode: str) -> None:
     model = suite_model("bench")
     task = ServingTask(model, load_serving_profile("local-cpu"), qps=100.0, requests=100)
     mapping = get_strategy("feature_group").map(task, 1).with_replicas((2,), 1)
-    config = BenchConfig(qps=(100.0,), requests=40, rounds=2, warmup=10, timeout_s=60.0)
-    rows = run_bench(task, mapping, config)
-    (row,) = rows
+    config = BenchConfig(qps=(100.0,), requests=40, rounds=2, warmup=10, timeout_s=60.0,
+                         mode=mode)
+    rows = run_bench(task, [mapping, mapping], config)
+    assert rows[0] == rows[1]  # the same deployment is measured once
+    row = rows[0]
     assert row["servers"] == 1 and row["replicas"] == "2" and row["requests"] == 30
-    assert row["rounds"] == 2
-    assert 0 < row["measured_p50_ms"] <= row["measured_p99_ms"]
-    assert 0 < row["simulated_p50_ms"] <= row["simulated_p99_ms"]
-    assert row["p99_ratio"] > 0
+    assert row["rounds"] == 2 and row["mode"] == mode
+    for name in ("measured", "simulated"):
+        assert 0 < row[f"{name}_p50_ms"] <= row[f"{name}_p99_ms"]
+        assert row[f"{name}_p99_lo_ms"] <= row[f"{name}_p99_ms"] <= row[f"{name}_p99_hi_ms"]
+    assert row["p99_ratio"] > 0 and row["below_ceiling"]
 
 
 def _alive(pid: int) -> bool:
@@ -47,11 +51,15 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_killed_server_ends_the_run_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("mode", "processes", "named"),
+                         [("concurrent", 3, "sparse server 0"),
+                          ("replay", 2, "server under test")])
+def test_killed_server_ends_the_run_naming_it(mode: str, processes: int, named: str,
+                                              tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     cmd = [sys.executable, "-m", "autoshard", "serve", "bench", "--model", "bench",
            "--strategy", "capacity_balanced", "--servers", "2", "--qps", "40",
-           "--requests", "4000", "--timeout", "60", "--logs", str(logs)]
+           "--requests", "4000", "--timeout", "60", "--logs", str(logs), "--mode", mode]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -66,14 +74,14 @@ def test_killed_server_ends_the_run_naming_it(tmp_path: Path) -> None:
         assert progress is not None, "server never started serving"
         work = progress.parent
         pids = [int(p.read_text()) for p in work.glob("rank*.pid")]
-        assert len(pids) == 3
+        assert len(pids) == processes
         os.kill(int((work / "rank1.pid").read_text()), signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 2
-    assert "sparse server 0" in err
+    assert named in err
     time.sleep(0.5)
     assert not [p for p in pids if _alive(p)]
 
@@ -82,7 +90,7 @@ def test_killed_server_ends_the_run_naming_it(tmp_path: Path) -> None:
 def test_calibration_measures_every_calibrated_field() -> None:
     import math
 
-    from autoshard.serving.bench import calibrate
+    from autoshard.serving.calibrate import calibrate
     from autoshard.serving.cluster import CALIBRATED, with_calibration
 
     found = calibrate(calls=8)

@@ -19,12 +19,15 @@ def test_plan_answers_with_servers_and_writes_its_outputs(
     code, stdout, err = run_cli(["serve", "plan", "--p99-ms", "50", "--qps", "2000", "--model",
                                  "medium", "--span", "2", "--requests", "1000", "--samples", "3",
                                  "--strategies", "capacity_balanced,feature_group",
-                                 "-o", str(out)], capsys)
+                                 "--seeds", "7", "-o", str(out)], capsys)
     assert code == 0, err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["memory_bound_shards"] == 3
     assert summary["fewest_servers"]["capacity_balanced"] == 4  # 3 shards and 1 main server
     assert summary["answer"].startswith("meets P99 <= 50 ms with 4 servers")
+    assert [s["seed"] for s in summary["seeds"]] == [7] and summary["same"]
+    assert summary["servers_on_every_seed"] == 4 and not summary["marginal"]
+    assert "seeds 7: 4 (capacity_balanced); the same answer on every seed" in stdout
     plan = json.loads((out / "plan.json").read_text())
     assert plan["servers"] == 3 and len(plan["assign"]) == 200 and plan["main_replicas"] == 1
     assert (out / "p99_vs_servers.png").stat().st_size > 0
@@ -83,7 +86,8 @@ def test_plan_rejects_negative_rate_and_writes_nothing(
 def test_compare_rejects_bad_bench_rounds_before_measuring(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "serving"
-    for flag, value in (("--bench-rounds", "0"), ("--bench-warmup", "295")):
+    for flag, value in (("--bench-rounds", "0"), ("--bench-warmup", "295"),
+                        ("--bench-mode", "parallel")):
         code, _, err = run_cli(["serve", "compare", "--suite", "bench", "--measure",
                                 "--bench-requests", "300", flag, value, "-o", str(out)], capsys)
         assert code == 2 and flag in err
@@ -215,7 +219,8 @@ def test_answers_name_servers_and_shards_in_words() -> None:
              "max_utilisation": 0.13}
     assert deployment_words(alone) == "1 server (main_only: no shard; 1 main)"
     line = answer_lines([{"qps": 5000.0, "memory_bound_shards": 0, "answer": alone,
-                          "seeds": [{"seed": 1, "total_servers": 1}]}])[0]
+                          "seeds": [{"seed": 1, "total_servers": 1}], "same": True,
+                          "marginal": False, "servers_on_every_seed": 1}])[0]
     assert "1 servers" not in line and "x replicas -" not in line
     assert "1 server (main_only: no shard; 1 main); P99 1.07 ms" in line
     sharded = dict(alone, strategy="load_balanced", servers=4, total_servers=14,

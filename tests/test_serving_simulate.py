@@ -161,3 +161,15 @@ def test_main_request_time_and_shared_host_add_latency() -> None:
     fast = _run(model, profile(), mapping, 1e6, _sample(3))
     shared = _run(model, profile(host_cores=1), mapping, 1e6, _sample(3))
     assert np.all(shared.end_to_end_us > fast.end_to_end_us)
+
+
+def test_main_wake_tail_spreads_only_the_main_servers_own_time() -> None:
+    model = two_group_model(coverage=1.0)
+    mapping = Mapping(0, (MAIN,) * 4)
+    sample = _sample(2000, gap=1.0)
+    flat = _run(model, profile(main_request_us=100.0), mapping, 100.0, sample)
+    spread = _run(model, profile(main_request_us=100.0, main_tail_sigma=0.8), mapping, 100.0,
+                  sample)
+    assert np.ptp(flat.end_to_end_us) == pytest.approx(0.0, abs=1e-6)
+    extra = spread.end_to_end_us - flat.end_to_end_us  # 100 us times a mean-1 factor, less 100
+    assert abs(extra.mean()) < 10.0 and np.percentile(extra, 99) > 200.0

@@ -123,4 +123,5 @@ def test_optimiser_is_never_worse_than_its_seed_on_validation() -> None:
     seeds = [val.evaluate(get_strategy(n).map(task, 2)) for n in BASELINES]
     mine = val.evaluate(found)
     assert mine.feasible
-    assert mine.percentile(99).mean <= min(s.percentile(99).mean for s in seeds) + 1e-9
+    best = min(seeds, key=lambda s: (not s.feasible, s.percentile(99).mean))
+    assert np.all(mine.per_sample(99) <= best.per_sample(99) + 1e-9)  # sample by sample

@@ -55,6 +55,9 @@ CeilingOpt = Annotated[float | None, ranged(
 HeadroomOpt = Annotated[float | None, ranged(
     Range(0, 0.9), "Share of each server's memory left free (default: the profile's).",
     "--headroom")]
+SeedsOpt = Annotated[str, typer.Option(help="Fresh seeds the plan is made again on "
+                                       "(comma-separated; empty: none): the report says "
+                                       "whether the answer holds on each.")]
 #: Sparse shards of a simulated mapping (a profile allows at most 4,096 servers).
 SERVERS = Range(0, 4096, integer=True)
 SHOWN = ("strategy", "servers", "total_servers", "p99_ms", "max_utilisation",
@@ -268,6 +271,7 @@ def plan_cmd(
     max_utilisation: CeilingOpt = None,
     headroom: HeadroomOpt = None,
     seed: SeedOpt = 0,
+    seeds: SeedsOpt = "",
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
         "runs/serve-plan"),
 ) -> None:
@@ -275,8 +279,10 @@ def plan_cmd(
 
     Every strategy is swept over shard counts from the memory bound, each deployment given
     replicas below the utilisation ceiling and judged on fresh request samples; it meets the
-    target when feasible and the upper end of its P99 interval is within it. Writes plan.json
-    (the answer's deployment), summary.json, sweep.csv/.md and p99_vs_servers.png.
+    target when feasible and its P99 is within it on every sample (marginally when the target
+    lies within the P99's interval). With --seeds the plan is made again on each seed and the
+    servers that meet the target on every seed are named. Writes plan.json (the answer's
+    deployment), summary.json, sweep.csv/.md and p99_vs_servers.png.
     """
     from autoshard.limits import one_of
     from autoshard.serving.parts import check_precision
@@ -289,17 +295,59 @@ def plan_cmd(
     one_of(minimise, OBJECTIVES, "--minimise", "command line")
     names = parse_strategies(strategies, "--strategies", "command line")
     check_precision(precision, "--precision", "command line")
+    fresh = parse_seeds(seeds)
     task = make_task(model, profile, qps, requests, seed, p99_ms, samples, precision,
                      max_utilisation, headroom)
-    rows, found = _swept(task, names, span, PlanOptions(replicas=replicas, cache=cache))
-    write_plan_outputs(task, rows, found, output, {"replicas": replicas, "cache": cache},
-                       minimise)
+    options = PlanOptions(replicas=replicas, cache=cache)
+    rows, found = _swept(task, names, span, options)
+    checked = check_seeds(task, rows, found, fresh, names, span, options, minimise)
+    write_plan_outputs(task, rows, found, output, {"replicas": replicas, "cache": cache,
+                                                   **checked}, minimise)
     show_rows(rows, f"{task.model.name} on {task.profile.name} at {qps:g} qps, {samples} "
               f"samples of {requests} requests", p99_ms)
     console.print(f"memory bound: at least {task.min_servers()} shards "
                   f"({task.profile.memory_headroom:.0%} headroom); utilisation ceiling "
                   f"{task.profile.utilisation_ceiling:g}")
     console.print(f"answer: {verdict(task, rows, minimise)}; wrote {output}/")
+    if fresh:
+        show_seeds(checked, seeds)
+
+
+def show_seeds(checked: dict[str, Any], seeds: str) -> None:
+    """The answers on fresh seeds, and whether the first one holds on them."""
+    again = ", ".join(f"{s['total_servers']} ({s.get('strategy', '-')})"
+                      for s in checked["seeds"])
+    holds = ("the same answer on every seed" if checked["same"] else
+             f"{checked['servers_on_every_seed']} servers meet the target on every seed")
+    edge = "; marginal" if checked["marginal"] else ""
+    console.print(f"seeds {seeds}: {again}; {holds}{edge}")
+
+
+def check_seeds(task: Any, rows: list[dict[str, Any]], found: dict[Any, Any],
+                seeds: tuple[int, ...], names: list[str], span: int, options: Any,
+                minimise: str) -> dict[str, Any]:
+    """The plan made again on each of ``seeds``: each seed's answer and whether the first
+    answer holds (:func:`autoshard.serving.planning.replan`); empty without seeds."""
+    from autoshard.serving.planning import answer, replan
+
+    if not seeds:
+        return {}
+    again, checked = replan(task, answer(rows, minimise), found, seeds, names, span, options,
+                            minimise)
+    keys = ("strategy", "servers", "total_servers", "p99_ms", "p99_lo_ms", "p99_hi_ms")
+    return {"seeds": [{"seed": s, **({k: a[k] for k in keys} if a else
+                                     {"total_servers": None})}
+                      for s, a in zip(seeds, again, strict=True)], **checked}
+
+
+ModeOpt = Annotated[str, typer.Option(
+    help="replay: each server measured alone on its own calls, the requests composed; "
+    "concurrent: every server at once on this host.")]
+NetworkOpt = Annotated[float, typer.Option(
+    "--network-us", help="Network a replayed call is given beyond this host's loopback, "
+    "microseconds.")]
+PinOpt = Annotated[bool, typer.Option(help="Keep the server and its caller (replay: the load "
+                                      "generator) on cores of their own.")]
 
 
 def _swept(task: Any, names: list[str], span: int, options: Any) -> tuple[Any, Any]:
@@ -321,15 +369,22 @@ def bench_cmd(
     servers: Annotated[int, ranged(Range(1, 64, integer=True),
                                    "Sparse shards.")] = 2,
     replicas: Annotated[int, ranged(Range(1, 64, integer=True),
-                                    "Server processes per shard.")] = 1,
+                                    "Servers per shard.")] = 1,
+    main_replicas: Annotated[int, ranged(Range(1, 64, integer=True),
+                                         "Main-tier servers (replay mode; concurrent runs "
+                                         "one main process).")] = 1,
     qps: Annotated[str, typer.Option("--qps", help="Request rates, comma-separated, each "
                                      f"{QPS.help()}.")] = "100",
     requests: Annotated[int, typer.Option(
         help="Requests per rate and round, warm-up included.")] = 300,
     rounds: Annotated[int, typer.Option(
-        help="Rounds over the rates; each percentile is the median over rounds.")] = 1,
+        help="Interleaved rounds over the rates (and simulator draws); each percentile is "
+        "the median over rounds, with their range.")] = 3,
     warmup: Annotated[int, typer.Option(
         help="Requests dropped at the start of each rate's round.")] = 0,
+    mode: ModeOpt = "replay",
+    network_us: NetworkOpt = 0.0,
+    pin: PinOpt = False,
     max_rows: Annotated[int, ranged(Range(1, 10_000_000, integer=True),
                                     "Rows held per table (capped).")] = 20_000,
     seed: SeedOpt = 0,
@@ -340,36 +395,46 @@ def bench_cmd(
                                                 help="Write the rows (CSV or JSON).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Serve a mapping for real here (torch.distributed.rpc, one process per server) and report
-    measured P50/P90/P99 next to the simulator's for the same requests."""
-    from autoshard.serving.bench import BenchConfig, run_bench
+    """Serve a mapping for real here (torch.distributed.rpc) and report measured P50/P90/P99
+    next to the simulator's for the same requests. By default each server is replayed its
+    own calls alone (one at a time) and the requests are composed from the measured calls;
+    --mode concurrent runs every server at once on this host."""
+    from autoshard.serving.bench import run_bench
     from autoshard.serving.registry import get_strategy
 
     require("torch", "run")
     if output is not None:
         check_output_path(output)
     rates = parse_rates(qps)
-    with_field = {"requests": "--requests", "timeout": "--timeout", "qps": "--qps",
-                  "rounds": "--rounds", "warmup": "--warmup"}
-    try:
-        config = BenchConfig(qps=rates, requests=requests, max_rows=max_rows, timeout_s=timeout,
-                             seed=seed, rounds=rounds, warmup=warmup)
-    except InputError as exc:
-        raise InputError(exc.reason, source="command line",
-                         field=with_field.get(exc.field or "", exc.field), value=exc.value
-                         ) from exc
-    task = make_task(model, profile, rates[0], config.simulated_requests, seed)
+    config = bench_config(qps=rates, requests=requests, max_rows=max_rows, timeout_s=timeout,
+                          seed=seed, rounds=rounds, warmup=warmup, mode=mode,
+                          network_us=network_us, pin=pin)
+    task = make_task(model, profile, rates[0], 1000, seed)
     chosen = get_strategy(strategy)
     mapping = chosen.map(task, servers if chosen.needs_servers else 0)
-    mapping = mapping.with_replicas((replicas,) * mapping.servers, 1)
+    mapping = mapping.with_replicas((replicas,) * mapping.servers, main_replicas)
     rows = run_bench(task, mapping, config, logs)
     if output is not None:
         write_rows(output, rows)
     if json_out:
         print_json(rows)
         return
-    show_bench(rows, f"{task.model.name}: {strategy} on {mapping.servers} shards x {replicas}, "
-               "measured here vs simulated")
+    show_bench(rows, f"{task.model.name}: {strategy} on {mapping.servers} shards x {replicas} "
+               f"+ {main_replicas} main, measured here ({mode}) vs simulated")
+
+
+def bench_config(names: dict[str, str] | None = None, **values: Any) -> Any:
+    """A :class:`autoshard.serving.bench.BenchConfig`, its errors naming the command-line
+    option (``names`` maps a field to it when it is not ``--field``)."""
+    from autoshard.serving.bench import BenchConfig
+
+    try:
+        return BenchConfig(**values)
+    except InputError as exc:
+        field = exc.field or ""
+        option = (names or {}).get(field, "--" + field.replace("_", "-"))
+        raise InputError(exc.reason, source="command line", field=option,
+                         value=exc.value) from exc
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -389,8 +454,15 @@ def show_bench(rows: list[dict[str, Any]], title: str) -> None:
     for col in cols:
         table.add_column(col.replace("_ms", "").replace("_", " "), justify="right")
     for row in rows:
-        table.add_row(*(_fmt(row[c]) for c in cols))
+        cells = [_fmt(row[c]) for c in cols]
+        for i, name in ((7, "measured"), (8, "simulated")):
+            cells[i] += f" [{row[f'{name}_p99_lo_ms']:.3g}, {row[f'{name}_p99_hi_ms']:.3g}]"
+        table.add_row(*cells)
     console.print(table)
+    console.print("[dim]P99: median over rounds \\[lowest, highest round]; "
+                  + ("replayed: each server alone, requests composed" if rows and
+                     rows[0]["mode"] == "replay" else "every server at once on this host")
+                  + "[/]")
 
 
 @serve_app.command("calibrate")
@@ -400,11 +472,12 @@ def calibrate_cmd(
         "local-cpu"),
     calls: Annotated[int, ranged(Range(3, 100_000, integer=True),
                                  "Timed calls per configuration.")] = 200,
+    pin: PinOpt = False,
 ) -> None:
     """Measure this machine's call and lookup costs (torch.distributed.rpc, EmbeddingBag) and
     write a serving profile with them."""
     from autoshard.machine import describe_machine
-    from autoshard.serving.bench import calibrate
+    from autoshard.serving.calibrate import calibrate
     from autoshard.serving.cluster import (
         CALIBRATED,
         load_serving_profile,
@@ -415,7 +488,7 @@ def calibrate_cmd(
     require("torch", "run")
     check_output_path(output)
     prof = load_serving_profile(base)
-    found = calibrate(calls)
+    found = calibrate(calls, pin=pin)
     prof = with_calibration(prof, found, output.stem)
     save_serving_profile(output, prof)
     for key in CALIBRATED:
@@ -423,18 +496,15 @@ def calibrate_cmd(
     console.print(f"[dim]{describe_machine()}; wrote {output}[/]")
 
 
-def check_bench_options(suite: str, requests: int, rounds: int, warmup: int) -> None:
+def check_bench_options(suite: str, requests: int, rounds: int, warmup: int,
+                        mode: str) -> None:
     """Rejects bad --bench-* options before anything is run."""
-    from autoshard.serving.bench import BenchConfig
     from autoshard.serving.suites import SUITES
 
-    names = {"requests": "--bench-requests", "rounds": "--bench-rounds",
-             "warmup": "--bench-warmup"}
-    try:
-        BenchConfig(qps=SUITES[suite].qps, requests=requests, rounds=rounds, warmup=warmup)
-    except InputError as exc:
-        raise InputError(exc.reason, source="command line",
-                         field=names.get(exc.field or "", exc.field), value=exc.value) from exc
+    bench_config({"requests": "--bench-requests", "rounds": "--bench-rounds",
+                  "warmup": "--bench-warmup", "mode": "--bench-mode"},
+                 qps=SUITES[suite].qps, requests=requests, rounds=rounds, warmup=warmup,
+                 mode=mode)
 
 
 @serve_app.command("compare")
@@ -451,9 +521,14 @@ def compare_cmd(
     bench_requests: Annotated[int, typer.Option(
         help="Measured requests per rate and round, warm-up included.")] = 300,
     bench_rounds: Annotated[int, typer.Option(
-        help="Measured rounds over the rates; the median round is reported.")] = 1,
+        help="Measured rounds over the deployments and rates; the median round is "
+        "reported, with the range.")] = 3,
     bench_warmup: Annotated[int, typer.Option(
         help="Requests dropped at the start of each rate's round.")] = 0,
+    bench_mode: ModeOpt = "replay",
+    bench_pin: Annotated[bool, typer.Option(
+        help="Calibrate and replay with the server and its caller on cores of their own.")
+    ] = False,
     seed: SeedOpt = 0,
     output: Annotated[Path, typer.Option("--output", "-o", help="Output folder.")] = Path(
         "runs/serving"),
@@ -475,12 +550,12 @@ def compare_cmd(
     check_output_path(output / f"{suite}.md")
     require_all({"matplotlib": "plots", **({"torch": "run"} if measure else {})})
     if measure:
-        check_bench_options(suite, bench_requests, bench_rounds, bench_warmup)
+        check_bench_options(suite, bench_requests, bench_rounds, bench_warmup, bench_mode)
     fresh = parse_seeds(seeds)
-    profile = calibrated_profile(suite) if measure else None
+    profile = calibrated_profile(suite, bench_pin) if measure else None
     rows, per_rate = _simulated_suite(suite, requests, span, seed, profile, samples, fresh)
-    measured = (measure_suite(suite, bench_requests, seed, profile, requests, bench_rounds,
-                              bench_warmup) if measure else None)
+    measured = (measure_suite(suite, bench_requests, seed, profile, bench_rounds, bench_warmup,
+                              bench_mode, bench_pin) if measure else None)
     command = "autoshard serve " + " ".join(sys.argv[sys.argv.index("compare"):]) \
         if "compare" in sys.argv else f"autoshard serve compare --suite {suite}"
     write_suite(suite, output, command, rows, per_rate, measured)

@@ -1,31 +1,47 @@
-"""Measured serving on this machine: one process per server, torch.distributed.rpc (TensorPipe).
+"""Measured serving on this machine (``serve bench``), beside the simulator on the same requests.
 
-The measured requests are drawn by the simulator's own sampler (same seed: same tables
-touched, same arrival gaps), and the simulated percentiles come from a longer stream of the same
-distribution (``simulated_requests``). Tables are
-real ``EmbeddingBag`` s with their rows capped (``max_rows``) to keep the run small; lookups
-per touched table follow the model. A process that dies, or makes no progress for
-``timeout_s``, ends the run with an error naming it (main server or sparse server N); every
-process is stopped before the error is raised.
+Two modes, over the same request stream (:mod:`autoshard.serving.schedule`: the simulator's
+own sampler and seed, its dealing of calls to replicas):
+
+- ``replay`` (the default): every server of a deployment is measured alone, one at a time,
+  on its own call schedule, and each request is composed from what its servers took
+  (:mod:`autoshard.serving.replay`). The simulator is run with each server on its own machine
+  (``host_cores`` 0), as the deployment modelled has them.
+- ``concurrent``: one process per shard replica and one main process, all at once on this
+  host over ``torch.distributed.rpc`` (TensorPipe); the simulator charges the sharing of the
+  host's cores (the profile's ``host_cores``). The main tier is one process whatever
+  ``main_replicas`` says.
+
+Tables are real ``EmbeddingBag`` s with their rows capped (``max_rows``). Each point is run in
+``rounds`` interleaved rounds (every deployment and rate in turn, then again); the simulator
+takes as many draws of its service times on the same requests. Each percentile is reported as
+the median over rounds with the range over rounds as its interval (the range of ``R`` rounds
+holds their median with probability ``1 - 2^(1-R)``). A process that dies, or makes no progress
+for ``timeout_s``, ends the run with an error naming it; every process is stopped first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from autoshard.errors import InputError
-from autoshard.limits import BANDWIDTH_GBPS
+from autoshard.limits import one_of
 from autoshard.runner.launch import RunError, launch_local
-from autoshard.serving.mapping import MAIN, Mapping
-from autoshard.serving.simulate import sample_requests, simulate, touched_parts
+from autoshard.serving.mapping import Mapping
+from autoshard.serving.replay import RoundTimes
+from autoshard.serving.schedule import RequestStream, Routing, held_rows, request_stream, route
+from autoshard.serving.simulate import Latencies, RequestSample, sample_requests, simulate
 from autoshard.serving.task import ServingTask
 
-#: What a fitted bandwidth may be: a profile's range (a slope of zero is unmeasurably fast).
-BANDWIDTH_GBPS_BOUNDS = (BANDWIDTH_GBPS.low, BANDWIDTH_GBPS.high)
+#: How a deployment is measured (see the module).
+MODES = ("replay", "concurrent")
 
 
 @dataclass(frozen=True)
@@ -33,26 +49,32 @@ class BenchConfig:
     """A measured run.
 
     Args:
-        qps: Request rates, run one after the other in one launch.
+        qps: Request rates.
         requests: Requests per rate and round, warm-up included.
-        rounds: Rounds over every rate (interleaved); each percentile reported is the median
-            over rounds.
+        rounds: Interleaved rounds over every deployment and rate (and the simulator's draws).
         warmup: Requests dropped at the start of each rate's round.
         max_rows: Rows per table held for real (larger tables are capped).
         timeout_s: Longest time a process may go without progress.
-        seed: Seed of the request sample.
-        simulated_requests: Requests the simulator's percentiles are taken over (same seed,
-            same distribution; more than are measured, so its P99 is not a 2nd-largest value).
+        seed: Seed of the request stream (the simulator's judging stream 1 of it).
+        mode: ``replay`` or ``concurrent`` (:data:`MODES`).
+        network_us: Network a replayed call's round trip is given beyond this host's
+            loopback, microseconds (0: the loopback is the network).
+        pin: Keep the replayed server and its load generator each on a core of its own
+            (on a quiet host the scheduler keeps them apart anyway; on a host busy with other
+            work a pinned process cannot move off a busy core, and the load generator falls
+            behind its schedule: ``late_p99_us`` says by how much).
     """
 
     qps: tuple[float, ...]
     requests: int = 300
-    rounds: int = 1
+    rounds: int = 3
     warmup: int = 0
     max_rows: int = 20_000
     timeout_s: float = 30.0
     seed: int = 0
-    simulated_requests: int = 20_000
+    mode: str = "replay"
+    network_us: float = 0.0
+    pin: bool = False
 
     def __post_init__(self) -> None:
         if not self.qps or any(not (np.isfinite(q) and q > 0) for q in self.qps):
@@ -65,166 +87,212 @@ class BenchConfig:
             raise InputError("must be in [0, requests - 10]", field="warmup", value=self.warmup)
         if self.timeout_s <= 0:
             raise InputError("must be > 0", field="timeout", value=self.timeout_s)
+        one_of(self.mode, MODES, "mode")
+        if not (np.isfinite(self.network_us) and self.network_us >= 0):
+            raise InputError("must be >= 0", field="network_us", value=self.network_us)
 
 
-def bench_spec(task: ServingTask, mapping: Mapping, config: BenchConfig) -> dict[str, Any]:
-    """What every process needs: the parts (tables or row ranges, each an ``EmbeddingBag``),
-    where they live, which process serves each shard replica, and the sampled requests."""
-    model = task.model
-    parts = mapping.part_set(model.num_tables)
-    costs = task.costs_for(parts)
-    sample = sample_requests(model, config.requests, (config.seed, 1))
-    _, lookups = parts.touch(model)
-    bags = np.where(costs.per_item, model.items, 1)
-    rows = [max(1, min(int(model.tables[t].rows * (hi - lo)), config.max_rows))
-            for t, lo, hi in zip(parts.table, parts.lo, parts.hi, strict=True)]
-    ranks, shard_of = [], [MAIN]
-    for s, count in enumerate(mapping.replica_counts):
-        ranks.append(list(range(len(shard_of), len(shard_of) + int(count))))
-        shard_of += [s] * int(count)
-    return {"rows": rows, "dims": [model.tables[t].dim for t in parts.table],
-            "assign": list(mapping.assign), "lookups": [float(v) for v in lookups],
-            "bags": [int(b) for b in bags], "ranks_of": ranks, "shard_of": shard_of,
-            "main_replicas": mapping.main_replicas,
-            "touched": [np.flatnonzero(row).tolist()
-                        for row in touched_parts(sample, costs)],
-            "gaps": sample.gaps.tolist(), "qps": list(config.qps), "seed": config.seed,
-            "rounds": config.rounds, "warmup": config.warmup, "timeout_s": config.timeout_s}
-
-
-def percentiles(values_us: np.ndarray) -> dict[str, float]:
-    return {f"p{q}_ms": round(float(np.percentile(values_us, q)) / 1e3, 4) for q in (50, 90, 99)}
+def pinned_cores(pin: bool) -> list[int] | None:
+    """Cores for rank 0 (the caller) and rank 1 (the server): two of this process's, the
+    server on the first; None when not pinning or fewer than two are allowed."""
+    allowed = sorted(os.sched_getaffinity(0))
+    return [allowed[1], allowed[0]] if pin and len(allowed) >= 2 else None
 
 
 def process_name(rank: int) -> str:
     return "main server" if rank == 0 else f"sparse server {rank - 1}"
 
 
-def launch(spec: dict[str, Any], world: int, timeout_s: float,
-           logs: Path | None = None) -> dict[str, Any]:
-    """Runs ``world`` processes (rank 0 the main server) and returns rank 0's result.
+#: The processes of a replayed measurement, by rank.
+REPLAY_NAMES = ("load generator", "server under test")
+
+
+def launch(spec: dict[str, Any], world: int, timeout_s: float, logs: Path | None = None,
+           worker: str = "autoshard.serving.bench_worker",
+           names: Sequence[str] | None = None) -> Any:
+    """Runs ``world`` processes and returns rank 0's result.
 
     Raises:
-        RunError: A process died or stalled (named); every process has been stopped.
+        RunError: A process died or stalled, named (``names`` by rank; by default rank 0 the
+            main server, the others sparse servers); every process has been stopped.
     """
     try:
-        result: dict[str, Any] = launch_local(spec, world, timeout_s, logs,
-                                              worker="autoshard.serving.bench_worker")
+        return launch_local(spec, world, timeout_s, logs, worker=worker)
     except RunError as exc:
-        raise RunError(_named(str(exc), world)) from exc
-    return result
+        names = names or [process_name(r) for r in range(world)]
+        raise RunError(_named(str(exc), names)) from exc
 
 
-def _named(message: str, world: int) -> str:
-    """The launcher's message with ranks named as servers."""
-    for rank in reversed(range(world)):
-        message = message.replace(f"rank {rank} ", f"{process_name(rank)} (rank {rank}) ")
+def _named(message: str, names: Sequence[str]) -> str:
+    """The launcher's message with ranks named."""
+    for rank in reversed(range(len(names))):
+        message = message.replace(f"rank {rank} ", f"{names[rank]} (rank {rank}) ")
     return message
 
 
-def run_bench(task: ServingTask, mapping: Mapping, config: BenchConfig,
-              logs: Path | None = None) -> list[dict[str, Any]]:
-    """Serves ``mapping`` for real at each rate (one process per shard replica; one main
-    process, whatever ``main_replicas`` says); one row per rate, measured beside simulated."""
+def distinct(mappings: Sequence[Mapping]) -> tuple[list[Mapping], list[int]]:
+    """(the distinct deployments, the index of each mapping's among them): strategies that
+    give the same deployment are measured once."""
+    keys: dict[tuple[Any, ...], int] = {}
+    index = []
+    for m in mappings:
+        key = (m.assign, m.parts, tuple(m.replica_counts), m.main_replicas)
+        index.append(keys.setdefault(key, len(keys)))
+    firsts = {i: m for m, i in zip(mappings, index, strict=True)}
+    return [firsts[i] for i in range(len(keys))], index
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A deployment's stream and routing, and where they are written for the processes."""
+
+    stream: RequestStream
+    routing: Routing
+    stream_file: Path
+    routing_file: Path
+
+
+def traces(task: ServingTask, deployments: Sequence[Mapping], sample: RequestSample,
+           config: BenchConfig, folder: Path) -> list[Trace]:
+    """Each deployment's request stream (one per set of parts) and routing, written."""
+    streams: dict[Any, tuple[RequestStream, Path]] = {}
+    out = []
+    for d, m in enumerate(deployments):
+        parts = m.part_set(task.model.num_tables)
+        if parts not in streams:
+            path = folder / f"stream{len(streams)}.npz"
+            streams[parts] = (request_stream(task, parts, sample, config.max_rows,
+                                             config.seed), path)
+            streams[parts][0].save(path)
+        stream, path = streams[parts]
+        routing = route(stream, sample, m)
+        routing.save(folder / f"routing{d}.npz")
+        out.append(Trace(stream, routing, path, folder / f"routing{d}.npz"))
+    return out
+
+
+def measured_latencies(task: ServingTask, deployments: Sequence[Mapping], sample: RequestSample,
+                       config: BenchConfig, logs: Path | None = None
+                       ) -> list[dict[float, tuple[list[np.ndarray], float]]]:
+    """Per deployment, per rate: (each round's latencies in us, warm-up dropped; the load
+    generator's 99th-percentile lateness in us, replay only)."""
+    with tempfile.TemporaryDirectory(prefix="autoshard-bench-") as tmp:
+        found = traces(task, deployments, sample, config, Path(tmp))
+        if config.mode == "replay":
+            return _replayed(task, deployments, found, config, logs)
+        return [_concurrent(task, m, t, config, logs)
+                for m, t in zip(deployments, found, strict=True)]
+
+
+def _replayed(task: ServingTask, deployments: Sequence[Mapping], found: list[Trace],
+              config: BenchConfig, logs: Path | None
+              ) -> list[dict[float, tuple[list[np.ndarray], float]]]:
+    """Replays every server of every deployment (one launch of two processes) and composes."""
+    files = sorted({t.stream_file for t in found})
+    jobs: list[dict[str, Any]] = [{"stream": files.index(t.stream_file), "routing": d,
+                                   "mapping": d, "qps": q}
+                                  for d, t in enumerate(found) for q in config.qps]
+    held = {}
+    for m, t in zip(deployments, found, strict=True):
+        parts = m.part_set(task.model.num_tables)
+        held[files.index(t.stream_file)] = (held_rows(task.model, parts, config.max_rows),
+                                            [task.model.tables[p].dim for p in parts.table])
+    spec = {"streams": [str(f) for f in files], "routings": [str(t.routing_file) for t in found],
+            "mappings": [{"assign": list(m.assign), "replicas": [int(r) for r in
+                                                                 m.replica_counts],
+                          "main_replicas": m.main_replicas} for m in deployments],
+            "jobs": jobs, "rows": [held[k][0].tolist() for k in range(len(files))],
+            "dims": [held[k][1] for k in range(len(files))], "rounds": config.rounds,
+            "timeout_s": config.timeout_s, "cores": pinned_cores(config.pin)}
+    result = launch(spec, 2, config.timeout_s, logs, "autoshard.serving.replay_worker",
+                    REPLAY_NAMES)
+    out: list[dict[float, tuple[list[np.ndarray], float]]] = [{} for _ in deployments]
+    for job, rounds in zip(jobs, result["jobs"], strict=True):
+        t = found[job["routing"]]
+        times = [RoundTimes(**{k: np.asarray(v) for k, v in r.items()}) for r in rounds]
+        lat = [rt.latencies_us(t.stream, t.routing, job["qps"],
+                               config.network_us)[config.warmup:] for rt in times]
+        late = np.concatenate([rt.late_us for rt in times])
+        out[job["mapping"]][job["qps"]] = (lat, float(np.percentile(late, 99))
+                                           if late.size else 0.0)
+    return out
+
+
+def _concurrent(task: ServingTask, mapping: Mapping, trace: Trace, config: BenchConfig,
+                logs: Path | None) -> dict[float, tuple[list[np.ndarray], float]]:
+    """Serves one deployment with every process at once."""
+    parts = mapping.part_set(task.model.num_tables)
+    shard_of = [-1] + [s for s, count in enumerate(mapping.replica_counts)
+                       for _ in range(int(count))]
+    spec = {"rows": held_rows(task.model, parts, config.max_rows).tolist(),
+            "dims": [task.model.tables[p].dim for p in parts.table],
+            "assign": list(mapping.assign), "shard_of": shard_of,
+            "stream": str(trace.stream_file), "routing": str(trace.routing_file),
+            "gaps": trace.stream.gaps.tolist(), "qps": list(config.qps),
+            "rounds": config.rounds, "timeout_s": config.timeout_s}
+    result = launch(spec, len(shard_of), config.timeout_s, logs)
+    return {q: ([np.asarray(r)[config.warmup:] for r in result["latencies_us"][str(q)]], 0.0)
+            for q in config.qps}
+
+
+def simulated(task: ServingTask, mapping: Mapping, qps: float, sample: RequestSample,
+              config: BenchConfig) -> list[Latencies]:
+    """The simulator on the measured requests, one draw of its service times per round:
+    each server on its own machine when replayed, sharing the profile's host otherwise."""
+    profile = replace(task.profile, host_cores=0) if config.mode == "replay" else task.profile
     costs = task.costs_for(mapping.part_set(task.model.num_tables))
-    mapping.check_fits(costs.bytes, task.profile)
-    single_main = mapping.with_replicas(tuple(int(r) for r in mapping.replica_counts), 1)
-    spec = bench_spec(task, single_main, config)
-    result = launch(spec, len(spec["shard_of"]), config.timeout_s, logs)
-    sample = sample_requests(task.model, max(config.requests, config.simulated_requests),
-                             (config.seed, 1))
-    rows = []
-    for qps in config.qps:
-        rounds = [percentiles(np.asarray(r)) for r in result["latencies_us"][str(qps)]]
-        sim = simulate(task.model, task.profile, single_main, qps, [sample], costs)[0]
-        row: dict[str, Any] = {"strategy": mapping.strategy, "servers": mapping.servers,
-                               "replicas": ",".join(str(r) for r in mapping.replica_counts),
-                               "qps": qps, "requests": config.requests - config.warmup,
-                               "rounds": config.rounds}
-        row.update({f"measured_{k}": round(float(np.median([r[k] for r in rounds])), 4)
-                    for k in rounds[0]})
-        row.update({f"simulated_{k}": v for k, v in percentiles(sim.end_to_end_us).items()})
-        row["calls_per_request"] = round(float(sim.calls.mean()), 3)
-        row["p99_ratio"] = round(row["measured_p99_ms"] / max(row["simulated_p99_ms"], 1e-9), 3)
-        rows.append(row)
-    return rows
+    draws = [sample.redrawn(k) for k in range(config.rounds)]
+    return simulate(task.model, profile, mapping, qps, draws, costs)
 
 
-def calibrate(calls: int = 200, pause_s: float = 0.004, logs: Path | None = None
+def spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """(median, lowest, highest) of per-round values."""
+    v = np.asarray(values, float)
+    return float(np.median(v)), float(v.min()), float(v.max())
+
+
+def bench_row(task: ServingTask, mapping: Mapping, qps: float, config: BenchConfig,
+              measured: list[np.ndarray], sims: list[Latencies], late_us: float
               ) -> dict[str, Any]:
-    """Measures this machine's serving constants for a profile, none clamped to a bound.
-
-    Local lookups (:func:`fit_lookup_costs`) give ``lookup_ns``, ``table_overhead_us`` and
-    ``memory_bandwidth_gbps``. Remote calls of 1-8 tables and 16-512 lookups per table are made
-    ``pause_s`` apart, as in a request stream. The server's CPU time per call (its process CPU
-    time over the block) is fitted by non-negative least squares as ``a + b * tables``:
-    ``call_overhead_us = a``, ``call_table_overhead_us = b`` less the local per-table cost.
-    Calls returning 4 KB to 4 MB give ``network_gbps`` (and ``nic_gbps``: one loopback link)
-    from the slope of their median round trip over the bytes. The median round trip beyond the
-    server's CPU time is ``network_latency_us``; the main process's CPU time per call is
-    ``main_call_us``; ``tail_sigma`` is the spread of log round trip about each
-    configuration's median, pooled. Requests touching no table, replayed as a measured run
-    does, give ``main_request_us`` (their median) and the stalls: a request over its median by
-    more than 1 ms is one, ``stall_per_s`` their rate and ``stall_us`` their mean excess.
-    ``host_cores`` is the cores this process may run on.
-    """
-    import os
-
-    from scipy.optimize import nnls
-
-    spec = {"rows": [20_000] * 8, "dims": [32] * 8, "assign": [0] * 8, "calls": calls,
-            "pause_s": pause_s, "timeout_s": 60.0, "mode": "calibrate"}
-    measured = launch(spec, 2, 600.0, logs)
-    points = np.asarray(measured["points"], float)
-    (a, b), _ = nnls(np.c_[np.ones(len(points)), points[:, 0]], points[:, 2])
-    local = fit_lookup_costs()
-    sizes, trips = (np.asarray(v, float) for v in zip(*measured["payload"], strict=True))
-    (_, per_byte_us), _ = nnls(np.c_[np.ones(sizes.size), sizes], trips)
-    gbps = 1e-3 / per_byte_us if per_byte_us > 0 else BANDWIDTH_GBPS.high
-    idle = np.asarray(measured["idle_us"], float)
-    stalls = idle[idle > np.median(idle) + 1000.0] - np.median(idle)
-    return {"call_overhead_us": round(float(a), 2),
-            "network_latency_us": round(max(float(np.mean(points[:, 3] - points[:, 2])), 0.0),
-                                        2),
-            "main_call_us": round(float(np.median(points[:, 4])), 2),
-            "call_table_overhead_us": round(max(float(b) - local["table_overhead_us"], 0.0), 2),
-            "network_gbps": round(float(np.clip(gbps, *BANDWIDTH_GBPS_BOUNDS)), 4),
-            "nic_gbps": round(float(np.clip(gbps, *BANDWIDTH_GBPS_BOUNDS)), 4), **local,
-            "tail_sigma": round(min(float(measured["log_spread"]), 3.0), 3),
-            "main_request_us": round(float(np.median(idle)), 2),
-            "stall_per_s": round(stalls.size / (idle.size * pause_s + idle.sum() / 1e6), 4),
-            "stall_us": round(float(stalls.mean()) if stalls.size else 0.0, 1),
-            "host_cores": len(os.sched_getaffinity(0)),
-            "points": points.tolist(), "payload": measured["payload"]}
+    """One point: measured and simulated percentiles (median over rounds, with the range)."""
+    row: dict[str, Any] = {"strategy": mapping.strategy, "servers": mapping.servers,
+                           "replicas": ",".join(str(r) for r in mapping.replica_counts),
+                           "main_replicas": mapping.main_replicas, "qps": qps,
+                           "mode": config.mode, "requests": config.requests - config.warmup,
+                           "rounds": config.rounds}
+    for name, runs in (("measured", measured), ("simulated",
+                                                [s.end_to_end_us[config.warmup:] for s in sims])):
+        for q in (50, 90, 99):
+            mid, lo, hi = spread([np.percentile(r, q) / 1e3 for r in runs])
+            row[f"{name}_p{q}_ms"] = round(mid, 4)
+            if q == 99:
+                row[f"{name}_p99_lo_ms"], row[f"{name}_p99_hi_ms"] = round(lo, 4), round(hi, 4)
+    busiest = max(max(s.max_utilisation, s.max_nic) for s in sims)
+    row.update(p99_ratio=round(row["measured_p99_ms"] / max(row["simulated_p99_ms"], 1e-9), 3),
+               calls_per_request=round(float(np.mean([s.calls.mean() for s in sims])), 3),
+               max_utilisation=round(busiest, 4),
+               below_ceiling=busiest < task.profile.utilisation_ceiling,
+               late_p99_us=round(late_us, 1))
+    return row
 
 
-def fit_lookup_costs(rows: int = 20_000, repeats: int = 60) -> dict[str, float]:
-    """Times EmbeddingBag lookups over dims and counts (thread CPU time, 10th percentile) and
-    fits ``time = lookups * (lookup_ns + row_bytes / bandwidth) + fixed`` by non-negative least
-    squares."""
-    import time
-
-    import torch
-    from scipy.optimize import nnls
-
-    torch.set_num_threads(1)
-    gen = np.random.default_rng(0)
-    xs, ys = [], []
-    for dim in (16, 64, 128, 256):
-        bag = torch.nn.EmbeddingBag(rows, dim, mode="sum")
-        for count in (64, 512, 2048, 8192):
-            idx = torch.from_numpy(gen.integers(0, rows, count))
-            offs = torch.arange(0, count, 8)
-            times = []
-            with torch.no_grad():
-                for _ in range(repeats):
-                    t0 = time.thread_time()
-                    bag(idx, offs)
-                    times.append(time.thread_time() - t0)
-            xs.append((count, count * dim * 4, 1.0))
-            ys.append(float(np.percentile(times, 10)) * 1e9)
-    (per_lookup, per_byte, fixed), _ = nnls(np.asarray(xs, float), np.asarray(ys))
-    bandwidth = 1.0 / per_byte if per_byte > 0 else BANDWIDTH_GBPS.high
-    return {"lookup_ns": round(float(per_lookup), 2),
-            "memory_bandwidth_gbps": round(float(np.clip(bandwidth, *BANDWIDTH_GBPS_BOUNDS)), 3),
-            "table_overhead_us": round(float(fixed) / 1e3, 3)}
+def run_bench(task: ServingTask, mappings: Mapping | Sequence[Mapping], config: BenchConfig,
+              logs: Path | None = None) -> list[dict[str, Any]]:
+    """Measures each of ``mappings`` here at each rate (see the module); one row per mapping
+    and rate, measured beside simulated. Strategies giving the same deployment are measured
+    once."""
+    asked = [mappings] if isinstance(mappings, Mapping) else list(mappings)
+    if config.mode == "concurrent":  # one main process
+        asked = [m.with_replicas(tuple(int(r) for r in m.replica_counts), 1) for m in asked]
+    for m in asked:
+        m.check_fits(task.costs_for(m.part_set(task.model.num_tables)).bytes, task.profile)
+    deployments, index = distinct(asked)
+    sample = sample_requests(task.model, config.requests, (config.seed, 1))
+    found = measured_latencies(task, deployments, sample, config, logs)
+    rows = []
+    for m, d in zip(asked, index, strict=True):
+        for q in config.qps:
+            lat, late = found[d][q]
+            sims = simulated(task, m, q, sample, config)
+            rows.append(bench_row(task, m, q, config, lat, sims, late))
+    return rows

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,37 +55,33 @@ def build_tables(spec: dict[str, Any], server: int) -> None:
             _TABLES[t] = bag
 
 
-def requests_of(spec: dict[str, Any], qps: float) -> list[dict[int, tuple[list[Any], ...]]]:
-    """Per request: process rank (-1: the main server itself) -> (part ids, indices,
-    offsets), drawn from the seeded sample; a shard's replica drawn at random per call."""
+def requests_of(spec: dict[str, Any]) -> list[dict[int, tuple[list[Any], ...]]]:
+    """Per request of the stream: process rank (-1: the main server itself) -> (part ids,
+    indices, offsets), dealt by the routing (shard replica ``g`` is rank ``1 + g``)."""
     import torch
 
-    rng = np.random.default_rng([spec["seed"], int(qps)])
-    route = np.random.default_rng([spec["seed"], int(qps), 1])
+    from autoshard.serving.schedule import RequestStream, Routing
+
+    stream = RequestStream.load(Path(spec["stream"]))
+    routing = Routing.load(Path(spec["routing"]))
     out = []
-    for touched in spec["touched"]:
+    for i in range(stream.requests):
+        entries = np.arange(stream.entry_start[i], stream.entry_start[i + 1])
         calls: dict[int, tuple[list[Any], ...]] = {}
-        for t in touched:
-            bags = spec["bags"][t]
-            per_bag = max(1, round(spec["lookups"][t] / bags))
-            idx = torch.from_numpy(rng.integers(0, spec["rows"][t], bags * per_bag))
-            offs = torch.arange(0, bags * per_bag, per_bag)
-            shard = spec["assign"][t]
-            rank = -1 if shard < 0 else int(route.choice(spec["ranks_of"][shard]))
-            ids, indices, offsets = calls.setdefault(rank, ([], [], []))
-            ids.append(t)
-            indices.append(idx)
-            offsets.append(offs)
+        for target in np.unique(routing.target[entries]):
+            parts, ids, offsets = stream.call_arrays(entries[routing.target[entries] == target])
+            calls[int(target) if target else -1] = (
+                parts, [torch.from_numpy(v) for v in ids], [torch.from_numpy(v) for v in offsets])
         out.append(calls)
     return out
 
 
-def serve_requests(spec: dict[str, Any], qps: float, progress: Any) -> list[float]:
+def serve_requests(spec: dict[str, Any], reqs: list[dict[int, tuple[list[Any], ...]]],
+                   qps: float, progress: Any) -> list[float]:
     """Replays the requests at ``qps``; returns each one's latency, microseconds."""
     import torch
     import torch.distributed.rpc as rpc
 
-    reqs = requests_of(spec, qps)
     arrivals = np.cumsum(spec["gaps"]) / qps
     done = np.zeros(len(reqs))
     futures = []
@@ -113,12 +110,12 @@ def serve_requests(spec: dict[str, Any], qps: float, progress: Any) -> list[floa
 
 def serve_rounds(spec: dict[str, Any], progress: Any) -> dict[str, list[list[float]]]:
     """Per rate, one list of latencies per round (rounds interleave the rates, so a slow
-    stretch of the machine falls on every rate alike); the first ``warmup`` requests of each
-    round are dropped."""
+    stretch of the machine falls on every rate alike)."""
+    reqs = requests_of(spec)
     out: dict[str, list[list[float]]] = {str(q): [] for q in spec["qps"]}
     for _ in range(spec.get("rounds", 1)):
         for qps in spec["qps"]:
-            out[str(qps)].append(serve_requests(spec, qps, progress)[spec.get("warmup", 0):])
+            out[str(qps)].append(serve_requests(spec, reqs, qps, progress))
     return out
 
 
@@ -165,8 +162,10 @@ def cpu_seconds() -> float:
 
 def calibrate_calls(spec: dict[str, Any]) -> dict[str, Any]:
     """Per configuration (tables per call, lookups per table): the server's CPU time per call
-    (its process CPU time over a block of calls) and the median round trip of calls spaced
-    ``pause_s`` apart, as in a request stream."""
+    (its process CPU time over a block of calls), the median round trip of calls spaced
+    ``pause_s`` apart, as in a request stream, the median time the caller takes to issue one
+    (``rpc_async`` returning: the next call of a request waits for it) and the caller's CPU
+    time per call. Each call's arguments are built before it is timed."""
     import torch
     import torch.distributed.rpc as rpc
 
@@ -174,22 +173,26 @@ def calibrate_calls(spec: dict[str, Any]) -> dict[str, Any]:
     points, spreads = [], []
     for tables in (1, 2, 4, 8):
         for pooling in (4, 32, 128):
-            times = []
+            calls = [(list(range(tables)),
+                      [torch.from_numpy(rng.integers(0, spec["rows"][t], pooling * 4))
+                       for t in range(tables)],
+                      [torch.arange(0, pooling * 4, pooling)] * tables)
+                     for _ in range(spec["calls"])]
+            times, issue = [], []
             cpu0 = rpc.rpc_sync("rank1", cpu_seconds)
             main0 = time.process_time()
-            for _ in range(spec["calls"]):
-                args = (list(range(tables)),
-                        [torch.from_numpy(rng.integers(0, spec["rows"][t], pooling * 4))
-                         for t in range(tables)],
-                        [torch.arange(0, pooling * 4, pooling)] * tables)
+            for args in calls:
                 time.sleep(spec["pause_s"])
                 t0 = time.perf_counter()
-                rpc.rpc_async("rank1", lookup, args=args).wait()
+                fut = rpc.rpc_async("rank1", lookup, args=args)
+                issue.append(time.perf_counter() - t0)
+                fut.wait()
                 times.append(time.perf_counter() - t0)
             main = (time.process_time() - main0) / spec["calls"]
             cpu = (rpc.rpc_sync("rank1", cpu_seconds) - cpu0) / (spec["calls"] + 1)
             points.append([tables, tables * pooling * 4, cpu * 1e6,
-                           float(np.median(times)) * 1e6, main * 1e6])
+                           float(np.median(times)) * 1e6, float(np.median(issue)) * 1e6,
+                           main * 1e6])
             spreads.append(np.log(times) - np.log(np.median(times)))
     pooled = np.concatenate(spreads)
     return {"points": points, "log_spread": float(np.sqrt(np.mean(pooled ** 2))),
@@ -227,13 +230,17 @@ def run(spec: dict[str, Any], rank: int, progress: Any) -> dict[str, Any] | None
     return result
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], work: Callable[[dict[str, Any], int, Any], dict[str, Any] | None]
+         = run) -> int:
+    """Runs ``work(spec, rank, progress)`` as rank ``argv[1]`` of the spec ``argv[0]``, pinned
+    to the spec's core for it when it names cores; its result (rank 0) goes to result.json,
+    an error to rankN.error."""
     import torch
 
     spec_path, rank = Path(argv[0]), int(argv[1])
-    work = spec_path.parent
-    (work / f"rank{rank}.pid").write_text(str(os.getpid()))
-    progress_file = work / f"rank{rank}.progress"
+    folder = spec_path.parent
+    (folder / f"rank{rank}.pid").write_text(str(os.getpid()))
+    progress_file = folder / f"rank{rank}.progress"
 
     def progress(stage: str) -> None:
         progress_file.write_text(stage)
@@ -249,15 +256,17 @@ def main(argv: list[str]) -> int:
     try:
         progress("started")
         spec = json.loads(spec_path.read_text())
-        result = run(spec, rank, progress)
+        if spec.get("cores"):  # this process and the threads it starts stay on one core
+            os.sched_setaffinity(0, {int(spec["cores"][rank])})
+        result = work(spec, rank, progress)
         if result is not None:
-            tmp = work / "result.json.tmp"
+            tmp = folder / "result.json.tmp"
             tmp.write_text(json.dumps(result))
-            tmp.replace(work / "result.json")
+            tmp.replace(folder / "result.json")
         progress("done")
         return 0
     except BaseException as exc:  # reported to the launcher, which names this process
-        (work / f"rank{rank}.error").write_text(f"{type(exc).__name__}: {exc}".splitlines()[0]
+        (folder / f"rank{rank}.error").write_text(f"{type(exc).__name__}: {exc}".splitlines()[0]
                                                 + "\n" + traceback.format_exc())
         return 1
 

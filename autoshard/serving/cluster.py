@@ -37,7 +37,8 @@ FIELD_RANGES: dict[str, Range] = {
     **{key: LATENCY_US for key in ("table_overhead_us", "call_overhead_us",
                                    "network_latency_us", "main_call_us", "main_request_us",
                                    "call_table_overhead_us", "dense_us_per_item")},
-    "tail_sigma": Range(0, 3),  # a wider tail is not a service-time distribution
+    # a wider tail is not a service-time distribution
+    "tail_sigma": Range(0, 3), "main_tail_sigma": Range(0, 3),
     "nic_gbps": BANDWIDTH_GBPS,
     "utilisation_ceiling": Range(0, 1, open_low=True),
     "memory_headroom": Range(0, 0.9),
@@ -65,12 +66,15 @@ class ServingProfile:
             one more tensor to send), microseconds.
         call_overhead_us: Fixed server time of one remote call (receiving, deserialising,
             scheduling, replying), microseconds; it occupies a core.
-        main_call_us: CPU time the main server spends on each remote call it makes (issuing,
-            serialising, receiving the reply), microseconds; calls are issued one after another.
+        main_call_us: Time the main server takes to issue each remote call it makes
+            (serialising it and handing it to the transport), microseconds; calls are issued
+            one after another, and taking the reply is part of ``network_latency_us``.
         network_latency_us: Latency a remote call adds without occupying the server (the
             network round trip, waking the threads), microseconds.
         main_request_us: The main server's own fixed time per request (taking it, waking to
             it, dispatching it), microseconds; it occupies the main server.
+        main_tail_sigma: Sigma of a further lognormal (mean 1) factor on
+            ``main_request_us`` alone: how late the main server wakes to a request.
         host_cores: 0 when every server has its own machine; otherwise the cores of the one
             host all processes (main and sparse servers) share, stretching service times
             when more are busy than it has cores.
@@ -110,6 +114,7 @@ class ServingProfile:
     network_latency_us: float = 100.0
     main_call_us: float = 20.0
     main_request_us: float = 0.0
+    main_tail_sigma: float = 0.0
     host_cores: int = 0
     call_table_overhead_us: float = 5.0
     network_gbps: float = 3.0
@@ -198,9 +203,9 @@ BUNDLED: dict[str, ServingProfile] = {
 
 #: The fields ``serve calibrate`` measures on this machine.
 CALIBRATED = ("call_overhead_us", "network_latency_us", "main_call_us", "main_request_us",
-              "call_table_overhead_us", "network_gbps", "nic_gbps", "lookup_ns",
-              "memory_bandwidth_gbps", "table_overhead_us", "tail_sigma", "stall_per_s",
-              "stall_us")
+              "main_tail_sigma", "call_table_overhead_us", "network_gbps", "nic_gbps",
+              "lookup_ns", "memory_bandwidth_gbps", "table_overhead_us", "tail_sigma",
+              "stall_per_s", "stall_us")
 
 
 def with_calibration(profile: ServingProfile, found: dict[str, Any],

@@ -5,9 +5,10 @@ load-balanced, feature-group, hot/cold, each with the replicas provisioning give
 fewest servers first, then the lowest mean P99 on the validation samples), then moves parts, or a
 feature group's parts on one shard, between shards with the replicas held, each move simulated
 on its own search sample and accepted with the annealing probability. The best mapping found
-replaces the seed only if it is feasible and lowers the mean P99 on the validation samples,
-which the search never saw; the sweep then judges it on the task's judging
-samples, which neither saw. So its reported advantage is an out-of-sample one.
+replaces the seed only if it is feasible and no worse than the seed on every validation sample
+(the search never saw them) and better on their mean; else the seed itself is the result, so it
+is never worse than the best baseline chosen on those samples. The sweep then judges it on the
+task's judging samples, which neither saw. So its reported advantage is an out-of-sample one.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class Optimiser:
         found = self.search(task, start.mapping)
         tried = validate.evaluate(found)
         base = start.mapping.strategy
-        if _rank(tried) < _rank(start):
+        if dominates(tried, start):
             gain = 1 - tried.percentile(99).mean / start.percentile(99).mean
             note = f"search lowered its seed's ({base}) validation P99 by {gain:.1%}"
             return _named(found, self.name, note)
@@ -108,6 +109,14 @@ class Optimiser:
                 if value < best:
                     best, best_map = value, candidate
         return best_map
+
+
+def dominates(mine: Evaluation, seed: Evaluation) -> bool:
+    """Whether ``mine`` is no worse than ``seed`` on every sample they were evaluated on
+    (feasible, no more servers, a P99 at or below on each sample) and better on their mean."""
+    ours, theirs = mine.per_sample(99), seed.per_sample(99)
+    return bool(mine.feasible and mine.mapping.total_servers <= seed.mapping.total_servers
+                and np.all(ours <= theirs) and ours.mean() < theirs.mean())
 
 
 def _rank(result: Evaluation) -> tuple[bool, int, float]:

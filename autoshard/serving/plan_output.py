@@ -47,7 +47,9 @@ def verdict(task: ServingTask, rows: Sequence[dict[str, Any]], by: str = "server
     limit = task.profile.max_servers
     if best is not None:
         cost = f", cost {best['cost']:g}" if by == "cost" else ""
-        return f"meets P99 <= {task.p99_ms:g} ms with {describe(best)}{cost}"
+        edge = (" (marginal: the target lies within its P99 interval)" if best.get("marginal")
+                else "")
+        return f"meets P99 <= {task.p99_ms:g} ms with {describe(best)}{cost}{edge}"
     ok = [r for r in rows if not r.get("error")]
     if not ok:
         return f"no deployment within {limit} servers could be built"

@@ -11,13 +11,17 @@ import numpy as np
 from autoshard.fileio import atomic_write_text, csv_text, save_figure
 
 SWEEP_COLUMNS = ("qps", "strategy", "servers", "total_servers", "main_replicas", "replicas", "cost",
-                 "p50_ms", "p90_ms", "p99_ms", "p99_lo_ms", "p99_hi_ms", "meets", "feasible",
+                 "p50_ms", "p90_ms", "p99_ms", "p99_lo_ms", "p99_hi_ms", "p99_max_ms",
+                 "p99_sample_hi_ms", "meets", "marginal", "feasible", "validation_p99_ms",
                  "p99_overhead", "calls_per_request", "compute_us_per_request",
                  "compute_overhead", "max_utilisation", "max_nic_utilisation", "memory_gb_max",
                  "memory_gb_main", "allocated_gb", "samples", "note", "error")
-BENCH_COLUMNS = ("strategy", "servers", "replicas", "qps", "requests", "rounds",
-                 "measured_p50_ms", "measured_p90_ms", "measured_p99_ms", "simulated_p50_ms",
-                 "simulated_p90_ms", "simulated_p99_ms", "p99_ratio", "calls_per_request")
+BENCH_COLUMNS = ("strategy", "servers", "replicas", "main_replicas", "qps", "mode", "requests",
+                 "rounds", "measured_p50_ms", "measured_p90_ms", "measured_p99_ms",
+                 "measured_p99_lo_ms", "measured_p99_hi_ms", "simulated_p50_ms",
+                 "simulated_p90_ms", "simulated_p99_ms", "simulated_p99_lo_ms",
+                 "simulated_p99_hi_ms", "p99_ratio", "calls_per_request", "max_utilisation",
+                 "below_ceiling", "late_p99_us")
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -86,7 +90,8 @@ def plot_p99_vs_servers(rows: Sequence[dict[str, Any]], path: Path, title: str,
 
 
 def plot_measured_vs_simulated(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
-    """Measured against simulated P99 (log-log), a point per (strategy, rate)."""
+    """Measured against simulated P99 (log-log), a point per (strategy, rate), each with its
+    range over rounds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,8 +100,12 @@ def plot_measured_vs_simulated(rows: Sequence[dict[str, Any]], path: Path, title
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     for strategy, reps in sorted({(r["strategy"], r.get("replicas", "")) for r in rows}):
         pts = [r for r in rows if r["strategy"] == strategy and r.get("replicas", "") == reps]
-        ax.plot([r["simulated_p99_ms"] for r in pts], [r["measured_p99_ms"] for r in pts], "o",
-                label=f"{strategy} ({pts[0]['servers']} shards x {reps})")
+        xs, ys = (np.array([r[f"{k}_p99_ms"] for r in pts]) for k in ("simulated", "measured"))
+        span = [[r.get(f"{k}_p99_{e}_ms", r[f"{k}_p99_ms"]) for r in pts]
+                for k in ("simulated", "measured") for e in ("lo", "hi")]
+        ax.errorbar(xs, ys, xerr=[xs - span[0], np.array(span[1]) - xs],
+                    yerr=[ys - span[2], np.array(span[3]) - ys], fmt="o", capsize=2,
+                    markersize=4, label=f"{strategy} ({pts[0]['servers']} shards x {reps})")
         for r in pts:
             ax.annotate(f"{r['qps']:g}", (r["simulated_p99_ms"], r["measured_p99_ms"]),
                         fontsize=6)

@@ -2,20 +2,21 @@
 
 Per sampled request: which tables (and so which parts and shards) it touches, how many items it
 scores, and a Poisson arrival at ``qps``. The request goes to a main-tier replica at random and
-queues for a core there (:mod:`autoshard.serving.queueing`, one shared queue per server). On a
-core the main server takes the request (``main_request_us``) and issues its remote calls one
-after another (``main_call_us`` each); each call goes to a replica of its shard at random and
-queues there. A call's service time is the per-call overhead plus its parts' lookups, transfer
-and per-table call cost; the network latency adds to its response without occupying the server.
-Meanwhile the main server looks up its own parts and, on another thread beside them, runs the
-dense part that overlaps the lookups (``dense_overlap``); the rest of the dense part follows the
-slowest reply and the local lookups. A request of more than ``batch_items`` items is split
-into batches (DeepRecSys): each batch is a job of its own on the main server's queue, runs its
-share of the dense part (plus ``batch_overhead_us``), and the request waits for all of them.
-Every service time carries a lognormal tail factor (mean 1), and stalls delay the calls in service
+queues for a core there (:mod:`autoshard.serving.queueing`, one shared queue per server). On a core
+the main server takes the request (``main_request_us``, with a tail of its own:
+``main_tail_sigma``) and issues its remote calls one after another (``main_call_us`` each); each
+call goes to a replica of its shard at random and queues there. A call's service time is the
+per-call overhead plus its parts' lookups, transfer and per-table call cost; the network latency
+adds to its response without occupying the server. Meanwhile the main server looks up its own parts
+and, on another thread beside them, runs the dense part that overlaps the lookups
+(``dense_overlap``); the rest of the dense part follows the slowest reply and the local lookups. A
+request of more than ``batch_items`` items is split into batches (DeepRecSys): each batch is a job
+of its own on the main server's queue, runs its share of the dense part (plus
+``batch_overhead_us``), and the request waits for all of them. Every service time carries a
+lognormal tail factor (mean 1), and stalls delay the calls in service
 (:func:`autoshard.serving.queueing.stall_delays`). When every process runs on one host
-(``host_cores`` > 0, as in ``serve bench``), service times are stretched by the sharing of its
-cores (:func:`autoshard.serving.queueing.host_slowdown`).
+(``host_cores`` > 0, as in ``serve bench --mode concurrent``), service times are stretched by the
+sharing of its cores (:func:`autoshard.serving.queueing.host_slowdown`).
 
 Simplification: the main server's queue holds each request (each batch) for its whole CPU
 time (its own work, local lookups and dense compute) on one core; the request's latency path
@@ -49,12 +50,15 @@ class RequestSample:
         gaps: (requests,) exponential(1) inter-arrival gaps, scaled by 1 / qps when simulated.
         items: (requests,) each request's items over the model's mean (mean 1).
         seed: The seed they were drawn with (routing, tails and stalls derive from it).
+        draw: Which draw of the service times (tails and stalls) the simulator takes: the
+            requests and how they are dealt to replicas are the same for every draw.
     """
 
     touched: np.ndarray
     gaps: np.ndarray
     items: np.ndarray
     seed: tuple[int, ...]
+    draw: int = 0
 
     @property
     def requests(self) -> int:
@@ -62,7 +66,16 @@ class RequestSample:
 
     def head(self, count: int) -> RequestSample:
         return RequestSample(self.touched[:count], self.gaps[:count], self.items[:count],
-                             self.seed)
+                             self.seed, self.draw)
+
+    def redrawn(self, draw: int) -> RequestSample:
+        """The same requests, dealt alike, with draw ``draw`` of the service times."""
+        return RequestSample(self.touched, self.gaps, self.items, self.seed, draw)
+
+    @property
+    def stream(self) -> tuple[int, ...]:
+        """The key of this draw's random streams (the seed alone for draw 0)."""
+        return (*self.seed, self.draw) if self.draw else self.seed
 
 
 def sample_requests(model: ServingModel, requests: int,
@@ -197,17 +210,40 @@ class _Prepared:
     span: float
 
 
+def deal(sample: RequestSample, mapping: Mapping) -> tuple[np.ndarray, np.ndarray]:
+    """(main replica of each request, (requests, shards) replica each shard's call goes to):
+    requests and calls are dealt to replicas uniformly at random, the same for every draw
+    of the sample. The measured runs deal their calls by this too."""
+    return _draws(sample, mapping)[1:]
+
+
+def _draws(sample: RequestSample, mapping: Mapping
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(standard normals of the tails, main replicas, call replicas). The dealing follows the
+    draw-0 tails in one stream; another draw takes its tails from a stream of its own, so the
+    dealing stays put."""
+    n, cols = sample.requests, mapping.servers + 1
+    rng = np.random.default_rng([*sample.seed, cols, 11])
+    normal = rng.standard_normal((n, cols))
+    main_rep = rng.integers(mapping.main_replicas, size=n)
+    call_rep = (rng.random((n, mapping.servers)) * mapping.replica_counts).astype(np.int64)
+    if sample.draw:
+        normal = np.random.default_rng([*sample.stream, cols, 11]).standard_normal((n, cols))
+    return normal, main_rep, call_rep
+
+
 def prepare(sample: RequestSample, model: ServingModel, profile: ServingProfile,
             mapping: Mapping, qps: float, costs: PartCosts) -> _Prepared:
     """Service times, routing and arrival times of one sample's requests and calls."""
     load = server_load(sample, costs, mapping)
-    n, cols = sample.requests, mapping.servers + 1
-    rng = np.random.default_rng([*sample.seed, cols, 11])
+    normal, main_rep, call_rep = _draws(sample, mapping)
     sigma = profile.tail_sigma
-    tail = np.exp(sigma * rng.standard_normal((n, cols)) - sigma**2 / 2)
+    tail = np.exp(sigma * normal - sigma**2 / 2)
     calls = load.calls[:, 1:]
     batches, dense, extra = _batches(model, profile, sample)
-    pre = (profile.main_request_us + profile.main_call_us * calls.sum(axis=1)) * tail[:, 0]
+    count = calls.sum(axis=1)
+    pre = (profile.main_request_us * _wake(sample, profile) + profile.main_call_us * count
+           ) * tail[:, 0]
     lookups = load.work_us[:, 0] * tail[:, 0]
     ahead = model.dense_overlap * dense + extra  # one batch's part before the replies
     local = np.maximum(lookups, ahead)  # on two threads side by side
@@ -215,15 +251,22 @@ def prepare(sample: RequestSample, model: ServingModel, profile: ServingProfile,
     service = (profile.call_overhead_us + load.work_us[:, 1:] + load.transfer_us[:, 1:]
                ) * tail[:, 1:] * calls
     arrivals = np.cumsum(sample.gaps) * (1e6 / qps)
-    reps = mapping.replica_counts
     first = pre + lookups + dense + extra
     other = dense + extra
     return _Prepared(arrivals, pre, local, after, first + (batches - 1) * other, first, other,
                      ahead, batches, service, calls,
                      profile.network_latency_us * tail[:, 1:], load.wire_bytes[:, 1:],
-                     rng.integers(mapping.main_replicas, size=n),
-                     (rng.random((n, mapping.servers)) * reps).astype(np.int64),
-                     float(arrivals[-1]) + 1e-9)
+                     main_rep, call_rep, float(arrivals[-1]) + 1e-9)
+
+
+def _wake(sample: RequestSample, profile: ServingProfile) -> np.ndarray | float:
+    """The factor (lognormal, mean 1, ``main_tail_sigma``) on each request's
+    ``main_request_us``: how late the main server wakes to it; 1 when the profile has none."""
+    sigma = profile.main_tail_sigma
+    if not sigma:
+        return 1.0
+    rng = np.random.default_rng([*sample.stream, 19])
+    return np.exp(sigma * rng.standard_normal(sample.requests) - sigma**2 / 2)
 
 
 def _batches(model: ServingModel, profile: ServingProfile, sample: RequestSample
@@ -289,7 +332,7 @@ def _main_tier(preps: list[_Prepared], mapping: Mapping, profile: ServingProfile
             svc.append(np.r_[p.first_job[sel], p.other_job[more]])
             index.append((k, sel, more))
     starts, deps = solve_queues(arr, svc, profile.cores)
-    rng = np.random.default_rng([*samples[0].seed, 13])
+    rng = np.random.default_rng([*samples[0].stream, 13])
     span = max(p.span for p in preps)
     stalls = stall_delays(starts, deps, span, profile.stall_per_s, profile.stall_us,
                           profile.host_cores > 0, rng)
@@ -320,7 +363,7 @@ def _shards(preps: list[_Prepared], main_start: list[np.ndarray], mapping: Mappi
     if not arr:
         return done
     _, deps = solve_queues(arr, svc, profile.cores)
-    rng = np.random.default_rng([*samples[0].seed, 17])
+    rng = np.random.default_rng([*samples[0].stream, 17])
     span = max(p.span for p in preps)
     starts = [d - x for d, x in zip(deps, svc, strict=True)]
     stalls = stall_delays(starts, deps, span, profile.stall_per_s, profile.stall_us,
