@@ -95,7 +95,7 @@ def plan(
     takes.
     """
     check_output_path(output)
-    options = _sharder_options(sharder, seed, time_limit, opt, policy)
+    options = sharder_options(sharder, seed, time_limit, opt, policy)
     tables, given = plan_tables(tables, torchrec_model, stats)
     task = build_task(given, hardware, devices, nodes, hbm_gb, batch_size, mode,
                       overhead=overhead)
@@ -111,18 +111,20 @@ def plan(
     except PlannerError as exc:
         raise PlannerError(exc.kind, f"{tables}: {exc}") from exc
     planned.plan.save(output)
-    _show_planned(planned, output, json_out)
+    show_planned(planned, output, json_out)
 
 
-def _show_planned(planned: Planned, output: Path, json_out: bool) -> None:
-    """The plan's report: JSON, or the per-device table, how the plan was found and the
-    solver's figures."""
+def show_planned(planned: Planned, output: Path, json_out: bool,
+                 extra: dict[str, Any] | None = None) -> None:
+    """The plan's report: JSON (with ``extra`` fields), or the per-device table, how the plan
+    was found and the solver's figures."""
     report, plan, solver, seconds = (planned.report, planned.plan, planned.solver,
                                      planned.seconds)
     found = None if plan.provenance is None else plan.provenance.to_dict()
     if json_out:
         print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output),
-                        provenance=found, solver=solver, notes=list(planned.notes)))
+                        provenance=found, solver=solver, notes=list(planned.notes),
+                        **(extra or {})))
         return
     show_report(report)
     if plan.provenance is not None:
@@ -136,7 +138,7 @@ def _show_planned(planned: Planned, output: Path, json_out: bool) -> None:
                   f"wrote {output}")
 
 
-def _sharder_options(sharder: str, seed: int, time_limit: float, opt: list[str] | None,
+def sharder_options(sharder: str, seed: int, time_limit: float, opt: list[str] | None,
                      policy: Path | None) -> dict[str, object]:
     """The options ``plan`` makes its sharder with: the common settings it takes, then those
     given for it (checked strictly)."""

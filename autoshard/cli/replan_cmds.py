@@ -1,0 +1,202 @@
+"""Re-planning commands: diff (what moves between two plans, priced) and replan (plan again
+from the plan in use, within a move budget)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table as RichTable
+
+from autoshard import planning
+from autoshard.cli.app import app
+from autoshard.cli.common import (
+    BatchOpt,
+    DevicesOpt,
+    HbmOpt,
+    JsonOpt,
+    ModeOpt,
+    NodesOpt,
+    OptOpt,
+    SeedOpt,
+    SharderOpt,
+    TimeLimitOpt,
+    check_output_path,
+    console,
+    options_named,
+    print_json,
+)
+from autoshard.cli.context import (
+    Given,
+    PlanCostModelOpt,
+    PlanHardwareOpt,
+    PlanOverheadOpt,
+    PlanTablesOpt,
+    plan_task,
+)
+from autoshard.cli.core_cmds import sharder_options, show_planned
+from autoshard.errors import PlannerError
+from autoshard.layout.plan import Plan
+from autoshard.layout.plan_context import PlanContext
+from autoshard.limits import Range
+from autoshard.pricing.cost import load_cost_model, model_identity
+from autoshard.replan.budget import MoveBudget, get_move_rules, move_rules_names
+from autoshard.replan.diff import MoveReport, PlanDiff, diff_plans, link_label, payback_words
+from autoshard.task import ShardingTask
+
+#: Steps until the next re-plan that ``--horizon`` takes.
+HORIZON = Range(1, 1e12)
+
+MoveBudgetOpt = Annotated[str, typer.Option(
+    "--move-budget", help="What the re-plan may copy from the plan in use: a share of the "
+    "tables' bytes (10%), bytes (2.5GB, 500MB, 1e9), seconds at the hardware's bandwidths "
+    "(30s), or none. Copies: weights and optimizer state sent to another device, and rows "
+    "moved between a device's host memory and HBM.")]
+HorizonOpt = Annotated[float | None, typer.Option(
+    "--horizon", min=1, help="Steps until the next re-plan: each copy is priced at its "
+    "transfer time over them, so that a move is made only where it wins its time back within "
+    "them (default: copies within the budget are free). [1 <= x]")]
+RulesOpt = Annotated[str, typer.Option(
+    "--rules", help=f"Which moves the runtime can make: {', '.join(move_rules_names())} "
+    "(torchrec: those TorchRec's reshard makes in place, docs/replan.md).")]
+
+
+@app.command("diff")
+def diff_cmd(
+    old: Annotated[Path, typer.Argument(help="The plan in use.")],
+    new: Annotated[Path, typer.Argument(help="The new plan, priced on its own context.")],
+    every: Annotated[bool, typer.Option("--all", help="List every changed table (default: "
+                                        "the 20 that copy most).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List what moves from OLD to NEW (tables, shards, HBM rows) and price the move on NEW's
+    hardware: bytes of weights and optimizer state per link, the time at the profile's
+    bandwidths, and the step cost before and after on NEW's statistics."""
+    before, after = Plan.load(old), Plan.load(new)
+    priced = plan_task(after, new, Given())
+    with options_named():
+        model = load_cost_model(priced.cost_model)
+    found = diff_plans(before, after, priced.task, model)
+    if json_out:
+        print_json(found.to_dict())
+        return
+    _show_tables(found, every)
+    show_moves(found.report, budget=False)
+
+
+def _show_tables(found: PlanDiff, every: bool) -> None:
+    """The changed tables, those that copy most first."""
+    rows = sorted(found.tables, key=lambda t: -(t.network_bytes + t.host_bytes))
+    shown = rows if every else rows[:20]
+    table = RichTable(title=f"{len(rows)} table(s) changed" + (
+        "" if len(shown) == len(rows) else f" (the {len(shown)} that copy most; --all lists "
+        "every one)"))
+    for col in ("table", "change", "devices\nfrom", "devices\nto", "HBM rows\nfrom",
+                "HBM rows\nto", "sent\nMiB", "host-\nHBM MiB"):
+        table.add_column(col, justify="right")
+    for t in shown:
+        table.add_row(t.table, t.change, t.before, t.after, _count(t.hbm_before),
+                      _count(t.hbm_after), f"{t.network_bytes / 2**20:.2f}",
+                      f"{t.host_bytes / 2**20:.2f}")
+    console.print(table)
+
+
+def _count(rows: int | None) -> str:
+    """A row count, short: ``950``, ``12.5k``, ``2.19M``."""
+    if rows is None:
+        return "-"
+    if rows >= 1_000_000:
+        return f"{rows / 1e6:.2f}M"
+    return f"{rows / 1e3:.1f}k" if rows >= 10_000 else str(rows)
+
+
+def show_moves(report: MoveReport, budget: bool = True) -> None:
+    """A move's price in a few lines (with its budget where ``budget``)."""
+    gib = 2**30
+    console.print(f"copies {report.copied_bytes / gib:.3f} GiB ({report.copied_share:.2%} of "
+                  f"the tables' {report.total_bytes / gib:.2f} GiB): "
+                  f"{report.tables_moved} table(s) moved, {report.tables_changed} changed "
+                  f"in all" + (f"; budget {report.budget}" if budget else ""), markup=False)
+    console.print("by link: " + "; ".join(
+        f"{link_label(x.link)} {x.bytes / gib:.3f} GiB (weights {x.weight_bytes / gib:.3f}, "
+        f"optimizer {x.optimizer_bytes / gib:.3f})" for x in report.links), markup=False)
+    slowest = f", slowest device {report.slowest_device}" if report.slowest_device >= 0 else ""
+    console.print(f"move time {report.seconds:.4f} s at the profile's bandwidths{slowest}; step "
+                  f"cost {report.before_ms:.3f} ms before (the plan in use on these "
+                  f"statistics), {report.after_ms:.3f} ms after: {payback_words(report)}",
+                  markup=False)
+    if report.budget_bound_ms is not None:
+        console.print(f"no plan within the budget that keeps the plan in use's splits costs "
+                      f"less than {report.budget_bound_ms:.3f} ms (the MILP's bound)",
+                      markup=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False)
+
+
+@app.command("replan")
+def replan_cmd(
+    previous: Annotated[Path, typer.Argument(help="The plan in use (from `autoshard plan`).")],
+    tables: PlanTablesOpt = None,
+    hardware: PlanHardwareOpt = None,
+    devices: DevicesOpt = None,
+    nodes: NodesOpt = None,
+    hbm_gb: HbmOpt = None,
+    batch_size: BatchOpt = None,
+    mode: ModeOpt = None,
+    overhead: PlanOverheadOpt = None,
+    cost_model: PlanCostModelOpt = None,
+    sharder: SharderOpt = "recshard",
+    move_budget: MoveBudgetOpt = "none",
+    horizon: HorizonOpt = None,
+    rules: RulesOpt = "any",
+    seed: SeedOpt = 0,
+    time_limit: TimeLimitOpt = 60.0,
+    opt: OptOpt = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Plan file to write.")] = Path(
+        "plan.json"),
+    json_out: JsonOpt = False,
+) -> None:
+    """Plan again from the plan in use, on new statistics (--tables), tables or hardware (the
+    plan's own context where not given), copying within --move-budget; write the new plan and
+    print its cost and its move (bytes per link, time, payback in steps)."""
+    check_output_path(output)
+    budget = MoveBudget.parse(move_budget, horizon,
+                              get_move_rules(rules, "--rules", "command line"))
+    options = sharder_options(sharder, seed, time_limit, opt, None)
+    old = Plan.load(previous)
+    given = Given(tables, hardware, devices, nodes, hbm_gb, batch_size, mode, overhead,
+                  cost_model)
+    priced = plan_task(old, previous, given, reprice=True)
+    with options_named():
+        model = load_cost_model(priced.cost_model)
+    context = _context(old, priced.task, given, priced.cost_model)
+    try:
+        planned = planning.plan(priced.task, sharder, model, context=context, previous=old,
+                                move_budget=budget, **options)
+    except PlannerError as exc:
+        raise PlannerError(exc.kind, f"{previous}: {exc}") from exc
+    planned.plan.save(output)
+    if json_out:
+        assert planned.moves is not None
+        show_planned(planned, output, True, {"moves": planned.moves.to_dict()})
+        return
+    show_planned(planned, output, False)
+    assert planned.moves is not None
+    show_moves(planned.moves)
+
+
+def _context(old: Plan, task: ShardingTask, given: Given, cost_model: str) -> PlanContext | None:
+    """The new plan's context: the tables and hardware as given, else as the plan in use
+    records them."""
+    recorded = old.context
+    tables = given.tables or (recorded.tables if recorded is not None else None)
+    if tables is None:
+        return None
+    spec: dict[str, Any] = dict(recorded.hardware_spec) if recorded is not None else {}
+    if given.hardware is not None:
+        spec = {"profile": given.hardware}
+    spec.update({k: v for k, v in (("devices", given.devices), ("nodes", given.nodes),
+                                   ("hbm_gb", given.hbm_gb)) if v is not None})
+    inline = recorded is not None and recorded.inline_tables is not None and not given.tables
+    return PlanContext.of(task, tables, spec, model_identity(cost_model), inline=inline)
