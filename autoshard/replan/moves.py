@@ -91,15 +91,16 @@ class Incumbent:
     @classmethod
     def of(cls, previous: Plan, task: ShardingTask, hardware: HardwareProfile | None = None,
            tables: tuple[Table, ...] | None = None) -> Incumbent:
-        """The pieces of ``previous`` (made on ``hardware``, default its context's, else the
-        task's; for ``tables``, default its context's where they can be read) that hold
-        ``task``'s tables.
+        """The pieces of ``previous`` (made on ``hardware``, default its context's; for
+        ``tables``, default its context's where they can be read) that hold ``task``'s tables.
+        Where neither gives its hardware, its ranks are taken to lie on the new hardware's
+        nodes, ``devices_per_node`` to a node, those beyond the new hardware included.
 
         Raises:
-            InputError: A rank of ``previous`` beyond its own hardware.
+            InputError: A rank of ``previous`` beyond the hardware it was made on.
         """
         hardware = hardware or (previous.context.hardware if previous.context is not None
-                                else task.hardware)
+                                else None)
         before = {t.name: t for t in (tables or _recorded_tables(previous))}
         cols: dict[str, list[float]] = {k: [] for k in (
             "table", "device", "row_start", "row_end", "col_start", "col_end", "hbm_share",
@@ -123,18 +124,27 @@ class Incumbent:
                                    ("replica", p.sharding.replicated)):
                     cols[key].append(value)
         device = np.array(cols["device"], dtype=np.int64)
-        if device.size and int(device.max()) >= hardware.num_devices:
-            raise InputError(f"the plan in use places a piece on rank {int(device.max())}, "
-                             f"but its hardware '{hardware.name}' has {hardware.num_devices} "
-                             "devices", field="previous", value=int(device.max()))
-        ranks = max(hardware.num_devices, task.num_devices)
-        node = np.array([(hardware if r < hardware.num_devices else task.hardware).devices[r].node
-                         for r in range(ranks)], dtype=np.int64)
+        used = int(device.max()) + 1 if device.size else 0
+        if hardware is not None and used > hardware.num_devices:
+            raise InputError(f"the plan in use places a piece on rank {used - 1}, but its "
+                             f"hardware '{hardware.name}' has {hardware.num_devices} devices",
+                             field="previous", value=used - 1)
+        node = _nodes(hardware or task.hardware, task.hardware, max(used, task.num_devices))
         ints = {k: np.array(cols[k], dtype=np.int64) for k in cols
                 if k not in ("hbm_share", "replica")}
         return cls(**ints, hbm_share=np.array(cols["hbm_share"], dtype=np.float64),
                    replica=np.array(cols["replica"], dtype=bool), node=node,
                    created=created, removed=tuple(removed))
+
+
+def _nodes(before: HardwareProfile, now: HardwareProfile, ranks: int) -> np.ndarray:
+    """The node of each of ``ranks`` ranks: ``before``'s where it has the rank, else ``now``'s,
+    else ``devices_per_node`` ranks to a node."""
+    out = []
+    for r in range(ranks):
+        known = before if r < before.num_devices else now if r < now.num_devices else None
+        out.append(known.devices[r].node if known is not None else r // now.devices_per_node)
+    return np.array(out, dtype=np.int64)
 
 
 def _recorded_tables(plan: Plan) -> tuple[Table, ...]:
