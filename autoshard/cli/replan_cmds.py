@@ -1,5 +1,6 @@
-"""Re-planning commands: diff (what moves between two plans, priced) and replan (plan again
-from the plan in use, within a move budget)."""
+"""Re-planning commands: diff (what moves between two plans, priced), replan (plan again from
+the plan in use, within a move budget) and reshard (a TorchRec model re-sharded in place from
+one plan to the other on local ranks, checked)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from autoshard.cli.common import (
     console,
     options_named,
     print_json,
+    ranged,
 )
 from autoshard.cli.context import (
     Given,
@@ -39,14 +41,15 @@ from autoshard.cli.core_cmds import sharder_options, show_planned
 from autoshard.errors import PlannerError
 from autoshard.layout.plan import Plan
 from autoshard.layout.plan_context import PlanContext
-from autoshard.limits import Range
+from autoshard.limits import MAX_BATCH_SIZE, TIME_LIMIT_S, Range
 from autoshard.pricing.cost import load_cost_model, model_identity
 from autoshard.replan.budget import MoveBudget, get_move_rules, move_rules_names
 from autoshard.replan.diff import MoveReport, PlanDiff, diff_plans, link_label, payback_words
 from autoshard.task import ShardingTask
 
-#: Steps until the next re-plan that ``--horizon`` takes.
-HORIZON = Range(1, 1e12)
+#: Batch and training steps of ``reshard``.
+BATCH = Range(1, MAX_BATCH_SIZE, integer=True)
+STEPS = Range(0, 1000, integer=True)
 
 MoveBudgetOpt = Annotated[str, typer.Option(
     "--move-budget", help="What the re-plan may copy from the plan in use: a share of the "
@@ -200,3 +203,60 @@ def _context(old: Plan, task: ShardingTask, given: Given, cost_model: str) -> Pl
                                    ("hbm_gb", given.hbm_gb)) if v is not None})
     inline = recorded is not None and recorded.inline_tables is not None and not given.tables
     return PlanContext.of(task, tables, spec, model_identity(cost_model), inline=inline)
+
+
+@app.command("reshard")
+def reshard_cmd(
+    old: Annotated[Path, typer.Argument(help="The plan the model is sharded with.")],
+    new: Annotated[Path, typer.Argument(help="The plan to re-shard it to (its tables, "
+                                        "hardware and workload are those it records).")],
+    batch_size: Annotated[int, ranged(BATCH, "Global samples per step.")] = 64,
+    before: Annotated[int, ranged(STEPS, "Training steps before the re-shard.",
+                                  "--steps-before")] = 2,
+    after: Annotated[int, ranged(STEPS, "Training steps after it.", "--steps-after")] = 2,
+    timeout: Annotated[float, ranged(TIME_LIMIT_S, "Seconds a rank may go without progress.",
+                                     "--timeout")] = 120.0,
+    logs: Annotated[Path | None, typer.Option(help="Folder for rank logs.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Re-shard TorchRec's DLRM over NEW's tables in place from OLD to NEW, on one local CPU
+    process per device (gloo), with TorchRec's reshard; check that its outputs equal the
+    unsharded model's before and after, that every table's optimizer state is carried, and
+    that training on matches a model never re-sharded. Exit 1 when a check fails."""
+    from autoshard.torchrec import torchrec_unavailable
+
+    reason = torchrec_unavailable(load=True)
+    if reason:
+        raise PlannerError("unavailable", reason)
+    from autoshard.torchrec.reshard import ReshardSettings, run_reshard
+
+    before_plan, after_plan = Plan.load(old), Plan.load(new)
+    task = plan_task(after_plan, new, Given()).task
+    run = run_reshard(before_plan, after_plan, task,
+                      ReshardSettings(batch_size, before, after, timeout), logs)
+    if json_out:
+        print_json(run.to_dict())
+    else:
+        console.print(f"moved {len(run.moved)} table(s) ({', '.join(run.moved[:8])}"
+                      f"{' ...' if len(run.moved) > 8 else ''}), {run.volume_mib:.3f} MiB by "
+                      "TorchRec's count", markup=False)
+        for line in _checks(run):
+            console.print(line, markup=False)
+    if not run.ok:
+        raise typer.Exit(1)
+
+
+def _checks(run: Any) -> list[str]:
+    """One line per check of a re-shard."""
+    def mark(ok: bool) -> str:
+        return "ok" if ok else "FAILED"
+
+    return [f"{mark(run.sharded_equal)}: sharded outputs equal the unsharded model's before",
+            f"{mark(run.resharded_equal)}: and after the re-shard",
+            f"{mark(run.optimizer_carried)}: optimizer state carried "
+            f"({run.optimizer_nonzero:,} nonzero entries)",
+            f"{mark(run.control_equal)}: after {run.steps_after} more steps, outputs equal a "
+            f"model never re-sharded (largest difference {run.control_max_abs_diff:.2g})",
+            *(f"note: {n}" for n in run.notes),
+            *([f"note: {len(run.kept_caches)} table(s) stay with their old cache (TorchRec "
+               "re-shards moved tables only)"] if run.kept_caches else [])]

@@ -42,7 +42,8 @@ def free_port() -> int:
 
 
 def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
-                 logs: Path | None = None, worker: str = "autoshard.runner.worker") -> Any:
+                 logs: Path | None = None, worker: str = "autoshard.runner.worker",
+                 env: dict[str, str] | None = None) -> Any:
     """Runs ``world`` ranks of ``spec`` here; returns rank 0's gathered results.
 
     Args:
@@ -52,6 +53,7 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
         logs: Folder for the ranks' logs (a temporary one if None); kept when the run fails,
             removed when it succeeds.
         worker: Module each rank runs as ``python -m WORKER SPEC RANK``.
+        env: Environment variables every rank starts with, beside this process's.
 
     Raises:
         RunError: A rank failed or stalled; all ranks have been stopped.
@@ -61,8 +63,8 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
     work = Path(tempfile.mkdtemp(prefix="autoshard-run-", dir=logs))
     spec = dict(spec, world_size=world, init_method=f"tcp://127.0.0.1:{free_port()}")
     (work / "spec.json").write_text(json.dumps(spec))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env.pop("RANK", None)
+    ranks_env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **(env or {}))
+    ranks_env.pop("RANK", None)
     procs: list[subprocess.Popen[bytes]] = []
     ok = False
     try:
@@ -70,7 +72,8 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
             with (work / f"rank{rank}.log").open("wb") as log:
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", worker, str(work / "spec.json"), str(rank)],
-                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+                    stdout=log, stderr=subprocess.STDOUT, env=ranks_env,
+                    start_new_session=True))
         watch(procs, work, timeout_s)
         result = json.loads((work / "result.json").read_text())
         ok = True
