@@ -146,3 +146,77 @@ def test_a_dmp_model_is_resharded_in_place_on_two_gloo_ranks(
     assert run["optimizer_carried"] and run["optimizer_nonzero"] > 0
     assert run["steps_after"] == 2 and run["control_max_abs_diff"] <= 1e-5
     assert run["volume_mib"] == pytest.approx((120 + 60 + 200) * 16 * 4 / 2**20)
+
+
+def four_tables(grow: float = 1.0) -> list[Table]:
+    """Statistics of :func:`ebc`'s tables: t0 and t1 looked up ``grow`` times as often."""
+    return [Table(f"t{i}", 4000, 16, pooling_factor=(grow if i < 2 else 1.0) * 4.0)
+            for i in range(4)]
+
+
+def ebc() -> object:
+    import torch
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+
+    return EmbeddingBagCollection(device=torch.device("meta"), tables=[EmbeddingBagConfig(
+        name=f"t{i}", embedding_dim=16, num_embeddings=4000, feature_names=[f"t{i}"])
+        for i in range(4)])
+
+
+@needs_torchrec
+def test_the_planner_replans_from_the_models_plan_within_its_budget() -> None:
+    from torchrec.distributed.planner import Topology
+    from torchrec.distributed.sharding_plan import get_default_sharders
+
+    from autoshard.torchrec.autoshard_planner import AutoshardPlanner
+
+    topology = Topology(world_size=2, compute_device="cpu")
+    sharders = get_default_sharders()
+    first = AutoshardPlanner(topology, stats=four_tables(), time_limit=10).plan(ebc(), sharders)
+    ranks = {k: v.ranks for k, v in first.get_plan_for_module("").items()}
+    held = AutoshardPlanner(topology, stats=four_tables(20.0), time_limit=10, previous=first,
+                            move_budget=MoveBudget(max_bytes=0))
+    again = held.plan(ebc(), sharders)
+    assert {k: v.ranks for k, v in again.get_plan_for_module("").items()} == ranks
+    assert held.result is not None and held.result.moves is not None
+    assert held.result.moves.copied_bytes == 0
+    assert held.result.moves.budget.endswith("torchrec's moves only")
+    free = AutoshardPlanner(topology, stats=four_tables(20.0), time_limit=10, previous=first)
+    moved = free.plan(ebc(), sharders)
+    assert free.result is not None and free.result.moves is not None
+    assert free.result.report.step_cost_ms <= held.result.report.step_cost_ms
+    changed = [k for k, v in moved.get_plan_for_module("").items() if v.ranks != ranks[k]]
+    assert all(moved.get_plan_for_module("")[k].sharding_type == "table_wise" for k in changed)
+    with pytest.raises(ValueError, match="previous"):
+        AutoshardPlanner(topology, move_budget=MoveBudget(max_bytes=0))
+
+
+class _Model:
+    """What :func:`reshard_to` asks of a DistributedModelParallel: its plan, and ``reshard``
+    (recorded here)."""
+
+    def __init__(self, plan: object) -> None:
+        self.plan, self.calls = plan, []
+
+    def reshard(self, changed: dict[str, object], sharded_module_fqn: str | None) -> float:
+        self.calls.append((sharded_module_fqn, changed))
+        return 1.0
+
+
+@needs_torchrec
+def test_reshard_to_moves_only_the_tables_whose_ranks_change() -> None:
+    from autoshard.torchrec.export import sharding_plan
+    from autoshard.torchrec.reshard import reshard_to
+    from autoshard.torchrec.shardings import table_shardings
+
+    def torchrec(plan: Plan) -> object:
+        return sharding_plan({"": table_shardings(plan, task())}, "cpu", 2)
+
+    model = _Model(torchrec(OLD))
+    assert reshard_to(model, torchrec(NEW)) == 1.0
+    (fqn, changed), = model.calls
+    volume, module = changed[""]
+    assert fqn is None and sorted(module) == ["a", "b", "c"]
+    assert volume == pytest.approx((120 + 60 + 200) * 16 * 4 / 2**20)
+    model = _Model(torchrec(OLD))
+    assert reshard_to(model, torchrec(OLD)) == 0.0 and model.calls == []

@@ -38,6 +38,7 @@ from autoshard.layout.plan import Plan
 from autoshard.layout.plan_context import PlanContext
 from autoshard.limits import MAX_BATCH_SIZE, TIME_LIMIT_S, int_in
 from autoshard.pricing.cost import is_model_spec, model_identity
+from autoshard.replan.budget import MoveBudget
 from autoshard.sharders import check_sharder_options, common_options
 from autoshard.task import ShardingTask, Workload
 from autoshard.torchrec.export import sharding_plan
@@ -50,6 +51,7 @@ from autoshard.torchrec.model_tables import (
     tables_of,
 )
 from autoshard.torchrec.parameter_constraints import Allowed, allowed, pooling_factors
+from autoshard.torchrec.reshard import previous_plan, torchrec_budget
 from autoshard.torchrec.runtime_memory import TORCHREC, TORCHREC_PREFETCH, check_pipeline
 from autoshard.torchrec.shardings import table_shardings
 from autoshard.torchrec.topology import topology_hardware
@@ -77,6 +79,12 @@ class AutoshardPlanner:
         pipeline: TorchRec's training pipeline the plan is for, ``"none"`` (its default) or
             ``"prefetch"``; it decides the HBM reserved per table (None: ``"none"``).
         time_limit: Seconds the sharder may plan for.
+        previous: The plan the model runs with (its ``ShardingPlan``, an autoshard plan, or
+            a plan file): re-plan from it, moving only what ``move_budget`` allows and what
+            TorchRec's reshard can move (:func:`autoshard.torchrec.reshard.torchrec_budget`);
+            :func:`autoshard.torchrec.reshard.reshard_to` then moves the model in place.
+        move_budget: How much the re-plan may move (:class:`autoshard.replan.budget.
+            MoveBudget`; default: no limit); only with ``previous``.
 
     Attributes:
         result: What :meth:`plan` planned (on rank 0 of :meth:`collective_plan`; None before,
@@ -91,7 +99,8 @@ class AutoshardPlanner:
                  constraints: Mapping[str, Any] | None = None, *, sharder: str = "recshard",
                  sharder_options: Mapping[str, Any] | None = None,
                  stats: Statistics | None = None, cost_model: str = "analytical",
-                 pipeline: str | None = None, time_limit: float = 60.0) -> None:
+                 pipeline: str | None = None, time_limit: float = 60.0,
+                 previous: Any = None, move_budget: MoveBudget | None = None) -> None:
         from torchrec.distributed.types import ShardingPlanner
 
         ShardingPlanner.register(AutoshardPlanner)  # isinstance(planner, ShardingPlanner)
@@ -103,10 +112,14 @@ class AutoshardPlanner:
             raise InputError("must be 'analytical', 'torchrec' or a learned model's folder",
                              field="cost_model", value=cost_model)
         check_sharder_options(sharder, dict(sharder_options or {}))
+        if move_budget is not None and previous is None:
+            raise InputError("a move budget needs the plan the model runs with (previous=)",
+                             field="move_budget", value=move_budget.describe())
         self.topology, self.batch_size, self.constraints = topology, batch_size, constraints
         self.sharder, self.sharder_options = sharder, dict(sharder_options or {})
         self.stats, self.cost_model, self.time_limit = stats, cost_model, time_limit
         self.pipeline = check_pipeline(pipeline or "none")
+        self.previous, self.move_budget = previous, move_budget
         self.result: planning.Planned | None = None
 
     def collective_plan(self, module: Any, sharders: Sequence[Any] | None = None,
@@ -205,7 +218,11 @@ class AutoshardPlanner:
                    **self.sharder_options}
         context = PlanContext.of(task, source, {"profile": task.hardware.name},
                                  model_identity(self.cost_model), inline=True)
-        return planning.plan(task, self.sharder, self.cost_model, context=context, **options)
+        replan = {} if self.previous is None else {
+            "previous": previous_plan(self.previous, task),
+            "move_budget": torchrec_budget(self.move_budget)}
+        return planning.plan(task, self.sharder, self.cost_model, context=context, **options,
+                             **replan)
 
     def _torchrec_plan(self, plan: Plan, task: ShardingTask, path_of: dict[str, str],
                        rules: dict[str, Allowed], topology: Any) -> Any:

@@ -26,17 +26,20 @@ the table's name, which differs between processes unless every rank starts with 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from autoshard.errors import InputError, PlannerError
 from autoshard.layout.kinds import WHOLE, split_kind
 from autoshard.layout.plan import Plan
-from autoshard.replan.budget import MoveRules
+from autoshard.replan.budget import MoveBudget, MoveRules
 from autoshard.task import ShardingTask
-from autoshard.torchrec.mapping import FUSED, WHOLE_TYPE, torchrec_name
+from autoshard.torchrec.mapping import FUSED, WHOLE_TYPE, data_type, torchrec_name
 from autoshard.torchrec.shardings import ShardSpec, TableSharding, shard_doc, table_shardings
 
 #: The moves TorchRec's reshard makes in place (module docstring): whole tables only.
@@ -169,6 +172,68 @@ def reshard(dmp: Any, delta: Delta, paths: Mapping[str, str] | None = None) -> f
     return volume
 
 
+def reshard_to(dmp: Any, new: Any) -> float:
+    """Moves ``dmp`` (a ``DistributedModelParallel``) in place to ``new`` (TorchRec's
+    ``ShardingPlan`` of the same tables, as :class:`autoshard.torchrec.autoshard_planner.
+    AutoshardPlanner` re-plans it on every rank): the tables whose ranks change, every rank
+    calling it alike; returns TorchRec's data volume moved (MiB).
+
+    Raises:
+        PlannerError: A table TorchRec cannot move (its sharding type, or a changed one).
+    """
+    from torchrec.distributed.types import EmbeddingModuleShardingPlan
+
+    volume = 0.0
+    for path, module in new.plan.items():
+        before = dmp.plan.plan[path]
+        changed = {name: ps for name, ps in module.items() if ps.ranks != before[name].ranks}
+        for name, ps in changed.items():
+            if ps.sharding_type not in MOVABLE_TYPES or ps.sharding_type != before[
+                    name].sharding_type:
+                raise PlannerError("reshard", f"table '{name}': TorchRec's reshard cannot move "
+                                   f"a {before[name].sharding_type} table to "
+                                   f"{ps.sharding_type}")
+        if changed:
+            mib = sum(4.0 * math.prod(m.shard_sizes) for ps in changed.values()
+                      for m in ps.sharding_spec.shards) / 2**20
+            volume += float(dmp.reshard({path: (mib, EmbeddingModuleShardingPlan(changed))},
+                                        sharded_module_fqn=path or None))
+    return volume
+
+
+def previous_plan(previous: Plan | str | Path | Any, task: ShardingTask) -> Plan:
+    """The plan in use in our terms: ``previous`` itself, a plan file (``autoshard plan``'s,
+    or an exported TorchRec description), or TorchRec's ``ShardingPlan`` (every module path's
+    tables); only the tables ``task`` holds, the others are dropped from it.
+
+    Raises:
+        InputError: A file that is neither.
+        PlannerError: A table whose sharding our plans cannot hold.
+    """
+    from autoshard.fileio import read_structured
+    from autoshard.torchrec.export import load_sharding_plan
+    from autoshard.torchrec.shardings import from_parameter_sharding, to_plan
+
+    if isinstance(previous, Plan):
+        return previous
+    if isinstance(previous, (str, Path)):
+        doc = read_structured(previous)
+        if isinstance(doc, dict) and doc.get("kind") == "plan":
+            return Plan.from_dict(doc, str(previous))
+        previous = load_sharding_plan(previous)
+    found = {name: ps for module in previous.plan.values() for name, ps in module.items()}
+    held = [i for i, t in enumerate(task.tables) if t.name in found]
+    sub = task.subset(np.array(held, dtype=np.int64))
+    return to_plan([from_parameter_sharding(t.name, found[t.name], t.rows, t.dim,
+                                            data_type(t)) for t in sub.tables], sub)
+
+
+def torchrec_budget(budget: MoveBudget | None) -> MoveBudget:
+    """``budget`` (default: no limit) holding TorchRec's move rules (:data:`TORCHREC_MOVES`):
+    a live model's re-plan makes only the moves its reshard can."""
+    return replace(budget or MoveBudget(), rules=TORCHREC_MOVES)
+
+
 @dataclass(frozen=True)
 class ReshardSettings:
     """How :func:`run_reshard` checks a re-shard on local ranks.
@@ -289,4 +354,5 @@ def run_reshard(old: Plan, new: Plan, task: ShardingTask,
 
 
 __all__ = ["HASH_SEED", "TORCHREC_MOVES", "Delta", "ReshardRun", "ReshardSettings",
-           "changed_shard_to_params", "plan_delta", "reshard", "run_reshard"]
+           "changed_shard_to_params", "plan_delta", "previous_plan", "reshard", "reshard_to",
+           "run_reshard", "torchrec_budget"]
