@@ -174,3 +174,32 @@ def test_replan_and_diff_commands(tmp_path: Path, capsys: pytest.CaptureFixture[
     code, _, err = run_cli(["replan", str(tmp_path / "old.json"), "--move-budget", "lots"],
                            capsys)
     assert code == 2 and "--move-budget" in err
+
+
+def test_drift_prices_the_plan_in_use_and_the_replans(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autoshard.replan.drift import drift
+
+    found = drift(OLD, task(5.0), "recshard", MODEL,
+                  [MoveBudget(max_bytes=0), MoveBudget(max_share=0.5)], time_limit=5)
+    names = [r.name for r in found.rows]
+    assert names == ["plan in use", "re-plan from scratch", "within 0 GB", "within 50%"]
+    in_use, scratch, zero, half = found.rows
+    assert in_use.cost_ms == evaluate(OLD, task(5.0), MODEL).step_cost_ms
+    assert zero.cost_ms == in_use.cost_ms and zero.move.copied_bytes == 0
+    assert half.move.copied_bytes <= 0.5 * half.move.total_bytes
+    assert scratch.cost_ms < in_use.cost_ms and half.cost_ms < in_use.cost_ms
+    assert all(r.cost_ratio >= 1 - 1e-9 for r in found.rows)
+    save_tables(tmp_path / "day1.json", tables(1.0))
+    save_tables(tmp_path / "day2.json", tables(5.0))
+    code, _, err = run_cli(["plan", "-t", str(tmp_path / "day1.json"), "--devices", "2",
+                            "--time-limit", "5", "-o", str(tmp_path / "old.json")], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["drift", str(tmp_path / "old.json"), "-t",
+                              str(tmp_path / "day2.json"), "--budgets", "0,10%",
+                              "--time-limit", "5", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [r["name"] for r in doc["rows"]] == ["plan in use", "re-plan from scratch",
+                                                "within 0 GB", "within 10%"]
+    assert doc["before_ms"] is not None and doc["bound_ms"] > 0

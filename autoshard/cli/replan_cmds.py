@@ -1,6 +1,7 @@
 """Re-planning commands: diff (what moves between two plans, priced), replan (plan again from
-the plan in use, within a move budget) and reshard (a TorchRec model re-sharded in place from
-one plan to the other on local ranks, checked)."""
+the plan in use, within a move budget), drift (a plan on the next day's statistics, and what
+re-planning buys) and reshard (a TorchRec model re-sharded in place from one plan to the other
+on local ranks, checked)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from autoshard.layout.plan import Plan
 from autoshard.layout.plan_context import PlanContext
 from autoshard.limits import MAX_BATCH_SIZE, TIME_LIMIT_S, Range
 from autoshard.pricing.cost import load_cost_model, model_identity
+from autoshard.pricing.evaluator import evaluate
 from autoshard.replan.budget import MoveBudget, get_move_rules, move_rules_names
 from autoshard.replan.diff import MoveReport, PlanDiff, diff_plans, link_label, payback_words
 from autoshard.task import ShardingTask
@@ -260,3 +262,61 @@ def _checks(run: Any) -> list[str]:
             *(f"note: {n}" for n in run.notes),
             *([f"note: {len(run.kept_caches)} table(s) stay with their old cache (TorchRec "
                "re-shards moved tables only)"] if run.kept_caches else [])]
+
+
+@app.command("drift")
+def drift_cmd(
+    previous: Annotated[Path, typer.Argument(help="The plan in use, made on day k's "
+                                             "statistics (from `autoshard plan`).")],
+    tables: Annotated[str, typer.Option("--tables", "-t", help="Day k+1's table file "
+                                        "(`autoshard profile` writes one).")],
+    sharder: SharderOpt = "recshard",
+    budgets: Annotated[str, typer.Option(
+        "--budgets", help="Comma-separated move budgets to re-plan within, each as "
+        "--move-budget takes it.")] = "0,5%,10%,none",
+    horizon: HorizonOpt = None,
+    rules: RulesOpt = "any",
+    seed: SeedOpt = 0,
+    time_limit: TimeLimitOpt = 60.0,
+    opt: OptOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Price a plan made on day k's statistics on day k+1's (--tables), beside a re-plan from
+    scratch and re-plans from it within each budget: step cost, cost / bound, bytes copied,
+    the move's time and its payback in steps."""
+    from autoshard.replan.drift import drift
+
+    chosen = get_move_rules(rules, "--rules", "command line")
+    wanted = [MoveBudget.parse(b, horizon, chosen, "--budgets") for b in budgets.split(",")]
+    options = sharder_options(sharder, seed, time_limit, opt, None)
+    old = Plan.load(previous)
+    priced = plan_task(old, previous, Given(tables=tables), reprice=True)
+    with options_named():
+        model = load_cost_model(priced.cost_model)
+    before = None
+    if old.context is not None:
+        before = evaluate(old, old.context.task(str(previous)), model).step_cost_ms
+    found = drift(old, priced.task, sharder, model, wanted, before, **options)
+    if json_out:
+        print_json(found.to_dict())
+        return
+    _show_drift(found)
+
+
+def _show_drift(found: Any) -> None:
+    table = RichTable(title=f"the plan in use on the new statistics, and {found.sharder}'s "
+                      "re-plans")
+    for col in ("plan", "step\nms", "cost /\nbound", "copied\nGiB", "of the\nbytes",
+                "tables\nmoved", "move\ns", "payback\nsteps"):
+        table.add_column(col, justify="right")
+    for r in found.rows:
+        m = r.move
+        table.add_row(r.name, f"{r.cost_ms:.3f}", f"{r.cost_ratio:.3f}",
+                      f"{m.copied_bytes / 2**30:.3f}", f"{m.copied_share:.1%}",
+                      str(m.tables_moved), f"{m.seconds:.4f}",
+                      "-" if m.payback_steps is None else f"{m.payback_steps:,.0f}")
+    console.print(table)
+    before = "" if found.before_ms is None else (
+        f"; the plan in use cost {found.before_ms:.3f} ms on the statistics it was made for")
+    console.print(f"lower bound on the new statistics {found.bound_ms:.3f} ms{before}",
+                  markup=False)

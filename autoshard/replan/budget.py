@@ -142,6 +142,16 @@ class MoveBudget:
             limits.append(self.max_seconds * slowest_gbps * GB)
         return min(limits)
 
+    @property
+    def label(self) -> str:
+        """The budget in a few characters: ``10%``, ``2.5 GB``, ``30 s``, ``none``; ``/h=N``
+        where moves are priced over N steps."""
+        parts = [f"{100 * self.max_share:.3g}%" if self.max_share is not None else "",
+                 f"{self.max_bytes / GB:.3g} GB" if self.max_bytes is not None else "",
+                 f"{self.max_seconds:.3g} s" if self.max_seconds is not None else ""]
+        text = "+".join(p for p in parts if p) or "none"
+        return text + ("" if self.horizon_steps is None else f"/h={self.horizon_steps:.6g}")
+
     def describe(self) -> str:
         """The budget in words."""
         parts = []
