@@ -39,6 +39,9 @@ from autoshard.task import ShardingTask
 
 #: Relative slack on a limit in bytes (float sums of many copies).
 TOLERANCE = 1e-9
+#: Bytes the MILP's budget row keeps below the limit: HiGHS holds a row to 1e-7 of its units
+#: (GB), about 100 bytes, so that what it returns is within the limit itself.
+MILP_MARGIN_BYTES = 1e3
 
 
 @dataclass(frozen=True)
@@ -256,7 +259,7 @@ class Moves:
 
     def allows(self, layout: ShardLayout) -> bool:
         """Whether ``layout`` copies within the limit and keeps the rules."""
-        return (self.copied(layout) <= self.limit_bytes * (1 + TOLERANCE) + 1.0
+        return (self.copied(layout) <= self.limit_bytes * (1 + TOLERANCE)
                 and self.keeps_rules(layout))
 
     def time(self, layout: ShardLayout) -> MoveTime:
@@ -351,7 +354,7 @@ class Moves:
         others = np.ones(device.size, dtype=bool)
         others[tables] = False
         used = float(moves.copied(device, rows)[others].sum()) if others.any() else 0.0
-        left = max(self.limit_bytes - used, 0.0)
+        left = max(self.limit_bytes - used - MILP_MARGIN_BYTES, 0.0)
         memory = moves.memory[tables][:, None]
         pick = np.ix_(tables, devices)
         price_x = price_u = None

@@ -117,8 +117,10 @@ class Neighbourhood:
     def terms(self, tables: np.ndarray, devices: np.ndarray, device: np.ndarray,
               rows: np.ndarray) -> milp_model.MoveTerms | None:
         """The move term of a subproblem of ``tables`` on ``devices``, the other items as
-        ``device`` and ``rows`` place them (None outside a re-plan)."""
-        if self.moves is None:
+        ``device`` and ``rows`` place them (None outside a re-plan, or in one whose moves are
+        neither limited nor priced nor ruled)."""
+        m = self.moves
+        if m is None or not (m.limited or m.horizon is not None or m.rules.hbm_with_device):
             return None
         return self.moves.terms(self.items, tables, devices, device, rows)
 

@@ -114,6 +114,10 @@ LARGE_TASK_CHOICES = 1
 #: Share of the time limit the search stage gets when ``polish`` is on (the solve the rest).
 POLISH_SHARE_OF_LIMIT = 0.1
 
+#: In a re-plan, the share of the time limit the carried plan's splits get (the other split
+#: choices share the rest).
+CARRIED_SHARE = 0.4
+
 #: Status suffix when there was no time to choose splits.
 NO_SPLIT_STATUS = "deadline: splits not chosen in time, tables whole"
 
@@ -211,25 +215,29 @@ class RecShard(Sharder):
                      ) -> Sharded[RecShardResult]:
         """Re-plans ``task`` within ``moves`` (:class:`autoshard.replan.budget.Moves`): the
         solve of :func:`~autoshard.sharders.recshard_tables.solve_tables` with the MILP's move
-        term, from the carried plan, over its splits and, unless the rules keep them, the
-        first split choice (:data:`SPLIT_TARGETS`); the plan that costs least (with its moves'
-        price where they are priced) within the budget. The record's ``budget_bound_ms`` bounds
-        the plans within the budget that keep the carried splits (where moves are not priced);
-        the bound returned is the spread-work bound, valid for every plan, where it was priced
-        in time."""
+        term, from the carried plan, over its splits (:data:`CARRIED_SHARE` of the time) and,
+        unless the rules keep them, each split choice a fresh plan tries
+        (:data:`SPLIT_TARGETS`, with replicas) in the time left; the plan that costs least
+        (with its moves' price where they are priced) within the budget. The record's
+        ``budget_bound_ms`` bounds the plans within the budget that keep the carried splits
+        (where moves are not priced); the bound returned is the spread-work bound, valid for
+        every plan, where it was priced in time."""
         start = time.perf_counter()
         deadline = start + self.time_limit
         choices, bound = [moves.carried.geometry], 0.0
         if self.split and not moves.rules.keep_splits:
             try:
                 split, bound = self._choices(task, cost_model, start)
-                if not same_split(split[0], choices[0]):
-                    choices.append(split[0])
+                choices += [g for g in split if not same_split(g, choices[0])]
             except DeadlineReached:
                 pass
         best: tuple[float, ShardLayout, Found] | None = None
         for i, g in enumerate(choices):
-            share = 0.6 if i < len(choices) - 1 else 1.0
+            if i and left(deadline) < 0.05 * self.time_limit:
+                break
+            # The carried splits first, with most of the time; then each split choice a fresh
+            # plan would try, in turn, with an equal share of what is left.
+            share = CARRIED_SHARE if i == 0 and len(choices) > 1 else 1.0 / (len(choices) - i)
             found = self._within(task, cost_model, moves, g,
                                  time.perf_counter() + share * left(deadline))
             if found is None:

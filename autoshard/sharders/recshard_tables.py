@@ -59,6 +59,9 @@ POLISH_SHARE = 0.1
 #: passed; without it a greedy start on thousands of tables can stay several times its bound
 #: (4.5x at 20,000 x 64, HBM for 30% of the bytes).
 SEARCH_START_SHARE = 0.8
+#: The warm start of a re-plan: the plan in use carried onto the items (where it fits them,
+#: the only start: the greedy family's copy more than a budget allows).
+CARRIED_START = "carried"
 #: Status reported when the deadline came before the MILP's curves were priced.
 DEADLINE_STATUS = f"deadline: {WARM_STARTS[0]} plan, cost curves not priced in time"
 
@@ -138,15 +141,17 @@ def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostMo
     """Places every table (or shard, for a shard task) whole, with its HBM rows; ``pins``:
     a device per table (shard), -1 where free; ``search_cap``: on a task too large for the
     whole MILP, the search runs at most that many times as long as the solve before it.
-    ``moves``: a re-plan's budget; the plan in use carried is then the one warm start, and
-    every step keeps within the budget (the MILP's move term)."""
+    ``moves``: a re-plan's budget; the plan in use carried is then the one warm start (the
+    greedy family's where it does not fit the items), and every step keeps within the budget
+    (the MILP's move term)."""
     start = time.perf_counter()
     budget = max(deadline - start, 0.01)
     kinds = device_kinds(task)
     # The cheapest warm start first: the plan returned if the deadline comes before any
     # better one exists (None when it cannot place the task; then no phase is cut short).
-    fallback = (_cheap_start(task, cost_model, pins) if moves is None
-                else _carried_start(task, pins, moves))
+    fallback = None if moves is None else _carried_start(task, pins, moves)
+    if fallback is None:  # outside a re-plan, or the carried plan does not fit these items
+        fallback = _cheap_start(task, cost_model, pins)
     cut = None if fallback is None else start + CURVES_SHARE * budget
     try:
         curves = cost_curves(task, cost_model, kinds, deadline=cut)
@@ -200,25 +205,9 @@ def _warm_start(settings: SolveSettings, ctx: Neighbourhood, relaxed: milp_model
 
     task, model = ctx.task, ctx.cost_model
     starts = [] if first is None else [first]
-    for name in WARM_STARTS[1:] if ctx.moves is None else ():
-        # Another greedy takes about as long as the first: started only if it can finish.
-        if starts and left(ctx.deadline) < 2 * first_s:
-            break
-        try:
-            placed = pin(task, ctx.pins, *get_sharder(name).shard(task, model).arrays(task))
-        except PlannerError:
-            continue
-        if placed is not None:
-            starts.append((name, *placed))
-    packed = None if (starts and _past(ctx.deadline)) or ctx.moves is not None else lp_packing(
-        task, model, ctx.kinds, ctx.full, relaxed)
-    if packed is not None:
-        packed = pin(task, ctx.pins, *packed)
-    if packed is not None:
-        starts.append(("lp_packing", *packed))
-    if not starts and ctx.moves is not None:
-        raise PlannerError("capacity", "the plan in use, carried onto these items, does not "
-                           "fit them")
+    # In a re-plan, the others only where they copy within its budget (without a limit, all).
+    starts += [s for s in _other_starts(ctx, relaxed, bool(starts), first_s)
+               if ctx.allows(s[1], s[2])]
     if not starts:
         try:  # the first greedy's own error says which table fits nowhere, with the bytes
             get_sharder(WARM_STARTS[0]).shard(task, model)
@@ -244,6 +233,31 @@ def _warm_start(settings: SolveSettings, ctx: Neighbourhood, relaxed: milp_model
             scored.append((ctx.objective(device, better), name, device, better))
     best = min(scored, key=lambda c: c[0])
     return best[1], best[2], best[3]
+
+
+def _other_starts(ctx: Neighbourhood, relaxed: milp_model.Solution, started: bool,
+                  first_s: float) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The greedy family after the first (each only while it can finish in time: about
+    ``first_s`` seconds each) and the LP-guided packing, their pins kept."""
+    from autoshard.sharders import get_sharder
+
+    task, model = ctx.task, ctx.cost_model
+    out: list[tuple[str, np.ndarray, np.ndarray]] = []
+    for name in WARM_STARTS[1:]:
+        # Another greedy takes about as long as the first: started only if it can finish.
+        if (started or out) and left(ctx.deadline) < 2 * first_s:
+            break
+        try:
+            placed = pin(task, ctx.pins, *get_sharder(name).shard(task, model).arrays(task))
+        except PlannerError:
+            continue
+        if placed is not None:
+            out.append((name, *placed))
+    if (started or out) and _past(ctx.deadline):
+        return out
+    packed = lp_packing(task, model, ctx.kinds, ctx.full, relaxed)
+    packed = None if packed is None else pin(task, ctx.pins, *packed)
+    return out if packed is None else [*out, ("lp_packing", *packed)]
 
 
 def _searched_start(ctx: Neighbourhood, starts: list[tuple[str, np.ndarray, np.ndarray]],
@@ -332,7 +346,7 @@ def _carried_start(task: ShardingTask, pins: np.ndarray | None, moves: Moves
     if found is None:
         return None
     placed = pin(task, pins, *found)
-    return None if placed is None else ("carried", *placed)
+    return None if placed is None else (CARRIED_START, *placed)
 
 
 def _past(deadline: float) -> bool:
