@@ -207,3 +207,33 @@ def test_drift_prices_the_plan_in_use_and_the_replans(
     assert [r["name"] for r in doc["rows"]] == ["plan in use", "re-plan from scratch",
                                                 "within 0 GB", "within 10%"]
     assert doc["before_ms"] is not None and doc["bound_ms"] > 0
+
+
+def test_the_search_stage_keeps_the_budget() -> None:
+    from autoshard.replan.repair import MoveGuard
+    from autoshard.search.kick import kick_plan
+    from autoshard.search.stage import search
+
+    new = task(5.0)
+    moves = carry(OLD, new, MODEL, MoveBudget(max_bytes=40_000))
+    guard = MoveGuard(moves, MODEL)
+    carried = moves.carried
+    # only c (500 rows x 68 B = 34,000 B) fits the budget whole
+    assert guard.movable(carried).tolist() == [False, False, True]
+    plan, cost = carried.to_plan(new), guard.cost(carried)
+    kicked, kicked_cost = kick_plan(plan, new, MODEL, cost, guard=guard)
+    assert moves.copied(plan_layout(kicked, new)) <= 40_000 and kicked_cost <= cost
+    found = search(plan, new, MODEL, cost, guard=guard)
+    assert moves.copied(plan_layout(found.plan, new)) <= 40_000 and found.cost_ms <= cost
+
+
+def test_ppo_replans_within_the_budget() -> None:
+    from autoshard.sharders.ppo import PPOSharder
+
+    if (reason := PPOSharder.unavailable()) is not None:
+        pytest.skip(reason)
+    planned = replan(MoveBudget(max_bytes=100_000), "ppo", time_limit=10)
+    assert planned.moves is not None and planned.moves.copied_bytes <= 100_000
+    assert planned.report.step_cost_ms < planned.moves.before_ms
+    names = planned.details.costs
+    assert "carried" in names and any(n.endswith("+budget") for n in names)
