@@ -47,6 +47,7 @@ from autoshard.pricing.cost import load_cost_model, model_identity
 from autoshard.pricing.evaluator import evaluate
 from autoshard.replan.budget import MoveBudget, get_move_rules, move_rules_names
 from autoshard.replan.diff import MoveReport, PlanDiff, diff_plans, link_label, payback_words
+from autoshard.sharders import get_sharder
 from autoshard.task import ShardingTask
 
 #: Batch and training steps of ``reshard``.
@@ -175,10 +176,11 @@ def replan_cmd(
     priced = plan_task(old, previous, given, reprice=True)
     with options_named():
         model = load_cost_model(priced.cost_model)
+        chosen = get_sharder(sharder, **options)
     context = _context(old, priced.task, given, priced.cost_model)
     try:
-        planned = planning.plan(priced.task, sharder, model, context=context, previous=old,
-                                move_budget=budget, **options)
+        planned = planning.plan(priced.task, chosen, model, context=context, previous=old,
+                                move_budget=budget)
     except PlannerError as exc:
         raise PlannerError(exc.kind, f"{previous}: {exc}") from exc
     planned.plan.save(output)

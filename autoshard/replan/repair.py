@@ -64,11 +64,11 @@ def within_budget(moves: Moves, layout: ShardLayout, cost_model: CostModel) -> S
     options = _options(moves, plan, carried, cost_model)
     if not _fits(task, options, choice):
         return moves.carried
-    choice = _put_back(moves, options, choice)
-    if choice is None:
+    kept = _put_back(moves, options, choice)
+    if kept is None:
         return moves.carried
     merged = Plan(tuple(c if back else p for p, c, back in zip(
-        plan.placements, carried.placements, choice, strict=True)))
+        plan.placements, carried.placements, kept, strict=True)))
     out = plan_layout(merged, task, "repaired plan")
     return out if moves.allows(out) else moves.carried
 

@@ -122,7 +122,7 @@ class Neighbourhood:
         m = self.moves
         if m is None or not (m.limited or m.horizon is not None or m.rules.hbm_with_device):
             return None
-        return self.moves.terms(self.items, tables, devices, device, rows)
+        return m.terms(self.items, tables, devices, device, rows)
 
     @property
     def items(self) -> ShardGeometry:

@@ -238,13 +238,13 @@ class RecShard(Sharder):
             # The carried splits first, with most of the time; then each split choice a fresh
             # plan would try, in turn, with an equal share of what is left.
             share = CARRIED_SHARE if i == 0 and len(choices) > 1 else 1.0 / (len(choices) - i)
-            found = self._within(task, cost_model, moves, g,
-                                 time.perf_counter() + share * left(deadline))
-            if found is None:
+            solved = self._within(task, cost_model, moves, g,
+                                  time.perf_counter() + share * left(deadline))
+            if solved is None:
                 continue
-            score = found[1].cost + moves.price_ms(found[0])
+            score = solved[1].cost + moves.price_ms(solved[0])
             if best is None or score < best[0]:
-                best = (score, *found)
+                best = (score, *solved)
         if best is None:  # no choice planned in time: the carried plan
             raise PlannerError("deadline", "no plan within the move budget in time")
         _, layout, found = best

@@ -218,7 +218,7 @@ class AutoshardPlanner:
                    **self.sharder_options}
         context = PlanContext.of(task, source, {"profile": task.hardware.name},
                                  model_identity(self.cost_model), inline=True)
-        replan = {} if self.previous is None else {
+        replan: dict[str, Any] = {} if self.previous is None else {
             "previous": previous_plan(self.previous, task),
             "move_budget": torchrec_budget(self.move_budget)}
         return planning.plan(task, self.sharder, self.cost_model, context=context, **options,
