@@ -50,6 +50,8 @@ from autoshard.replan.diff import MoveReport, PlanDiff, diff_plans, link_label, 
 from autoshard.sharders import get_sharder
 from autoshard.task import ShardingTask
 
+#: Steps until the next re-plan (``--horizon``).
+HORIZON = Range(1, 1e12)
 #: Batch and training steps of ``reshard``.
 BATCH = Range(1, MAX_BATCH_SIZE, integer=True)
 STEPS = Range(0, 1000, integer=True)
@@ -59,10 +61,10 @@ MoveBudgetOpt = Annotated[str, typer.Option(
     "tables' bytes (10%), bytes (2.5GB, 500MB, 1e9), seconds at the hardware's bandwidths "
     "(30s), or none. Copies: weights and optimizer state sent to another device, and rows "
     "moved between a device's host memory and HBM.")]
-HorizonOpt = Annotated[float | None, typer.Option(
-    "--horizon", min=1, help="Steps until the next re-plan: each copy is priced at its "
-    "transfer time over them, so that a move is made only where it wins its time back within "
-    "them (default: copies within the budget are free). [1 <= x]")]
+HorizonOpt = Annotated[float | None, ranged(
+    HORIZON, "Steps until the next re-plan: each copy is priced at its transfer time over "
+    "them, so that a move is made only where it wins its time back within them (default: "
+    "copies within the budget are free).", "--horizon")]
 RulesOpt = Annotated[str, typer.Option(
     "--rules", help=f"Which moves the runtime can make: {', '.join(move_rules_names())} "
     "(torchrec: those TorchRec's reshard makes in place, docs/replan.md).")]
