@@ -2,8 +2,9 @@
 
 From Python (docs/library.md): load tables and hardware, build a :class:`ShardingTask`, then
 :func:`plan` it (a :class:`Planned` value: the plan and its cost report) and :func:`export` the
-plan for a training framework. ``plan``, ``Planned`` and ``export`` are imported when first
-used, so that ``import autoshard`` stays light.
+plan for a training framework; re-plan from the plan in use with ``plan(..., previous=...,
+move_budget=MoveBudget(...))``. ``plan``, ``Planned``, ``export`` and ``MoveBudget`` are
+imported when first used, so that ``import autoshard`` stays light.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ __version__ = "0.1.0"
 
 #: Names imported from their owner module when first used.
 _LAZY = {"plan": "autoshard.planning", "Planned": "autoshard.planning",
-         "export": "autoshard.exporting"}
+         "export": "autoshard.exporting", "MoveBudget": "autoshard.replan.budget"}
 
 __all__ = [
     "HardwareProfile",
     "InputError",
+    "MoveBudget",
     "Placement",
     "Plan",
     "Planned",

@@ -15,6 +15,14 @@ harness (:func:`autoshard.compare.harness.run_one`) and TorchRec's planner inter
    lower bound, and the report's figures checked finite.
 
 The result is a :class:`Planned` value.
+
+A re-plan is the same sequence given the plan in use (``previous``) and a move budget
+(:class:`autoshard.replan.budget.MoveBudget`): the plan in use is first carried onto the task
+(:func:`autoshard.replan.carry.carry`: the re-plan that moves nothing it need not); a sharder that
+plans within a budget (:class:`autoshard.sharders.base.MoveAware`) is given it, any other's plan
+is brought within it table by table (:func:`autoshard.replan.repair.within_budget`), after the
+constraints; the carried plan wins where it costs no more (with priced moves: step cost plus
+price); and the move is priced (:attr:`Planned.moves`, :func:`autoshard.replan.diff.move_report`).
 """
 
 from __future__ import annotations
@@ -32,9 +40,13 @@ from autoshard.layout.shards import plan_layout
 from autoshard.limits import check_finite_costs
 from autoshard.pricing.cost import CostModel, load_cost_model
 from autoshard.pricing.evaluator import CostReport, evaluate
+from autoshard.replan.budget import MoveBudget, Moves
+from autoshard.replan.carry import carry
+from autoshard.replan.diff import MoveReport, move_report
+from autoshard.replan.repair import MoveGuard, within_budget
 from autoshard.search.enforce import enforce
 from autoshard.sharders import get_sharder
-from autoshard.sharders.base import Sharder, SolverRecord
+from autoshard.sharders.base import MoveAware, Sharded, Sharder, SolverRecord
 from autoshard.task import ShardingTask
 
 #: The report's figures that must be finite for a plan to be returned.
@@ -55,6 +67,7 @@ class Planned:
         seconds: Wall time of the sharder's run, s (by the clock :func:`plan` was given).
         details: The sharder's own record of the run
             (:attr:`autoshard.sharders.base.Sharded.details`; None for sharders without one).
+        moves: In a re-plan, its move from the plan in use, priced (None otherwise).
     """
 
     plan: Plan
@@ -64,6 +77,7 @@ class Planned:
     notes: tuple[str, ...]
     seconds: float
     details: Any = None
+    moves: MoveReport | None = None
 
     @property
     def solver(self) -> dict[str, object] | None:
@@ -76,7 +90,8 @@ class Planned:
 def plan(task: ShardingTask, sharder: str | Sharder,
          cost_model: str | Path | CostModel = "analytical", *, bound_ms: float | None = None,
          own_bound: bool = True, context: PlanContext | None = None,
-         clock: Callable[[], float] | None = None, **options: Any) -> Planned:
+         clock: Callable[[], float] | None = None, previous: Plan | None = None,
+         move_budget: MoveBudget | None = None, **options: Any) -> Planned:
     """Plans ``task`` with ``sharder`` under ``cost_model`` and prices the plan (the module
     docstring gives the steps).
 
@@ -92,6 +107,10 @@ def plan(task: ShardingTask, sharder: str | Sharder,
         context: The context the plan records (where its tables, hardware and cost model come
             from: :class:`autoshard.layout.plan_context.PlanContext`), if any.
         clock: Seconds, for :attr:`Planned.seconds` (default ``time.perf_counter``).
+        previous: The plan in use: re-plan from it (module docstring), on the hardware and for
+            the tables its context records (else the task's, with the same tables).
+        move_budget: How much the re-plan may move (default: no limit); only with
+            ``previous``.
         **options: The sharder's options (its constructor's keyword arguments), checked
             strictly; only with a registry name.
 
@@ -104,19 +123,49 @@ def plan(task: ShardingTask, sharder: str | Sharder,
     """
     model = (load_cost_model(str(cost_model)) if isinstance(cost_model, (str, Path))
              else cost_model)
+    if move_budget is not None and previous is None:
+        raise InputError("a move budget needs the plan in use (previous=)",
+                         field="move_budget", value=move_budget.describe())
     chosen = _sharder(sharder, options)
+    moves = None if previous is None else carry(previous, task, model,
+                                                move_budget or MoveBudget())
     clock = clock or time.perf_counter
     start = clock()
-    sharded = chosen.solve(task, model)
+    sharded: Sharded[object] = (chosen.solve_within(task, model, moves)
+                                if moves is not None and isinstance(chosen, MoveAware)
+                                else chosen.solve(task, model))
     seconds = clock() - start
     found = _within_constraints(sharded.plan, task, model, chosen.name)
+    moved = None
+    if moves is not None:
+        found, moved = _within_budget(found, moves, model, sharded)
     if context is not None:
         found = replace(found, context=context)
     known = [b for b in (bound_ms, sharded.bound_ms if own_bound else None) if b is not None]
     report = evaluate(found, task, model, bound_ms=max(known) if known else None)
     check_finite_costs({f: getattr(report, f) for f in FIGURES}, f"{chosen.name}'s plan")
     return Planned(found, task, report, sharded.bound_ms, sharded.notes, seconds,
-                   sharded.details)
+                   sharded.details, moved)
+
+
+def _within_budget(found: Plan, moves: Moves, model: CostModel, sharded: Sharded[object]
+                   ) -> tuple[Plan, MoveReport]:
+    """``found`` within the re-plan's budget (repaired where the sharder did not keep it), or
+    the carried plan where that costs no more; and the move priced."""
+    task = moves.task
+    layout = plan_layout(found, task)
+    notes = []
+    if not moves.allows(layout):
+        layout = within_budget(moves, layout, model)
+        notes.append("the sharder's plan exceeded the budget: tables put back as carried")
+    guard = MoveGuard(moves, model)
+    if guard.cost(moves.carried) <= guard.cost(layout):
+        layout = moves.carried
+        notes.append("the plan in use, carried, costs no more: nothing else moves")
+    bound = getattr(sharded.details, "budget_bound_ms", None)
+    report = move_report(moves, layout, model, bound, tuple(notes))
+    return (replace(layout.to_plan(task, found.sharder), provenance=found.provenance),
+            report)
 
 
 def _sharder(sharder: str | Sharder, options: dict[str, Any]) -> Sharder:

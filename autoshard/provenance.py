@@ -16,7 +16,7 @@ from autoshard.errors import InputError
 from autoshard.limits import is_finite
 
 #: Where a winning candidate came from.
-SOURCES = ("policy", "policy over splits", "rival sharder", "milp")
+SOURCES = ("policy", "policy over splits", "rival sharder", "milp", "plan in use")
 
 
 @dataclass(frozen=True)

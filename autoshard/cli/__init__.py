@@ -31,6 +31,7 @@ _CLICK_ERRORS = _click_errors()
 # isort: off
 from autoshard.cli import core_cmds  # noqa: E402,F401
 from autoshard.cli import export_cmds  # noqa: E402,F401
+from autoshard.cli import replan_cmds  # noqa: E402,F401
 from autoshard.cli import compare_cmds  # noqa: E402,F401
 from autoshard.cli import demo_cmds  # noqa: E402,F401
 from autoshard.cli import cost_cmds  # noqa: E402,F401

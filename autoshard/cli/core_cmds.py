@@ -113,7 +113,7 @@ def plan(
     if plot is not None:
         check_output_path(plot)
         check_distinct_outputs({"--output": output, "--plot": plot})
-    options = _sharder_options(sharder, seed, time_limit, opt, policy)
+    options = sharder_options(sharder, seed, time_limit, opt, policy)
     tables, given, module_paths = plan_tables(tables, torchrec_model, stats)
     task = build_task(given, hardware, devices, nodes, hbm_gb, batch_size, mode,
                       overhead=overhead)
@@ -133,20 +133,21 @@ def plan(
         raise PlannerError(exc.kind, f"{tables}: {exc}") from exc
     planned.plan.save(output)
     view = View(by, all_tables, plot)
-    _show_planned(planned, model, output, view, json_out)
+    show_planned(planned, model, output, view, json_out)
 
 
-def _show_planned(planned: Planned, model: CostModel, output: Path, view: View,
-                  json_out: bool) -> None:
-    """The plan's report: JSON, or the per-device table, the placement, how the plan was
-    found and the solver's figures; and its plot when asked."""
+def show_planned(planned: Planned, model: CostModel, output: Path, view: View,
+                 json_out: bool, extra: dict[str, Any] | None = None) -> None:
+    """The plan's report: JSON (with ``extra`` fields), or the per-device table, the
+    placement, how the plan was found and the solver's figures; and its plot when asked."""
     report, plan, solver, seconds = (planned.report, planned.plan, planned.solver,
                                      planned.seconds)
     found = None if plan.provenance is None else plan.provenance.to_dict()
     view.draw(report, f"{output}: {report.sharder}, {report.cost_model} cost")
     if json_out:
         print_json(dict(report.to_dict(), plan_seconds=seconds, output=str(output),
-                        provenance=found, solver=solver, notes=list(planned.notes)))
+                        provenance=found, solver=solver, notes=list(planned.notes),
+                        **(extra or {})))
         return
     show_report(report)
     view.show(shard_costs(plan, planned.task, model), planned.task.num_devices)
@@ -161,7 +162,7 @@ def _show_planned(planned: Planned, model: CostModel, output: Path, view: View,
                   f"wrote {output}" + (f" and {view.plot}" if view.plot else ""))
 
 
-def _sharder_options(sharder: str, seed: int, time_limit: float, opt: list[str] | None,
+def sharder_options(sharder: str, seed: int, time_limit: float, opt: list[str] | None,
                      policy: Path | None) -> dict[str, object]:
     """The options ``plan`` makes its sharder with: the common settings it takes, then those
     given for it (checked strictly)."""

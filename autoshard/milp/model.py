@@ -17,6 +17,16 @@ HBM reserved for the table wherever it lives (:mod:`autoshard.reservation`); min
 tables keep equal shares: m[a] / F_a = m[b] / F_b. A "device" of weight w_d > 1 stands for w_d
 identical devices: the aggregated LP of a cluster, whose optimum equals the LP relaxation of the
 per-device model (average any per-device solution over each kind).
+
+A re-plan adds a move term (:class:`MoveTerms`, from :mod:`autoshard.replan.budget`): with
+``N[t,d]`` the memory sent to d if t goes there, ``k[t,d]`` the share of t's memory already on d
+and ``h[t,d]`` its memory already in d's HBM, a variable ``u[t,d]`` >= |k m[t,d] - h x[t,d]| (the
+memory copied between d's host memory and HBM), and::
+
+    sum_(t,d) (N[t,d] * x[t,d] + u[t,d]) <= B          copies within the budget
+
+with, where moves are priced, ``p[t,d] * x[t,d] + q[t,d] * u[t,d]`` (ms per step) added to the
+objective.
 """
 
 from __future__ import annotations
@@ -41,6 +51,37 @@ _BANNER_SHOWN = False
 
 
 @dataclass(frozen=True)
+class MoveTerms:
+    """A subproblem's move term (module docstring), every array [T', D'] over its tables and
+    devices, memory in the model's units (GB of ``m``).
+
+    Args:
+        network: Memory sent to the device from others if the table goes there (N).
+        kept: Share of the table's memory already on the device (k).
+        kept_hbm: Its memory already in the device's HBM (h).
+        budget: Memory the subproblem may copy in all (B; inf: no limit).
+        price_network: ms per step added where the table goes to the device (p; None: 0).
+        price_hbm: ms per step per unit of memory copied between the device's host memory and
+            HBM (q; None: 0).
+        hold: Pairs whose HBM memory may not change where the table stays (u = 0; None: none).
+    """
+
+    network: np.ndarray
+    kept: np.ndarray
+    kept_hbm: np.ndarray
+    budget: float = np.inf
+    price_network: np.ndarray | None = None
+    price_hbm: np.ndarray | None = None
+    hold: np.ndarray | None = None
+
+    def copied(self, position: np.ndarray, memory: np.ndarray) -> np.ndarray:
+        """Memory each table copies on device ``position`` with HBM ``memory``."""
+        t = np.arange(position.size)
+        return (self.network[t, position]
+                + np.abs(self.kept[t, position] * memory - self.kept_hbm[t, position]))
+
+
+@dataclass(frozen=True)
 class Subproblem:
     """Which tables go on which devices, and what each device holds.
 
@@ -61,6 +102,7 @@ class Subproblem:
         allowed: Devices each table may go to ([T', D'] bool; None: all).
         least: Least HBM memory of each table wherever it lives, GB of its memory variable
             ([T'], None: none; a replica's whole table, or what its constraints keep in HBM).
+        moves: The move term of a re-plan (:class:`MoveTerms`; None: none).
     """
 
     tables: np.ndarray
@@ -77,6 +119,7 @@ class Subproblem:
     tied: np.ndarray | None = None
     allowed: np.ndarray | None = None
     least: np.ndarray | None = None
+    moves: MoveTerms | None = None
 
 
 @dataclass(frozen=True)
@@ -164,19 +207,69 @@ def _matrix(sub: Subproblem, lines: CostLines, pt: np.ndarray, pd: np.ndarray,
     lo.append(np.full(3 * nd, -np.inf))
     hi.append(np.concatenate((np.zeros(nd), sub.hbm * sub.weight, sub.host * sub.weight)))
     nrow += 2 * nd
-    if sub.tied is not None and sub.fixed is not None:
-        first, second = _tied_pairs(sub.tied)
-        column = np.empty(nt, dtype=np.int64)
-        column[pt] = np.arange(p)  # one pair per table when devices are fixed
-        r = nrow + np.arange(first.size)
-        add(r, m[column[first]], 1.0 / sub.full[first])
-        add(r, m[column[second]], -1.0 / sub.full[second])
-        lo.append(np.zeros(first.size))
-        hi.append(np.zeros(first.size))
-    cost = np.zeros(3 * p + 1)
+    nrow += _tied_rows(sub, pt, m, nrow, add, lo, hi)
+    cost = np.zeros(3 * p + 1 + (p if sub.moves is not None else 0))
     cost[c] = spread
     cost[cc] = 1.0
+    if sub.moves is not None:
+        _move_rows(sub.moves, pt, pd, (x, m, cc + 1 + np.arange(p)), nrow, add, lo, hi, cost)
     return rows, cols, vals, np.concatenate(lo), np.concatenate(hi), cost
+
+
+def _tied_rows(sub: Subproblem, pt: np.ndarray, m: np.ndarray, nrow: int,
+               add: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
+               lo: list[np.ndarray], hi: list[np.ndarray]) -> int:
+    """Rows m[a] / F_a = m[b] / F_b of the tables of one ``tied`` group, where devices are
+    fixed; returns how many."""
+    if sub.tied is None or sub.fixed is None:
+        return 0
+    first, second = _tied_pairs(sub.tied)
+    column = np.empty(sub.tables.size, dtype=np.int64)
+    column[pt] = np.arange(pt.size)  # one pair per table when devices are fixed
+    r = nrow + np.arange(first.size)
+    add(r, m[column[first]], 1.0 / sub.full[first])
+    add(r, m[column[second]], -1.0 / sub.full[second])
+    lo.append(np.zeros(first.size))
+    hi.append(np.zeros(first.size))
+    return int(first.size)
+
+
+def _move_rows(terms: MoveTerms, pt: np.ndarray, pd: np.ndarray,
+               columns: tuple[np.ndarray, np.ndarray, np.ndarray], nrow: int,
+               add: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
+               lo: list[np.ndarray], hi: list[np.ndarray], cost: np.ndarray) -> None:
+    """The move term's rows (module docstring): u >= +-(k m - h x) where some of the table is
+    already on the device, the budget row, and the prices in ``cost``."""
+    x, m, u = columns
+    k, h = terms.kept[pt, pd], terms.kept_hbm[pt, pd]
+    on = np.flatnonzero(k > 0)
+    for sign in (1.0, -1.0):
+        r = nrow + np.arange(on.size)
+        add(r, m[on], sign * k[on])
+        add(r, x[on], -sign * h[on])
+        add(r, u[on], -np.ones(on.size))
+        lo.append(np.full(on.size, -np.inf))
+        hi.append(np.zeros(on.size))
+        nrow += on.size
+    if np.isfinite(terms.budget):
+        r = np.full(pt.size, nrow)
+        add(r, x, terms.network[pt, pd])
+        add(r, u, np.ones(pt.size))
+        lo.append(np.array([-np.inf]))
+        hi.append(np.array([max(terms.budget, 0.0)]))
+    if terms.price_network is not None:
+        cost[x] += terms.price_network[pt, pd]
+    if terms.price_hbm is not None:
+        cost[u] = terms.price_hbm[pt, pd]
+
+
+def _move_upper(terms: MoveTerms, pt: np.ndarray, pd: np.ndarray) -> np.ndarray:
+    """Upper bounds of u: none where some of the table is already on the device (and its HBM
+    may change there), 0 elsewhere."""
+    free = terms.kept[pt, pd] > 0
+    if terms.hold is not None:
+        free &= ~terms.hold[pt, pd]
+    return np.where(free, np.inf, 0.0)
 
 
 def _least_rows(sub: Subproblem, pt: np.ndarray, x: np.ndarray, m: np.ndarray, nrow: int,
@@ -246,20 +339,21 @@ def solve(sub: Subproblem, lines: CostLines, *, order: np.ndarray | None = None,
     if np.setdiff1d(np.arange(sub.tables.size), pt).size:
         return Solution(None, None, np.inf, np.inf, "infeasible", time.perf_counter() - start)
     rows, cols, vals, lo, hi, cost = _matrix(sub, lines, pt, pd, spread)
-    p = pt.size
+    p, ncol = pt.size, cost.size
     a = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                   shape=(lo.size, 3 * p + 1)).tocsc()
-    col_lower = np.concatenate((np.zeros(3 * p), [lower]))
+                   shape=(lo.size, ncol)).tocsc()
+    col_lower = np.concatenate((np.zeros(3 * p), [lower], np.zeros(ncol - 3 * p - 1)))
     col_upper = np.concatenate((np.ones(p), lines.max_memory[sub.tables[pt], sub.kind[pd]],
-                                np.full(p + 1, np.inf)))
-    integrality = np.zeros(3 * p + 1, dtype=np.int32)
+                                np.full(p + 1, np.inf),
+                                [] if sub.moves is None else _move_upper(sub.moves, pt, pd)))
+    integrality = np.zeros(ncol, dtype=np.int32)
     if sub.integer:
         integrality[:p] = 1
     h = _new_highs()
     h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     # The array form of passModel: no per-element conversion of the (large) matrix.
-    h.passModel(3 * p + 1, lo.size, a.nnz, int(highspy.MatrixFormat.kColwise), 1, 0.0,
+    h.passModel(ncol, lo.size, a.nnz, int(highspy.MatrixFormat.kColwise), 1, 0.0,
                 cost, col_lower, col_upper, lo, hi, a.indptr.astype(np.int32),
                 a.indices.astype(np.int32), a.data.astype(np.float64), integrality)
     if warm is not None and sub.integer:
@@ -315,17 +409,18 @@ def _set_start(h: Any, sub: Subproblem, lines: CostLines, pt: np.ndarray, pd: np
     import highspy
 
     device = relabel(sub, order, warm[0]) if sub.symmetric else warm[0]
-    p = pt.size
     on = device[pt] == pd
     x = on.astype(np.float64)
     m = np.where(on, warm[1][pt], 0.0)
     c = np.where(on, lines.cost(sub.tables[pt], sub.kind[pd], m), 0.0)
     load = np.bincount(pd, weights=c, minlength=sub.kind.size) / sub.weight
+    values = [x, m, c, [max(load.max(), 0.0)]]
+    if sub.moves is not None:  # the copies between host memory and HBM the start makes
+        values.append(np.abs(sub.moves.kept[pt, pd] * m - sub.moves.kept_hbm[pt, pd] * x))
     sol = highspy.HighsSolution()
-    sol.col_value = np.concatenate((x, m, c, [max(load.max(), 0.0)])).tolist()
+    sol.col_value = np.concatenate(values).tolist()
     sol.value_valid = True
     h.setSolution(sol)
-    del p
 
 
 def relabel(sub: Subproblem, order: np.ndarray, device: np.ndarray) -> np.ndarray:

@@ -32,11 +32,14 @@ def aggregated(task: ShardingTask, kinds: DeviceKinds) -> milp_model.Subproblem:
 
 def device_subproblem(task: ShardingTask, kinds: DeviceKinds, tables: np.ndarray,
                       devices: np.ndarray, fixed: np.ndarray | None = None,
-                      pins: np.ndarray | None = None) -> milp_model.Subproblem:
+                      pins: np.ndarray | None = None,
+                      moves: milp_model.MoveTerms | None = None) -> milp_model.Subproblem:
     """The per-device MILP of ``tables`` on ``devices`` (``fixed``: device position per table,
     splits only, as an LP; ``pins``: a device per task table, -1 where free, e.g. the shards of
-    a table split within one node). Host capacity keeps one row per table free, for the rows
-    that rounding HBM memory down to whole rows sends to host memory."""
+    a table split within one node; ``moves``: a re-plan's move term over ``tables`` and
+    ``devices``, whose devices are then not interchangeable). Host capacity keeps one row per
+    table free, for the rows that rounding HBM memory down to whole rows sends to host
+    memory."""
     dev = task.device_arrays
     per_row = task.table_arrays.memory_bytes_per_row[tables]
     full = task.table_arrays.rows[tables] * per_row / UNIT_BYTES
@@ -51,8 +54,8 @@ def device_subproblem(task: ShardingTask, kinds: DeviceKinds, tables: np.ndarray
                                  dev.host_capacity[devices] / UNIT_BYTES - slack, full,
                                  np.ones(devices.size), integer=fixed is None, fixed=fixed,
                                  hbm_scale=scale, reserved=reserved,
-                                 symmetric=pinned is None, allowed=pinned,
-                                 least=least_memory(task, tables))
+                                 symmetric=pinned is None and moves is None, allowed=pinned,
+                                 least=least_memory(task, tables), moves=moves)
 
 
 def least_memory(task: ShardingTask, tables: np.ndarray | None = None) -> np.ndarray | None:
@@ -122,13 +125,15 @@ def step_cost(task: ShardingTask, cost_model: CostModel, device: np.ndarray,
 
 def polish(task: ShardingTask, kinds: DeviceKinds, full: CostLines, tables: np.ndarray,
            devices: np.ndarray, position: np.ndarray, time_limit: float,
-           tied: np.ndarray | None = None) -> np.ndarray | None:
+           tied: np.ndarray | None = None, moves: milp_model.MoveTerms | None = None
+           ) -> np.ndarray | None:
     """Best row splits of ``tables`` kept on their devices (``devices[position]``), from the LP
     over every hull line; None if the LP found no solution. ``tied``: a group per table
-    (-1: none); the tables of one group keep the same share of their rows in HBM."""
+    (-1: none); the tables of one group keep the same share of their rows in HBM. ``moves``:
+    a re-plan's move term (the copies between host memory and HBM within its budget)."""
     from dataclasses import replace
 
-    sub = device_subproblem(task, kinds, tables, devices, fixed=position)
+    sub = device_subproblem(task, kinds, tables, devices, fixed=position, moves=moves)
     if tied is not None:
         sub = replace(sub, tied=tied)
     sol = milp_model.solve(sub, full, spread=1e-3, time_limit=time_limit)

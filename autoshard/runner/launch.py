@@ -44,7 +44,8 @@ def free_port() -> int:
 
 def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
                  logs: Path | None = None, worker: str = "autoshard.runner.worker",
-                 stages: Callable[[list[str]], None] | None = None) -> Any:
+                 stages: Callable[[list[str]], None] | None = None,
+                 env: dict[str, str] | None = None) -> Any:
     """Runs ``world`` ranks of ``spec`` here; returns rank 0's gathered results.
 
     Args:
@@ -56,6 +57,7 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
         worker: Module each rank runs as ``python -m WORKER SPEC RANK``.
         stages: Called while the ranks run with each rank's last progress mark (``step 3
             done``, ...), for a progress display.
+        env: Environment variables every rank starts with, beside this process's.
 
     Raises:
         RunError: A rank failed or stalled; all ranks have been stopped.
@@ -65,8 +67,8 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
     work = Path(tempfile.mkdtemp(prefix="autoshard-run-", dir=logs))
     spec = dict(spec, world_size=world, init_method=f"tcp://127.0.0.1:{free_port()}")
     (work / "spec.json").write_text(json.dumps(spec))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env.pop("RANK", None)
+    ranks_env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **(env or {}))
+    ranks_env.pop("RANK", None)
     procs: list[subprocess.Popen[bytes]] = []
     ok = False
     try:
@@ -74,7 +76,8 @@ def launch_local(spec: dict[str, Any], world: int, timeout_s: float,
             with (work / f"rank{rank}.log").open("wb") as log:
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", worker, str(work / "spec.json"), str(rank)],
-                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+                    stdout=log, stderr=subprocess.STDOUT, env=ranks_env,
+                    start_new_session=True))
         watch(procs, work, timeout_s, stages)
         result = json.loads((work / "result.json").read_text())
         ok = True

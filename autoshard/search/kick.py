@@ -9,6 +9,11 @@ again; the cheapest plan found is kept. Kicks run until :data:`KICKS` of them or
 (:func:`autoshard.search.polish.step_seconds`) is spent; the generator is seeded, so a
 run on the same machine is repeatable unless the guard ends it first. The result is never worse
 than the input.
+
+In a re-plan (a :class:`autoshard.replan.repair.MoveGuard`), kicks draw only items whose move the
+budget still holds (and the runtime's rules allow), each kicked plan is brought within the
+budget (:func:`autoshard.replan.repair.within_budget`), and plans are compared by their step
+cost plus their moves' price where moves are priced.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from autoshard.layout.plan import Plan
 from autoshard.layout.shards import ShardLayout, held_shards, plan_layout, pricing_task
 from autoshard.pricing.cost import CostModel
 from autoshard.pricing.curves import Curves
+from autoshard.replan.repair import MoveGuard
 from autoshard.search.polish import polish_plan, step_seconds
 from autoshard.task import ShardingTask
 
@@ -29,8 +35,8 @@ KICKS, MOVED = 10, 3
 
 
 def kick_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
-              seed: int = 0, kicks: int = KICKS, seconds: float | None = None
-              ) -> tuple[Plan, float]:
+              seed: int = 0, kicks: int = KICKS, seconds: float | None = None,
+              guard: MoveGuard | None = None) -> tuple[Plan, float]:
     """The cheapest of ``plan`` and its kicked and polished variants (see the module
     docstring), and its step cost.
 
@@ -43,13 +49,18 @@ def kick_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float
         kicks: Kicks at most.
         seconds: Time guard (default: :func:`autoshard.search.polish.step_seconds` of
             the plan's items).
+        guard: In a re-plan, its budget (module docstring); ``cost`` is then the plan's cost
+            as the guard prices it, and so is the cost returned.
     """
     layout = plan_layout(plan, task)
     g = layout.geometry
     items = pricing_task(task, g)
     stop = time.perf_counter() + (seconds if seconds is not None
                                   else step_seconds(g.num_shards, task.num_devices))
-    movable = np.flatnonzero(~held_shards(task, g))
+    free = ~held_shards(task, g)
+    if guard is not None:
+        free &= guard.movable(layout)
+    movable = np.flatnonzero(free)
     rng = np.random.default_rng(seed)
     curves: dict[bytes, Curves] = {}
     best, best_cost, device = plan, cost, layout.device
@@ -71,6 +82,8 @@ def kick_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float
         kicked = ShardLayout(g, moved, items.table_arrays.hbm_least.copy()).to_plan(
             task, plan.sharder)
         polished, c = polish_plan(kicked, task, cost_model, np.inf, curves=curves)
+        if guard is not None and np.isfinite(c):
+            polished, c = guard.admit(polished)
         if c < best_cost:
             best, best_cost = polished, c
             out = plan_layout(best, task)

@@ -19,7 +19,14 @@ import numpy as np
 from autoshard.errors import DeadlineReached
 from autoshard.layout.feasibility import feasible, fit_hbm
 from autoshard.layout.plan import Plan
-from autoshard.layout.shards import ShardLayout, held_shards, plan_layout, pricing_task
+from autoshard.layout.shards import (
+    ShardGeometry,
+    ShardLayout,
+    held_shards,
+    plan_layout,
+    pricing_task,
+    whole_tables,
+)
 from autoshard.milp import model as milp_model
 from autoshard.milp.plans import (
     aggregated,
@@ -40,6 +47,7 @@ from autoshard.pricing.curves import (
     device_kinds,
 )
 from autoshard.pricing.evaluator import step_cost_ms
+from autoshard.replan.budget import Moves
 from autoshard.task import ShardingTask
 
 #: Most lines over all curves in the LPs over "every" hull line; above it, each curve keeps
@@ -93,7 +101,8 @@ class LNSSettings:
 
 @dataclass(frozen=True)
 class Neighbourhood:
-    """What every stage of one solve shares."""
+    """What every stage of one solve shares; in a re-plan, its moves (:class:`autoshard.replan.
+    budget.Moves`)."""
 
     task: ShardingTask
     cost_model: CostModel
@@ -103,27 +112,61 @@ class Neighbourhood:
     deadline: float
     bound: float
     pins: np.ndarray | None = None
+    moves: Moves | None = None
+
+    def terms(self, tables: np.ndarray, devices: np.ndarray, device: np.ndarray,
+              rows: np.ndarray) -> milp_model.MoveTerms | None:
+        """The move term of a subproblem of ``tables`` on ``devices``, the other items as
+        ``device`` and ``rows`` place them (None outside a re-plan, or in one whose moves are
+        neither limited nor priced nor ruled)."""
+        m = self.moves
+        if m is None or not (m.limited or m.horizon is not None or m.rules.hbm_with_device):
+            return None
+        return m.terms(self.items, tables, devices, device, rows)
+
+    @property
+    def items(self) -> ShardGeometry:
+        """The geometry of the task's items: a shard task's shards, else its tables whole."""
+        g: ShardGeometry | None = getattr(self.task, "geometry", None)
+        return g if g is not None else whole_tables(self.task)
+
+    def allows(self, device: np.ndarray, rows: np.ndarray) -> bool:
+        """Whether a placement of the items copies within the re-plan's limit (always outside
+        one)."""
+        return self.moves is None or self.moves.allows(ShardLayout(self.items, device, rows))
+
+    def objective(self, device: np.ndarray, rows: np.ndarray) -> float:
+        """:meth:`score` of a placement, its loads priced here."""
+        return self.score(device, rows, device_loads(self.task, self.cost_model, device, rows))
+
+    def score(self, device: np.ndarray, rows: np.ndarray, loads: np.ndarray) -> float:
+        """What a placement costs: its step cost (``loads``' max), plus its moves' price per
+        step in a re-plan that prices them."""
+        if self.moves is None or self.moves.horizon is None:
+            return float(loads.max())
+        return float(loads.max()) + self.moves.price_ms(ShardLayout(self.items, device, rows))
 
 def search_from(settings: LNSSettings, task: ShardingTask, cost_model: CostModel,
                 device: np.ndarray, rows: np.ndarray, deadline: float,
-                pins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+                pins: np.ndarray | None = None, moves: Moves | None = None
+                ) -> tuple[np.ndarray, np.ndarray] | None:
     """Step 3 alone (:func:`lns_search`, the MILP re-solved a few devices at a time) from a
-    given placement of ``task``'s tables (or shards), ``pins`` kept; the cost curves, the
-    relaxation and the lines as a whole solve sets them up (:func:`set_up`), each split
-    table's shards then kept at one HBM share where the runtime holds one
-    (:func:`even_shares`). The devices and HBM rows found, or None when nothing improved or
-    the curves were not priced by ``deadline``."""
+    given placement of ``task``'s tables (or shards), ``pins`` kept (in a re-plan, within its
+    ``moves``' limit); the cost curves, the relaxation and the lines as a whole solve sets them
+    up (:func:`set_up`), each split table's shards then kept at one HBM share where the
+    runtime holds one (:func:`even_shares`). The devices and HBM rows found, or None when
+    nothing improved or the curves were not priced by ``deadline``."""
     start, kinds = time.perf_counter(), device_kinds(task)
     try:
         curves = cost_curves(task, cost_model, kinds, deadline=deadline)
     except DeadlineReached:
         return None
     full, _, bound, lines = set_up(settings, task, cost_model, kinds, curves, start, deadline)
-    ctx = Neighbourhood(task, cost_model, kinds, lines, full, deadline, bound, pins)
+    ctx = Neighbourhood(task, cost_model, kinds, lines, full, deadline, bound, pins, moves)
     found, found_rows, improved = lns_search(settings, ctx, device, rows, settings.stall)
     if improved is None:
         return None
-    even = even_shares(task, kinds, full, found, deadline, least=0.0)
+    even = even_shares(task, kinds, full, found, deadline, least=0.0, ctx=ctx, rows=found_rows)
     return found, found_rows if even is None else even
 
 def set_up(settings: LNSSettings, task: ShardingTask, cost_model: CostModel,
@@ -150,17 +193,24 @@ def set_up(settings: LNSSettings, task: ShardingTask, cost_model: CostModel,
     return full, relaxed, bound, lines
 
 def even_shares(task: ShardingTask, kinds: DeviceKinds, full: CostLines, device: np.ndarray,
-                 deadline: float, least: float = 2.0) -> np.ndarray | None:
+                 deadline: float, least: float = 2.0, ctx: Neighbourhood | None = None,
+                 rows: np.ndarray | None = None) -> np.ndarray | None:
     """On a task of shards whose runtime keeps one HBM share per split table (TorchRec's
     one), the HBM rows of every item on ``device`` re-chosen by the LP with each split
     table's shards at one share, given until ``deadline`` or ``least`` seconds; None
-    elsewhere or when that does not fit."""
+    elsewhere or when that does not fit (in a re-plan, ``ctx``'s, or exceeds its limit; its
+    HBM ``rows`` now)."""
     tied = tied_shares(task)
     if tied is None:
         return None
-    even = polish(task, kinds, full, np.arange(task.num_tables), np.arange(task.num_devices),
-                  device, max(left(deadline), least), tied)
-    return even if even is not None and feasible(task, device, even) else None
+    everything = np.arange(task.num_tables)
+    terms = (None if ctx is None or rows is None
+             else ctx.terms(everything, np.arange(task.num_devices), device, rows))
+    even = polish(task, kinds, full, everything, np.arange(task.num_devices),
+                  device, max(left(deadline), least), tied, moves=terms)
+    if even is None or not feasible(task, device, even):
+        return None
+    return even if ctx is None or ctx.allows(device, even) else None
 
 def _relaxation(task: ShardingTask, cost_model: CostModel, kinds: DeviceKinds,
                 full: CostLines, start: float, deadline: float
@@ -193,9 +243,9 @@ def lns_search(settings: LNSSettings, ctx: Neighbourhood, device: np.ndarray, ro
         return device, rows, None
     improved = None
     stale, patience = 0, max(3 * task.num_devices // group, 6)
-    history = [(time.perf_counter(), float(loads.max()))]
+    history = [(time.perf_counter(), ctx.score(device, rows, loads))]
     while left(ctx.deadline) > 0.2 and stale < patience:
-        if loads.max() - ctx.bound <= settings.mip_rel_gap * loads.max():
+        if ctx.score(device, rows, loads) - ctx.bound <= settings.mip_rel_gap * loads.max():
             break
         if milp_model.stalled(history, stall, MIN_SEARCH_S):
             break
@@ -212,7 +262,7 @@ def lns_search(settings: LNSSettings, ctx: Neighbourhood, device: np.ndarray, ro
             stale, improved = 0, time.perf_counter()
         else:
             stale += 1
-        history.append((time.perf_counter(), float(loads.max())))
+        history.append((time.perf_counter(), ctx.score(device, rows, loads)))
     return device, rows, improved
 
 def _improve(settings: LNSSettings, ctx: Neighbourhood, devs: np.ndarray, device: np.ndarray,
@@ -222,7 +272,8 @@ def _improve(settings: LNSSettings, ctx: Neighbourhood, devs: np.ndarray, device
     tables = np.flatnonzero(np.isin(device, devs))
     if tables.size == 0:
         return False
-    sub = device_subproblem(task, ctx.kinds, tables, devs, pins=ctx.pins)
+    terms = ctx.terms(tables, devs, device, rows)
+    sub = device_subproblem(task, ctx.kinds, tables, devs, pins=ctx.pins, moves=terms)
     position = np.searchsorted(devs, device[tables])
     limit = min(left(ctx.deadline), 5.0)
     sol = milp_model.solve(sub, ctx.lines, warm=(position, to_memory(task, rows[tables],
@@ -231,15 +282,19 @@ def _improve(settings: LNSSettings, ctx: Neighbourhood, devs: np.ndarray, device
     if sol.device is None or sol.memory is None:
         return False
     split = polish(task, ctx.kinds, ctx.full, tables, devs, sol.device,
-                   min(left(ctx.deadline), 5.0))
+                   min(left(ctx.deadline), 5.0), moves=terms)
     new_device, new_rows = device.copy(), rows.copy()
     new_device[tables] = devs[sol.device]
     new_rows[tables] = split if split is not None else to_rows(task, sol.memory, tables)
     new_rows = fit_hbm(task, new_device, new_rows)
-    if not feasible(task, new_device, new_rows):
+    if not feasible(task, new_device, new_rows) or not ctx.allows(new_device, new_rows):
         return False
     new_loads = device_loads(task, ctx.cost_model, new_device, new_rows)
-    if new_loads[devs].max() >= loads[devs].max() * (1 - 1e-9):
+    if ctx.moves is not None and ctx.moves.horizon is not None:
+        if (ctx.score(new_device, new_rows, new_loads)
+                >= ctx.score(device, rows, loads) * (1 - 1e-9)):
+            return False
+    elif new_loads[devs].max() >= loads[devs].max() * (1 - 1e-9):
         return False
     device[:], rows[:], loads[:] = new_device, new_rows, new_loads
     return True
@@ -263,24 +318,34 @@ def left(deadline: float) -> float:
 
 
 def resolve_plan(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
-                 deadline: float, seed: int = 0) -> tuple[Plan, float]:
+                 deadline: float, seed: int = 0, moves: Moves | None = None
+                 ) -> tuple[Plan, float]:
     """``plan`` after the search (``recshard``'s default options, :class:`LNSSettings`, but no
     stall rule, so it runs until a round of devices brings nothing) until ``deadline``, and
     its step cost; the input where that is no cheaper. The items a split pins to their devices
     (one row shard per device, replicas, node-local shards) stay where the plan has them; each
     split table then keeps one HBM share where the task's runtime holds one
-    (:meth:`~autoshard.layout.shards.ShardLayout.even_shares`)."""
+    (:meth:`~autoshard.layout.shards.ShardLayout.even_shares`). In a re-plan, the re-solves keep
+    within its ``moves``' limit and rules (and ``cost`` is then the plan's step cost plus its
+    moves' price where they are priced, as is the cost returned)."""
     layout = plan_layout(plan, task)
     g = layout.geometry
     items = pricing_task(task, g)
     held = held_shards(task, g)
+    if moves is not None and (kept := moves.pins(g)) is not None:
+        held = held | (kept >= 0)
     pins = np.where(held, layout.device, -1) if held.any() else None
     found = search_from(LNSSettings(seed=seed), items, cost_model, layout.device,
-                        layout.hbm_rows, deadline, pins)
+                        layout.hbm_rows, deadline, pins, moves)
     if found is None:
         return plan, cost
-    out = ShardLayout(g, *found).even_shares(task)
+    out = ShardLayout(g, *found)
+    if moves is None:
+        out = out.even_shares(task)
     new_cost = step_cost_ms(items, cost_model, out.device, out.hbm_rows)
-    if not new_cost < cost or not feasible(items, out.device, out.hbm_rows):
+    if moves is not None:
+        new_cost += moves.price_ms(out)
+    if not new_cost < cost or not feasible(items, out.device, out.hbm_rows) or (
+            moves is not None and not moves.allows(out)):
         return plan, cost
     return out.to_plan(task, plan.sharder), new_cost

@@ -11,6 +11,11 @@ the result says what each kept step brought (:class:`Searched`), which a plan's 
    large tasks only its quick mode (the dearest table on the most loaded device);
 3. **kick** (:mod:`autoshard.search.kick`): moves out of the polish's local optimum (not on
    large tasks).
+
+In a re-plan (a :class:`autoshard.replan.repair.MoveGuard`), each step's plan is brought within
+the move budget before it is compared (:func:`autoshard.replan.repair.within_budget`), the kicks
+draw only items the budget lets move, and costs are the guard's: step cost plus the moves' price
+per step where they are priced.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from functools import partial
 
 from autoshard.layout.plan import Plan
 from autoshard.pricing.cost import CostModel
+from autoshard.replan.repair import MoveGuard
 from autoshard.search.kick import kick_plan
 from autoshard.search.polish import STEP_MAX_SECONDS, polish_plan
 from autoshard.search.resplit import resplit_plan
@@ -48,30 +54,33 @@ class Searched:
 
 def refine(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float, *,
            large: bool = False, seed: int = 0, seconds: float | None = None,
-           bound_ms: float | None = None) -> Searched:
+           bound_ms: float | None = None, guard: MoveGuard | None = None) -> Searched:
     """Steps 2 and 3 of the module docstring on a polished plan; on a ``large`` task only the
     re-split's quick mode. With ``seconds``, a step whose share of what is left of them (half
     for the re-split, all for the kicks) is shorter than any step's own time guard
     (:data:`autoshard.search.polish.STEP_MAX_SECONDS`) gets that share as its guard; with
     ``bound_ms`` too (the task's lower bound), a step gets up to :data:`GAP_SECONDS` per unit
     of the plan's gap to it (its cost over the bound, less 1) where that is longer, within
-    its share: the time goes where the bound says the gap is."""
+    its share: the time goes where the bound says the gap is. With ``guard`` (a re-plan's
+    budget), ``cost`` and the costs compared are the guard's (module docstring)."""
     stop = None if seconds is None else time.perf_counter() + seconds
     steps = [("resplit", partial(resplit_plan, quick=large))]
     if not large:
-        steps.append(("kick", partial(kick_plan, seed=seed)))
+        steps.append(("kick", partial(kick_plan, seed=seed, guard=guard)))
     kept: list[tuple[str, float]] = []
     for i, (tag, step) in enumerate(steps):
-        guard = None  # the step's own time guard, unless what is left is shorter
+        limit = None  # the step's own time guard, unless what is left is shorter
         if stop is not None:
             left = stop - time.perf_counter()
             if left <= 0:
                 break
             share = left / (len(steps) - i)
             gap = GAP_SECONDS * (cost / bound_ms - 1.0) if bound_ms else 0.0
-            guard = (share if share < STEP_MAX_SECONDS else
+            limit = (share if share < STEP_MAX_SECONDS else
                      min(gap, share) if gap > STEP_MAX_SECONDS else None)
-        better, better_cost = step(plan, task, cost_model, cost, seconds=guard)
+        better, better_cost = step(plan, task, cost_model, cost, seconds=limit)
+        if guard is not None and tag != "kick":  # the kicks keep the budget themselves
+            better, better_cost = guard.admit(better)
         if better_cost < cost:
             plan, cost = better, better_cost
             kept.append((tag, cost))
@@ -79,11 +88,14 @@ def refine(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float, *
 
 
 def search(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float, *,
-           large: bool = False, seed: int = 0) -> Searched:
-    """The whole stage (module docstring) on ``plan``, whose step cost is ``cost``."""
+           large: bool = False, seed: int = 0, guard: MoveGuard | None = None) -> Searched:
+    """The whole stage (module docstring) on ``plan``, whose step cost is ``cost`` (with
+    ``guard``, its cost as the guard prices it)."""
     polished, polished_cost = polish_plan(plan, task, cost_model, cost)
+    if guard is not None:
+        polished, polished_cost = guard.admit(polished)
     steps: tuple[tuple[str, float], ...] = ()
     if polished_cost < cost:
         plan, cost, steps = polished, polished_cost, (("polish", polished_cost),)
-    refined = refine(plan, task, cost_model, cost, large=large, seed=seed)
+    refined = refine(plan, task, cost_model, cost, large=large, seed=seed, guard=guard)
     return Searched(refined.plan, refined.cost_ms, steps + refined.steps)

@@ -7,6 +7,7 @@ from typing import ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from autoshard.layout.plan import Plan
 from autoshard.pricing.cost import CostModel
+from autoshard.replan.budget import Moves
 from autoshard.task import ShardingTask
 
 #: The type of a sharder's own record of a run (None for sharders that keep none).
@@ -53,7 +54,9 @@ class Sharder(Protocol):
     Every sharder subclasses this interface and defines :meth:`solve`; :meth:`shard` is the
     plan alone. Implementations also define ``summary`` (one line for listings) and a
     classmethod ``unavailable() -> str | None`` returning why the sharder cannot run here
-    (None if it can).
+    (None if it can). A sharder that plans within a re-plan's move budget also answers
+    :class:`MoveAware`; :func:`autoshard.planning.plan` brings any other's plan within it
+    (:mod:`autoshard.replan.repair`).
     """
 
     name: ClassVar[str]
@@ -66,3 +69,14 @@ class Sharder(Protocol):
     def shard(self, task: ShardingTask, cost_model: CostModel) -> Plan:
         """The plan of :meth:`solve` alone."""
         return self.solve(task, cost_model).plan
+
+
+@runtime_checkable
+class MoveAware(Protocol):
+    """A sharder that re-plans within a move budget itself (``recshard``: the MILP's move term;
+    ``ppo``: its candidates and search stage within the budget)."""
+
+    def solve_within(self, task: ShardingTask, cost_model: CostModel, moves: Moves
+                     ) -> Sharded[object]:
+        """Plans ``task`` copying within ``moves``' limit and rules from the plan in use."""
+        ...

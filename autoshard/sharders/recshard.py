@@ -74,6 +74,7 @@ from autoshard.pricing.bounds import Relaxation, lower_bound_ms, relax
 from autoshard.pricing.cost import CostModel, is_model_spec
 from autoshard.pricing.curves import cost_curves, device_kinds
 from autoshard.provenance import Provenance
+from autoshard.replan.budget import Moves
 from autoshard.reservation import NO_RESERVATION
 from autoshard.search.lns import GROUP_DEVICES, MAX_PAIRS, MIP_REL_GAP
 from autoshard.sharders.base import Sharded, Sharder
@@ -112,6 +113,10 @@ LARGE_TASK_CHOICES = 1
 
 #: Share of the time limit the search stage gets when ``polish`` is on (the solve the rest).
 POLISH_SHARE_OF_LIMIT = 0.1
+
+#: In a re-plan, the share of the time limit the carried plan's splits get (the other split
+#: choices share the rest).
+CARRIED_SHARE = 0.4
 
 #: Status suffix when there was no time to choose splits.
 NO_SPLIT_STATUS = "deadline: splits not chosen in time, tables whole"
@@ -213,6 +218,70 @@ class RecShard(Sharder):
         bound, gap, status, timings: :class:`RecShardResult`) as its details."""
         result = self._record(task, cost_model)
         return Sharded(result.plan, result, bound_ms=result.bound_ms)
+
+    def solve_within(self, task: ShardingTask, cost_model: CostModel, moves: Moves
+                     ) -> Sharded[RecShardResult]:
+        """Re-plans ``task`` within ``moves`` (:class:`autoshard.replan.budget.Moves`): the
+        solve of :func:`~autoshard.sharders.recshard_tables.solve_tables` with the MILP's move
+        term, from the carried plan, over its splits (:data:`CARRIED_SHARE` of the time) and,
+        unless the rules keep them, each split choice a fresh plan tries
+        (:data:`SPLIT_TARGETS`, with replicas) in the time left; the plan that costs least
+        (with its moves' price where they are priced) within the budget. The record's
+        ``budget_bound_ms`` bounds the plans within the budget that keep the carried splits
+        (where moves are not priced); the bound returned is the spread-work bound, valid for
+        every plan, where it was priced in time."""
+        start = time.perf_counter()
+        deadline = start + self.time_limit
+        choices, bound = [moves.carried.geometry], 0.0
+        if self.split and not moves.rules.keep_splits:
+            try:
+                split, bound = self._choices(task, cost_model, start)
+                choices += [g for g in split if not same_split(g, choices[0])]
+            except DeadlineReached:
+                pass
+        best: tuple[float, ShardLayout, Found] | None = None
+        for i, g in enumerate(choices):
+            if i and left(deadline) < 0.05 * self.time_limit:
+                break
+            # The carried splits first, with most of the time; then each split choice a fresh
+            # plan would try, in turn, with an equal share of what is left.
+            share = CARRIED_SHARE if i == 0 and len(choices) > 1 else 1.0 / (len(choices) - i)
+            solved = self._within(task, cost_model, moves, g,
+                                  time.perf_counter() + share * left(deadline))
+            if solved is None:
+                continue
+            score = solved[1].cost + moves.price_ms(solved[0])
+            if best is None or score < best[0]:
+                best = (score, *solved)
+        if best is None:  # no choice planned in time: the carried plan
+            raise PlannerError("deadline", "no plan within the move budget in time")
+        _, layout, found = best
+        result = self._result(layout.to_plan(task, self.name), found, bound, start)
+        if moves.horizon is None and same_split(layout.geometry, choices[0]):
+            result = replace(result, budget_bound_ms=min(found.bound, found.cost))
+        return Sharded(result.plan, result, bound_ms=bound or None)
+
+    def _within(self, task: ShardingTask, cost_model: CostModel, moves: Moves,
+                g: ShardGeometry, deadline: float) -> tuple[ShardLayout, Found] | None:
+        """One split choice solved within ``moves`` by ``deadline``: its layout (one HBM share
+        per split table where that stays within the budget) and its solve; None where it
+        found no plan within the budget."""
+        sub = pricing_task(task, g)
+        pins = split_pins(task, g)
+        kept = moves.pins(g)
+        if kept is not None:
+            pins = kept if pins is None else np.where(kept >= 0, kept, pins)
+        try:
+            found = self._solve_tables(sub, cost_model, deadline, pins, moves=moves)
+        except PlannerError:
+            return None
+        layout = ShardLayout(g, found.device, found.rows)
+        even = layout.even_shares(task)
+        if not np.array_equal(even.hbm_rows, layout.hbm_rows) and moves.allows(even):
+            layout = even
+            found = replace(found, rows=even.hbm_rows, cost=step_cost(
+                sub, cost_model, even.device, even.hbm_rows))
+        return (layout, found) if moves.allows(layout) else None
 
     def _record(self, task: ShardingTask, cost_model: CostModel) -> RecShardResult:
         """The solve of :meth:`solve`, as its record."""
@@ -408,10 +477,10 @@ class RecShard(Sharder):
                               max(found.found_at - start, 0.0))
 
     def _solve_tables(self, task: ShardingTask, cost_model: CostModel, deadline: float,
-                      pins: np.ndarray | None = None, search_cap: float | None = None
-                      ) -> Found:
+                      pins: np.ndarray | None = None, search_cap: float | None = None,
+                      moves: Moves | None = None) -> Found:
         """One placement solve (:func:`autoshard.sharders.recshard_tables.solve_tables`)."""
-        return solve_tables(self.settings, task, cost_model, deadline, pins, search_cap)
+        return solve_tables(self.settings, task, cost_model, deadline, pins, search_cap, moves)
 
 
 

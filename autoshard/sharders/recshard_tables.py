@@ -17,6 +17,7 @@ import numpy as np
 from autoshard.errors import DeadlineReached, PlannerError
 from autoshard.layout.feasibility import feasible, fit_hbm
 from autoshard.layout.plan import Plan
+from autoshard.layout.shards import whole_tables
 from autoshard.milp import model as milp_model
 from autoshard.milp.plans import (
     device_subproblem,
@@ -29,6 +30,7 @@ from autoshard.milp.plans import (
 )
 from autoshard.pricing.cost import CostModel
 from autoshard.pricing.curves import CostCurves, cost_curves, device_kinds
+from autoshard.replan.budget import Moves
 from autoshard.search.lns import (
     MIN_SEARCH_S,
     LNSSettings,
@@ -57,6 +59,9 @@ POLISH_SHARE = 0.1
 #: passed; without it a greedy start on thousands of tables can stay several times its bound
 #: (4.5x at 20,000 x 64, HBM for 30% of the bytes).
 SEARCH_START_SHARE = 0.8
+#: The warm start of a re-plan: the plan in use carried onto the items (where it fits them,
+#: the only start: the greedy family's copy more than a budget allows).
+CARRIED_START = "carried"
 #: Status reported when the deadline came before the MILP's curves were priced.
 DEADLINE_STATUS = f"deadline: {WARM_STARTS[0]} plan, cost curves not priced in time"
 
@@ -81,6 +86,9 @@ class RecShardResult:
         warm_start: Name of the warm-start plan.
         warm_cost_ms: Its step cost.
         found_s: Seconds from the start of the solve to when the returned plan was found.
+        budget_bound_ms: In a re-plan whose moves are not priced, a lower bound on the step
+            cost of every plan within its budget that keeps the carried plan's splits (the
+            MILP's, with its move term); None otherwise.
     """
 
     plan: Plan
@@ -93,13 +101,18 @@ class RecShardResult:
     warm_start: str
     warm_cost_ms: float
     found_s: float = 0.0
+    budget_bound_ms: float | None = None
 
     def report(self) -> dict[str, object]:
         """The solve's figures, as a plan's report shows them (JSON-ready)."""
-        return {"solver": "recshard (HiGHS MILP)", "status": self.status,
-                "method": self.method, "bound_ms": self.bound_ms, "gap": self.gap,
-                "seconds": self.seconds, "found_s": self.found_s,
-                "warm_start": self.warm_start, "warm_cost_ms": self.warm_cost_ms}
+        doc: dict[str, object] = {
+            "solver": "recshard (HiGHS MILP)", "status": self.status, "method": self.method,
+            "bound_ms": self.bound_ms, "gap": self.gap, "seconds": self.seconds,
+            "found_s": self.found_s, "warm_start": self.warm_start,
+            "warm_cost_ms": self.warm_cost_ms}
+        if self.budget_bound_ms is not None:
+            doc["budget_bound_ms"] = self.budget_bound_ms
+        return doc
 
 
 @dataclass(frozen=True)
@@ -124,16 +137,21 @@ class SolveSettings:
 
 def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostModel,
                  deadline: float, pins: np.ndarray | None = None,
-                 search_cap: float | None = None) -> Found:
+                 search_cap: float | None = None, moves: Moves | None = None) -> Found:
     """Places every table (or shard, for a shard task) whole, with its HBM rows; ``pins``:
     a device per table (shard), -1 where free; ``search_cap``: on a task too large for the
-    whole MILP, the search runs at most that many times as long as the solve before it."""
+    whole MILP, the search runs at most that many times as long as the solve before it.
+    ``moves``: a re-plan's budget; the plan in use carried is then the one warm start (the
+    greedy family's where it does not fit the items), and every step keeps within the budget
+    (the MILP's move term)."""
     start = time.perf_counter()
     budget = max(deadline - start, 0.01)
     kinds = device_kinds(task)
     # The cheapest warm start first: the plan returned if the deadline comes before any
     # better one exists (None when it cannot place the task; then no phase is cut short).
-    fallback = _cheap_start(task, cost_model, pins)
+    fallback = None if moves is None else _carried_start(task, pins, moves)
+    if fallback is None:  # outside a re-plan, or the carried plan does not fit these items
+        fallback = _cheap_start(task, cost_model, pins)
     cut = None if fallback is None else start + CURVES_SHARE * budget
     try:
         curves = cost_curves(task, cost_model, kinds, deadline=cut)
@@ -146,9 +164,9 @@ def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostMo
                                           deadline)
     whole = task.num_tables * task.num_devices <= settings.max_pairs
     search_end = start + budget * (0.5 if whole else 1.0)
-    ctx = Neighbourhood(task, cost_model, kinds, lines, full, search_end, bound, pins)
+    ctx = Neighbourhood(task, cost_model, kinds, lines, full, search_end, bound, pins, moves)
     name, device, rows = _warm_start(settings, ctx, relaxed, fallback, time.perf_counter() - start,
-                                     searched=None if whole else curves)
+                                     searched=None if whole or moves else curves)
     warm_cost = step_cost(task, cost_model, device, rows)
     if search_cap is not None and not whole:
         now = time.perf_counter()
@@ -160,15 +178,16 @@ def solve_tables(settings: SolveSettings, task: ShardingTask, cost_model: CostMo
     method, status = ("lns" if cost < warm_cost else "warm"), "search"
     found_at = improved or found_at
     if whole and (cost - bound) > settings.mip_rel_gap * cost:
-        ctx = Neighbourhood(task, cost_model, kinds, lines, full, deadline, bound, pins)
+        ctx = Neighbourhood(task, cost_model, kinds, lines, full, deadline, bound, pins, moves)
         status, better, mip_bound, when = _whole(settings, ctx, device, rows, bound)
         bound = max(bound, mip_bound)
-        if better is not None and feasible(task, *better):
-            new_cost = step_cost(task, cost_model, *better)
-            if new_cost < cost:
-                (device, rows), cost, method = better, new_cost, "milp"
-                found_at = when or time.perf_counter()
-    even = even_shares(task, kinds, full, device, deadline)
+        if (better is not None and feasible(task, *better) and ctx.allows(*better)
+                and ctx.objective(*better) < ctx.objective(device, rows)):
+            (device, rows), method = better, "milp"
+            cost = step_cost(task, cost_model, *better)
+            found_at = when or time.perf_counter()
+    even = even_shares(task, kinds, full, device, deadline, ctx=ctx if moves else None,
+                       rows=rows)
     if even is not None:
         rows, cost = even, step_cost(task, cost_model, device, even)
     return Found(device, rows, cost, bound, method, status, name, warm_cost, found_at)
@@ -186,22 +205,9 @@ def _warm_start(settings: SolveSettings, ctx: Neighbourhood, relaxed: milp_model
 
     task, model = ctx.task, ctx.cost_model
     starts = [] if first is None else [first]
-    for name in WARM_STARTS[1:]:
-        # Another greedy takes about as long as the first: started only if it can finish.
-        if starts and left(ctx.deadline) < 2 * first_s:
-            break
-        try:
-            placed = pin(task, ctx.pins, *get_sharder(name).shard(task, model).arrays(task))
-        except PlannerError:
-            continue
-        if placed is not None:
-            starts.append((name, *placed))
-    packed = None if starts and _past(ctx.deadline) else lp_packing(
-        task, model, ctx.kinds, ctx.full, relaxed)
-    if packed is not None:
-        packed = pin(task, ctx.pins, *packed)
-    if packed is not None:
-        starts.append(("lp_packing", *packed))
+    # In a re-plan, the others only where they copy within its budget (without a limit, all).
+    starts += [s for s in _other_starts(ctx, relaxed, bool(starts), first_s)
+               if ctx.allows(s[1], s[2])]
     if not starts:
         try:  # the first greedy's own error says which table fits nowhere, with the bytes
             get_sharder(WARM_STARTS[0]).shard(task, model)
@@ -217,15 +223,41 @@ def _warm_start(settings: SolveSettings, ctx: Neighbourhood, relaxed: milp_model
     if found is not None:
         starts.append(found)
     for name, device, rows in starts:
-        scored.append((step_cost(task, model, device, rows), name, device, rows))
+        scored.append((ctx.objective(device, rows), name, device, rows))
         if left(ctx.deadline) < POLISH_SHARE * settings.time_limit + lp_seconds(ctx.full):
             continue
         better = polish(task, ctx.kinds, ctx.full, everything, devices, device,
-                        min(left(ctx.deadline), 10.0))
-        if better is not None and feasible(task, device, better):
-            scored.append((step_cost(task, model, device, better), name, device, better))
+                        min(left(ctx.deadline), 10.0),
+                        moves=ctx.terms(everything, devices, device, rows))
+        if better is not None and feasible(task, device, better) and ctx.allows(device, better):
+            scored.append((ctx.objective(device, better), name, device, better))
     best = min(scored, key=lambda c: c[0])
     return best[1], best[2], best[3]
+
+
+def _other_starts(ctx: Neighbourhood, relaxed: milp_model.Solution, started: bool,
+                  first_s: float) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The greedy family after the first (each only while it can finish in time: about
+    ``first_s`` seconds each) and the LP-guided packing, their pins kept."""
+    from autoshard.sharders import get_sharder
+
+    task, model = ctx.task, ctx.cost_model
+    out: list[tuple[str, np.ndarray, np.ndarray]] = []
+    for name in WARM_STARTS[1:]:
+        # Another greedy takes about as long as the first: started only if it can finish.
+        if (started or out) and left(ctx.deadline) < 2 * first_s:
+            break
+        try:
+            placed = pin(task, ctx.pins, *get_sharder(name).shard(task, model).arrays(task))
+        except PlannerError:
+            continue
+        if placed is not None:
+            out.append((name, *placed))
+    if (started or out) and _past(ctx.deadline):
+        return out
+    packed = lp_packing(task, model, ctx.kinds, ctx.full, relaxed)
+    packed = None if packed is None else pin(task, ctx.pins, *packed)
+    return out if packed is None else [*out, ("lp_packing", *packed)]
 
 
 def _searched_start(ctx: Neighbourhood, starts: list[tuple[str, np.ndarray, np.ndarray]],
@@ -257,7 +289,8 @@ def _whole(settings: SolveSettings, ctx: Neighbourhood, device: np.ndarray, rows
     improving solution was found)."""
     task = ctx.task
     tables, devices = np.arange(task.num_tables), np.arange(task.num_devices)
-    sub = device_subproblem(task, ctx.kinds, tables, devices, pins=ctx.pins)
+    terms = ctx.terms(tables, devices, device, rows)
+    sub = device_subproblem(task, ctx.kinds, tables, devices, pins=ctx.pins, moves=terms)
     sol = milp_model.solve(sub, ctx.lines, warm=(device, to_memory(task, rows)), lower=bound,
                            mip_rel_gap=settings.mip_rel_gap, time_limit=left(ctx.deadline),
                            stall=settings.stall)
@@ -265,10 +298,10 @@ def _whole(settings: SolveSettings, ctx: Neighbourhood, device: np.ndarray, rows
         return sol.status, None, sol.bound, None
     new_rows = fit_hbm(task, sol.device, to_rows(task, sol.memory))
     better = polish(task, ctx.kinds, ctx.full, tables, devices, sol.device,
-                    max(left(ctx.deadline), 2.0))
-    if better is not None and feasible(task, sol.device, better) and step_cost(
-            task, ctx.cost_model, sol.device, better) < step_cost(
-            task, ctx.cost_model, sol.device, new_rows):
+                    max(left(ctx.deadline), 2.0), moves=terms)
+    if better is not None and feasible(task, sol.device, better) and ctx.allows(
+            sol.device, better) and ctx.objective(sol.device, better) < ctx.objective(
+            sol.device, new_rows):
         new_rows = better
     return sol.status, (sol.device, new_rows), sol.bound, sol.improved_at
 
@@ -301,6 +334,19 @@ def _cheap_start(task: ShardingTask, cost_model: CostModel, pins: np.ndarray | N
     except PlannerError:
         return None
     return None if placed is None else (name, *placed)
+
+
+def _carried_start(task: ShardingTask, pins: np.ndarray | None, moves: Moves
+                   ) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """The plan in use carried onto the items of ``task`` (:meth:`autoshard.replan.budget.
+    Moves.start`), its ``pins`` kept; None where some item has no place in it or it does not
+    fit."""
+    g = getattr(task, "geometry", None)
+    found = moves.start(g if g is not None else whole_tables(task))
+    if found is None:
+        return None
+    placed = pin(task, pins, *found)
+    return None if placed is None else (CARRIED_START, *placed)
 
 
 def _past(deadline: float) -> bool:

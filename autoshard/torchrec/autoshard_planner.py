@@ -52,6 +52,7 @@ from autoshard.layout.plan import Plan
 from autoshard.layout.plan_context import PlanContext
 from autoshard.limits import MAX_BATCH_SIZE, TIME_LIMIT_S, int_in
 from autoshard.pricing.cost import is_model_spec, model_identity
+from autoshard.replan.budget import MoveBudget
 from autoshard.sharders import check_sharder_options, common_options
 from autoshard.task import ShardingTask, Workload
 from autoshard.torchrec.export import sharding_plan
@@ -65,6 +66,7 @@ from autoshard.torchrec.model_tables import (
 )
 from autoshard.torchrec.parameter_constraints import Allowed, allowed, pooling_factors
 from autoshard.torchrec.planner_stats import PlanStats
+from autoshard.torchrec.reshard import previous_plan, torchrec_budget
 from autoshard.torchrec.runtime_memory import TORCHREC, TORCHREC_PREFETCH, check_pipeline
 from autoshard.torchrec.shardings import table_shardings
 from autoshard.torchrec.storage_reservation import Reserved
@@ -105,6 +107,12 @@ class AutoshardPlanner:
         timeout_seconds: TorchRec's name for ``time_limit`` (give one of them).
         debug: As TorchRec's planner: the statistics logged also list every table, the
             imbalance and the reservation (False: per rank only).
+        previous: The plan the model runs with (its ``ShardingPlan``, an autoshard plan, or
+            a plan file): re-plan from it, moving only what ``move_budget`` allows and what
+            TorchRec's reshard can move (:func:`autoshard.torchrec.reshard.torchrec_budget`);
+            :func:`autoshard.torchrec.reshard.reshard_to` then moves the model in place.
+        move_budget: How much the re-plan may move (:class:`autoshard.replan.budget.
+            MoveBudget`; default: no limit); only with ``previous``.
 
     Attributes:
         result: What :meth:`plan` planned (on rank 0 of :meth:`collective_plan`; None before,
@@ -129,7 +137,8 @@ class AutoshardPlanner:
                  stats: Statistics | None = None, cost_model: str = "analytical",
                  pipeline: str | None = None, time_limit: float | None = None,
                  storage_reservation: Any = None, timeout_seconds: float | None = None,
-                 debug: bool = True) -> None:
+                 debug: bool = True, previous: Any = None,
+                 move_budget: MoveBudget | None = None) -> None:
         from torchrec.distributed.types import ShardingPlanner
 
         from autoshard.torchrec.storage_reservation import default_reservation
@@ -142,6 +151,9 @@ class AutoshardPlanner:
             raise InputError("must be 'analytical', 'torchrec' or a learned model's folder",
                              field="cost_model", value=cost_model)
         check_sharder_options(sharder, dict(sharder_options or {}))
+        if move_budget is not None and previous is None:
+            raise InputError("a move budget needs the plan the model runs with (previous=)",
+                             field="move_budget", value=move_budget.describe())
         self.topology, self.batch_size, self.constraints = topology, batch_size, constraints
         self.sharder, self.sharder_options = sharder, dict(sharder_options or {})
         self.stats, self.cost_model = stats, cost_model
@@ -150,6 +162,7 @@ class AutoshardPlanner:
         self.storage_reservation = (default_reservation() if storage_reservation is None
                                     else _checked_reservation(storage_reservation))
         self.debug = bool(debug)
+        self.previous, self.move_budget = previous, move_budget
         self.result: planning.Planned | None = None
         self.plan_stats: PlanStats | None = None
 
@@ -322,7 +335,11 @@ class AutoshardPlanner:
         spec = {"profile": task.hardware.name, "storage_reservation": reserved.to_dict()}
         context = PlanContext.of(task, source, spec, model_identity(self.cost_model),
                                  inline=True, module_paths=paths)
-        return planning.plan(task, self.sharder, self.cost_model, context=context, **options)
+        replan: dict[str, Any] = {} if self.previous is None else {
+            "previous": previous_plan(self.previous, task),
+            "move_budget": torchrec_budget(self.move_budget)}
+        return planning.plan(task, self.sharder, self.cost_model, context=context, **options,
+                             **replan)
 
     def _torchrec_plan(self, plan: Plan, task: ShardingTask, model: _Model) -> Any:
         """TorchRec's ShardingPlan of ``plan``, keyed by each collection's module path, each

@@ -170,27 +170,38 @@ def compare_outputs(dmp: Any, reference: Any, keys: dict[str, list[str]],
             "max_abs_diff": pooled_diff, "logits_max_abs_diff": logits_diff}
 
 
-def make_optimizer(dmp: Any, learning_rate: float) -> Any:
-    """TorchRec's fused optimizer of the sharded embeddings beside Adagrad for the rest (dense
-    layers, replicated tables)."""
+def dense_optimizer(dmp: Any, learning_rate: float) -> Any:
+    """Adagrad for what TorchRec's fused optimizer does not update (dense layers, replicated
+    tables)."""
     import torch
-    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+    from torchrec.optim.keyed import KeyedOptimizerWrapper
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     dense = dict(in_backward_optimizer_filter(dmp.named_parameters()))
-    wrapped = KeyedOptimizerWrapper(dense, lambda ps: torch.optim.Adagrad(ps, lr=learning_rate))
-    return CombinedOptimizer([dmp.fused_optimizer, wrapped])
+    return KeyedOptimizerWrapper(dense, lambda ps: torch.optim.Adagrad(ps, lr=learning_rate))
+
+
+def make_optimizer(dmp: Any, learning_rate: float, dense: Any = None) -> Any:
+    """TorchRec's fused optimizer of the sharded embeddings beside :func:`dense_optimizer` (or
+    ``dense``, one made before)."""
+    from torchrec.optim.keyed import CombinedOptimizer
+
+    return CombinedOptimizer([dmp.fused_optimizer, dense or dense_optimizer(dmp, learning_rate)])
 
 
 def make_step(dmp: Any, inputs: list[tuple[dict[str, Any], Any]], builtin: bool,
-              train: bool, learning_rate: float) -> Callable[[int], None]:
+              train: bool, learning_rate: float, optimizer: Any = None
+              ) -> Callable[[int], None]:
     """One step on input batch ``i``: the built-in model's forward and binary cross-entropy; for
     a user's model, its collections alone and 0.5 x the mean squared norm of their pooled
     embeddings (its own forward's signature is the user's). Training adds backward and the
-    optimizers' step."""
+    step of ``optimizer`` (default :func:`make_optimizer`)."""
     import torch
 
-    optimizer = make_optimizer(dmp, learning_rate) if train else None
+    if train and optimizer is None:
+        optimizer = make_optimizer(dmp, learning_rate)
+    if not train:
+        optimizer = None
 
     def loss_of(i: int) -> Any:
         kjts, (dense, labels) = inputs[i]

@@ -36,6 +36,9 @@ CHOICE = "ppo-choice"
 SPLIT = "ppo-split"
 #: Every table whole with light tables replicated (not a split of dominant tables).
 WHOLE_REPLICAS = "ppo-replicas"
+#: The origin name of the plan in use, carried onto the task, in a re-plan
+#: (:func:`autoshard.replan.carry.carry`).
+CARRIED = "carried"
 #: The layout of each rival sharder's plans.
 RIVAL_LAYOUT = {**dict.fromkeys(GREEDY, WHOLE), "split_lookup_greedy": SPLIT}
 
@@ -118,6 +121,8 @@ class Candidate:
     @property
     def source(self) -> str:
         """Where it came from (:data:`autoshard.provenance.SOURCES`)."""
+        if self.rival == CARRIED:
+            return "plan in use"
         if self.rival is not None:
             return "rival sharder"
         return "policy" if self.layout == WHOLE else "policy over splits"

@@ -2,7 +2,9 @@
 (:class:`autoshard.sharders.ppo.sharder.PPOSharder`): the time limit's instants
 (:class:`Clock`), the rivals' plans (:func:`add_rivals`), which candidates are polished
 (:func:`polish_candidates`), which start the re-split and kicks (:func:`refined_starts`), the
-settle on large tasks (:func:`settle`) and the group re-solve on the others (:func:`resolve`).
+settle on large tasks (:func:`settle`) and the group re-solve on the others (:func:`resolve`);
+in a re-plan, the candidates within the move budget and their search there
+(:func:`within_budget`).
 """
 
 from __future__ import annotations
@@ -15,15 +17,21 @@ from autoshard.layout.plan import Plan
 from autoshard.pricing.cost import CostModel
 from autoshard.pricing.curves import Curves
 from autoshard.pricing.evaluator import plan_cost_ms
+from autoshard.replan.budget import Moves
+from autoshard.replan.repair import MoveGuard
 from autoshard.search import lns
 from autoshard.search.polish import budget, polish_plan
+from autoshard.search.stage import refine
 from autoshard.sharders.ppo import tuning
 from autoshard.sharders.ppo.candidates import (
     CANDIDATES,
+    CARRIED,
     FALLBACK,
     POLISHED_GROUPS,
+    WHOLE,
     WHOLE_GROUP,
     Candidate,
+    cheapest,
 )
 from autoshard.task import ShardingTask
 
@@ -151,3 +159,42 @@ def filled(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
     (the plan as it is where that is no cheaper): the HBM split the policy's buckets
     approximate, exact for the devices it chose (no item moves)."""
     return polish_plan(plan, task, cost_model, cost, curves=curves, fill_only=True)
+
+
+def within_budget(task: ShardingTask, cost_model: CostModel, found: list[Candidate],
+                  moves: Moves, clock: Clock, seed: int = 0) -> list[Candidate]:
+    """A re-plan's candidates: the plan in use carried onto the task (``carried``), and the
+    :data:`~autoshard.sharders.ppo.tuning.REPLAN_CANDIDATES` cheapest distinct plans of
+    ``found`` (made without the budget) each brought within it (step ``budget``:
+    :class:`autoshard.replan.repair.MoveGuard`); the cheapest then through the search stage
+    within the budget (re-split and kicks drawn among the items it lets move:
+    :func:`autoshard.search.stage.refine`) and, on tasks of up to
+    :data:`~autoshard.sharders.ppo.tuning.SMALL_TASK` pairs, the group re-solve with the
+    MILP's move term (:func:`autoshard.search.lns.resolve_plan`) until the end of ``clock``.
+    Every candidate's cost is its step cost plus its moves' price per step where they are
+    priced."""
+    guard = MoveGuard(moves, cost_model)
+    cost = guard.cost(moves.carried)
+    out = [Candidate(WHOLE, moves.carried.to_plan(task), cost, rival=CARRIED, origin_ms=cost)]
+    seen: set[tuple[object, ...]] = set()
+    for c in sorted(found, key=lambda c: c.cost_ms):
+        if len(seen) >= tuning.REPLAN_CANDIDATES or not clock.left():
+            break
+        if c.plan.placements in seen:
+            continue
+        seen.add(c.plan.placements)
+        out.append(c.then("budget", *guard.admit(c.plan)))
+    winner = cheapest(out)
+    small = task.num_tables * task.num_devices <= tuning.SMALL_TASK
+    refined = refine(winner.plan, task, cost_model, winner.cost_ms, large=not small,
+                     seed=seed, seconds=tuning.REPLAN_REFINE_SHARE * clock.left(),
+                     guard=guard)
+    for tag, step_cost in refined.steps:
+        winner = winner.then(tag, refined.plan, step_cost)
+        out.append(winner)
+    if small and clock.left() >= tuning.MIN_RESOLVE_S:
+        plan, step_cost = lns.resolve_plan(winner.plan, task, cost_model, winner.cost_ms,
+                                           clock.end, seed, moves)
+        if step_cost < winner.cost_ms:
+            out.append(winner.then("lns", plan, step_cost))
+    return out

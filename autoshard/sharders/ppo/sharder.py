@@ -6,6 +6,7 @@ portfolio`), the cheapest returned. The package docstring tells the whole story.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from autoshard.policy.refill import decode_modes
 from autoshard.pricing.cost import CostModel
 from autoshard.pricing.curves import Curves
 from autoshard.pricing.evaluator import step_cost_ms, task_bound_ms
+from autoshard.replan.budget import Moves
 from autoshard.search.enforce import enforce
 from autoshard.search.stage import refine
 from autoshard.sharders.base import Sharded, Sharder
@@ -43,6 +45,7 @@ from autoshard.sharders.ppo.portfolio import (
     refined_starts,
     resolve,
     settle,
+    within_budget,
 )
 from autoshard.task import ShardingTask
 
@@ -241,6 +244,26 @@ class PPOSharder(Sharder):
         return Sharded(replace(winner.plan, sharder=self.name,
                                provenance=provenance(winner, candidates)), choice,
                        notes=tuple(notes))
+
+    def solve_within(self, task: ShardingTask, cost_model: CostModel, moves: Moves
+                     ) -> Sharded[Choice]:
+        """Re-plans ``task`` within ``moves``: the candidates of :meth:`solve`, made in
+        :data:`~autoshard.sharders.ppo.tuning.REPLAN_EXPLORE_SHARE` of the time limit without
+        the budget, then brought within it beside the carried plan and searched there until
+        the limit (:func:`~autoshard.sharders.ppo.portfolio.within_budget`); the cheapest wins
+        (step cost plus the moves' price per step where they are priced)."""
+        start = time.perf_counter()
+        explore = copy.copy(self)
+        explore.time_limit = tuning.REPLAN_EXPLORE_SHARE * self.time_limit
+        found = explore.solve(task, cost_model)
+        end = start + self.time_limit
+        candidates = within_budget(task, cost_model, list(found.details.candidates), moves,
+                                   Clock(end, end, end, end), self.seed)
+        winner = cheapest(candidates)
+        choice = Choice(winner.name, {c.name: c.cost_ms for c in candidates}, tuple(candidates))
+        return Sharded(replace(winner.plan, sharder=self.name,
+                               provenance=provenance(winner, candidates)), choice,
+                       notes=found.notes)
 
     def _search(self, task: ShardingTask, cost_model: CostModel, candidates: list[Candidate],
                 clock: Clock, curves: dict[bytes, Curves], first_s: float, dominated: bool

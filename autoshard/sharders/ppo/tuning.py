@@ -48,6 +48,11 @@ REFINED = 2
 #: The group re-solve (:func:`autoshard.sharders.ppo.portfolio.resolve`) starts only with at
 #: least this many seconds left.
 MIN_RESOLVE_S = 0.5
+#: In a re-plan: the share of the time limit the candidates are made in without the budget
+#: (the rest: bringing them within it and the search stage there), how many of the cheapest
+#: distinct ones are brought within the budget, and the share of the time then left that the
+#: re-split and kicks get (the group re-solve the rest).
+REPLAN_EXPLORE_SHARE, REPLAN_CANDIDATES, REPLAN_REFINE_SHARE = 0.5, 8, 0.4
 
 
 def decode_seconds(items: int, devices: int, samples: int) -> float:
