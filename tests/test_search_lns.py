@@ -36,8 +36,8 @@ FAR = 1e4
 
 def _row_split_plan():
     """A polished plan with a row-wise table whose shards TorchRec routes one per device
-    (split_lookup_greedy on 30 tables, 8 devices, TorchRec's room), that table's shards."""
-    task = constrained_task(dlrm_tables(30, seed=0), 8, 0.3, reservation="torchrec")
+    (split_lookup_greedy on 16 tables, 8 devices, TorchRec's room), that table's shards."""
+    task = constrained_task(dlrm_tables(16, seed=0), 8, 0.3, reservation="torchrec")
     plan, cost = polish_plan(get_sharder("split_lookup_greedy").shard(task, MODEL), task, MODEL)
     g = plan_layout(plan, task).geometry
     pinned = one_per_device(task, g)
@@ -80,7 +80,7 @@ def test_never_worse_and_the_input_itself_when_no_time_is_left() -> None:
 
 def test_ppo_ends_with_it_from_its_cheapest_candidate_until_the_end_of_its_limit(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    task = constrained_task(dlrm_tables(40, seed=3), 8, 0.2, reservation="torchrec")
+    task = constrained_task(dlrm_tables(20, seed=3), 4, 0.2, reservation="torchrec")
     calls: list[tuple[float, float]] = []
 
     def recorded(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,

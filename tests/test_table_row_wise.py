@@ -4,6 +4,7 @@ on one node, above the bound and accepted by the TorchRec export."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.pricing.evaluator import evaluate
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder
+from autoshard.sharders.base import Sharded
 from autoshard.sharders.recshard import RecShard
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
@@ -39,6 +41,15 @@ def _two_nodes(inter_gbps: float = 12.5) -> ShardingTask:
     task = constrained_task(tables, 16, hbm_fraction=0.5, hardware="16xH100-80GB",
                             reservation="torchrec")
     return replace(task, hardware=replace(task.hardware, inter_node_gbps=inter_gbps))
+
+
+@cache
+def _planned(name: str, node_splits: bool = True) -> Sharded:
+    """``name``'s run on :func:`_two_nodes` (recshard with a 10 s limit, or without node-local
+    splits), made once for this module's tests."""
+    if name != "recshard":
+        return get_sharder(name).solve(_two_nodes(), MODEL)
+    return RecShard(time_limit=10, node_splits=node_splits).solve(_two_nodes(), MODEL)
 
 
 def test_table_row_wise_comm_is_an_intra_node_reduce_and_a_share_of_the_all_to_all() -> None:
@@ -103,8 +114,8 @@ def test_pins_put_each_row_split_table_on_every_device_of_its_node_or_world() ->
 def test_recshard_splits_the_dominant_table_within_a_node_where_that_is_cheaper(
         tmp_path: Path) -> None:
     task = _two_nodes()
-    with_twrw = RecShard(time_limit=10).solve(task, MODEL).details
-    without = RecShard(time_limit=10, node_splits=False).solve(task, MODEL).details
+    with_twrw = _planned("recshard").details
+    without = _planned("recshard", node_splits=False).details
     huge = next(p for p in with_twrw.plan.placements if p.table == "huge")
     assert huge.sharding == ShardingKind.TABLE_ROW_WISE
     devices = [s.device for s in huge.shards]
@@ -149,7 +160,7 @@ def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
                 assert (dev[offered] == dev[placed[0]]).all()
         episode.step(int(np.flatnonzero(episode.mask)[0]))
     # The sharder's plan, whichever candidate wins, is valid and keeps such tables on a node.
-    plan = get_sharder("ppo").shard(task, MODEL)
+    plan = _planned("ppo").plan
     check_layout(plan, task)
     for p in plan.placements:
         if p.sharding == ShardingKind.TABLE_ROW_WISE:
@@ -165,8 +176,7 @@ def test_row_splits_planned_for_torchrec_are_one_shard_per_device_and_export(nam
     from autoshard.torchrec.shardings import table_shardings
 
     task = _two_nodes()
-    options = {"time_limit": 10} if name == "recshard" else {}
-    plan = get_sharder(name, **options).shard(task, MODEL)
+    plan = _planned(name).plan
     split = [p for p in plan.placements if p.sharding.splits_rows]
     assert split, f"{name} splits no table by rows"
     for p in split:

@@ -22,9 +22,11 @@ from autoshard.training.config import TrainConfig
 from autoshard.training.train import train
 from autoshard.training.wandb_runs import offline_history
 
+#: A run small enough for a test: tasks of one workload, two held-out tasks.
 TINY = {"timesteps": 256, "n_envs": 2, "n_steps": 64, "batch_size": 64, "n_epochs": 2,
-        "train_tables": (4, 8), "eval_tables": (8,), "eval_devices": (2, 3),
-        "eval_every": 128, "checkpoint_every": 128, "hidden": 16}
+        "train_tables": (4, 8), "batch_sizes": (4096,), "modes": ("train",),
+        "eval_tables": (8,), "eval_devices": (2, 3), "eval_repeats": 1, "eval_every": 128,
+        "checkpoint_every": 128, "hidden": 16}
 
 
 def observation(devices: int, slots: int, seed: int = 0) -> np.ndarray:
