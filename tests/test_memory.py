@@ -28,7 +28,7 @@ needs_torchrec = pytest.mark.skipif(
     torchrec_unavailable(load=True) is not None,
     reason=f"torchrec not importable: {torchrec_unavailable(load=True)}")
 #: Short limits for the slow sharders; the fit must not depend on how long they search.
-OPTIONS = {"recshard": {"time_limit": 5.0}, "torchrec": {"time_limit": 5.0}}
+OPTIONS = {name: {"time_limit": 1.0} for name in ("recshard", "torchrec", "ppo", "ppo-policy")}
 
 
 def _planned_use(plan: Plan, task: ShardingTask) -> np.ndarray:
