@@ -76,7 +76,7 @@ def test_compare_cli_on_tiny_suite(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     proc = subprocess.run(
         [sys.executable, "-m", "autoshard", "compare", "--suite", "tiny", "--out", str(out),
-         "--wandb-mode", "disabled", "--time-limit", "10"],
+         "--wandb-mode", "disabled", "--time-limit", "1"],
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     with (out / "tiny.csv").open() as fh:
