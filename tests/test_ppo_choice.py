@@ -270,7 +270,8 @@ def test_training_with_the_split_choice_starts_from_a_one_grid_policy(tmp_path: 
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", split=True,
                       vec_env="dummy", init_policy=str(tmp_path / "start"), timesteps=256,
                       n_envs=2, n_steps=64, batch_size=64, n_epochs=2, train_tables=(4, 12),
-                      eval_tables=(12,), eval_devices=(2, 3), eval_every=128,
+                      batch_sizes=(4096,), modes=("train",), eval_tables=(12,),
+                      eval_devices=(2, 3), eval_repeats=1, eval_every=128,
                       checkpoint_every=128, hidden=16)
     result = train(cfg)
     net, _, _ = load_policy(result.policy_dir)

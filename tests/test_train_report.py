@@ -29,15 +29,17 @@ from autoshard.training.report import (
 )
 from autoshard.training.train import train
 
-#: A run of a few hundred steps on tiny tasks, evaluated twice on four held-out tasks.
+#: A run of a few hundred steps on tiny tasks of one workload, evaluated twice on four
+#: held-out tasks.
 TINY = {"timesteps": 256, "n_envs": 2, "n_steps": 64, "batch_size": 64, "n_epochs": 2,
-        "train_tables": (4, 8), "eval_tables": (8, 30), "eval_devices": (2, 4),
-        "eval_repeats": 1, "eval_every": 128, "checkpoint_every": 128, "hidden": 16,
-        "wandb_mode": "disabled"}
+        "train_tables": (4, 8), "batch_sizes": (4096,), "modes": ("train",),
+        "eval_tables": (8, 30), "eval_devices": (2, 4), "eval_repeats": 1, "eval_every": 128,
+        "checkpoint_every": 128, "hidden": 16, "wandb_mode": "disabled"}
 #: The same on the command line, without the evaluation period.
 TINY_ARGS = ["--n-envs", "2", "--n-steps", "64", "--batch-size", "64", "--n-epochs", "2",
-             "--train-tables", "4", "8", "--eval-tables", "8", "--eval-devices", "2",
-             "--eval-repeats", "1", "--hidden", "16", "--wandb-mode", "disabled"]
+             "--train-tables", "4", "8", "--batch-sizes", "4096", "--modes", "train",
+             "--eval-tables", "8", "--eval-devices", "2", "--eval-repeats", "1", "--hidden",
+             "16", "--wandb-mode", "disabled"]
 
 
 def strict_json(path: Path) -> Any:
