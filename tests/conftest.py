@@ -1,4 +1,13 @@
-"""Shared fixtures."""
+r"""Shared fixtures, and the rules every test keeps.
+
+- No test asserts how long something took, in wall or CPU seconds, nor a result that depends on
+  how much work fits in a time limit: limits are kept on a fake clock (``tests/clocks.py``) or
+  counted in steps, and timings live in ``benchmarks/``. ``tests/test_no_wall_clock.py`` checks
+  the asserts; ``grep -rnE "assert .*(perf_counter|monotonic|process_time|time\.time)\(" tests
+  --exclude=test_no_wall_clock.py`` finds none.
+- A test that takes more than a few seconds on 2 CPU cores is marked ``@pytest.mark.slow``, so
+  that ``pytest -m "not slow"`` stays a quick check.
+"""
 
 from __future__ import annotations
 

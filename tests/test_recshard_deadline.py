@@ -71,8 +71,7 @@ def test_pricing_past_its_deadline_stops_between_chunks(monkeypatch: pytest.Monk
     zeros = np.zeros(t.size, dtype=np.int64)
     rows = task.table_arrays.rows.astype(float) / 2
     expected = MODEL.price(task, t, zeros, rows).total_ms
-    assert np.allclose(price_total(task, MODEL, t, zeros, rows, time.perf_counter() + 60),
-                       expected)
+    assert np.allclose(price_total(task, MODEL, t, zeros, rows, np.inf), expected)
 
 
 @pytest.mark.parametrize("split", [False, True])
