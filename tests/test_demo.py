@@ -7,10 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from autoshard.sharders import sharder_names
 from autoshard.tables import load_tables
 
 
+@pytest.mark.slow
 def test_demo_small_budget(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     proc = subprocess.run(

@@ -314,6 +314,7 @@ def test_grids_are_offered_on_several_nodes_within_the_constraints() -> None:
             if g.kind[0] == GRID.code] == [16, 32]
 
 
+@pytest.mark.slow
 def test_recshard_cuts_the_wide_dominant_table_into_a_grid_where_it_pays() -> None:
     task = _wide_task()
     choice = split_heavy_tables(task, MODEL, node_local=True).geometry
@@ -337,6 +338,7 @@ def test_recshard_cuts_the_wide_dominant_table_into_a_grid_where_it_pays() -> No
     assert with_grid.step_cost_ms < 0.8 * without.step_cost_ms
 
 
+@pytest.mark.slow
 def test_ppo_places_each_grid_block_on_one_node_one_shard_per_device(
         monkeypatch: pytest.MonkeyPatch) -> None:
     task = _wide_task()
@@ -461,6 +463,7 @@ def test_torchrecs_estimators_price_and_size_grid_shards_as_we_do() -> None:
     assert (ours >= np.array([r.hbm_bytes for r in estimate.per_rank])).all()
 
 
+@pytest.mark.slow
 @needs_torchrec
 def test_the_torchrec_sharder_names_grids_for_dominant_tables_on_several_nodes() -> None:
     from autoshard.torchrec.sharder import TorchRecSharder, offered_sharding_types

@@ -61,6 +61,7 @@ def test_the_set_loss_is_minus_log_of_the_probability_of_the_set() -> None:
                                                                   rel=1e-5)
 
 
+@pytest.mark.slow
 def test_training_on_the_labels_makes_the_policy_follow_the_expert() -> None:
     torch.manual_seed(0)
     demos = expert_demos(_task(), MODEL, seconds=2.0)

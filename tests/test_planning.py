@@ -103,6 +103,7 @@ def test_a_sharder_made_already_is_planned_and_takes_no_options() -> None:
         autoshard.plan(task, "lookup_greedy", slpit=True)
 
 
+@pytest.mark.slow
 def test_the_sharder_interface_returns_recshards_bound_and_ppos_choice() -> None:
     task = hand_task_of()
     recshard = get_sharder("recshard", time_limit=5).solve(task, MODEL)

@@ -96,6 +96,7 @@ def test_beats_longest_processing_time_on_its_counterexample() -> None:
     assert device[0] == device[1] != device[2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_never_worse_than_any_greedy_on_small_random_tasks(seed: int) -> None:
     task = constrained_task(dlrm_tables(10, seed=seed), 2 + seed % 2, hbm_fraction=0.3)
@@ -126,6 +127,7 @@ def test_time_limit_returns_a_valid_plan_with_a_gap() -> None:
         assert report.cost_ratio == pytest.approx(1.0 / (1.0 - result.gap), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_lp_bound_is_valid_and_at_least_the_simple_bound_on_mixed_devices() -> None:
     tables = dlrm_tables(12, seed=7)
     task = constrained_task(tables, 4, hbm_fraction=0.4)
@@ -177,6 +179,7 @@ def _dominated_task(devices: int) -> ShardingTask:
     return constrained_task(tables, devices, hbm_fraction=0.3)
 
 
+@pytest.mark.slow
 def test_splits_the_dominant_table() -> None:
     task = _dominated_task(4)
     whole = RecShard(time_limit=5, split=False).solve(task, MODEL).details
@@ -233,6 +236,7 @@ def test_whole_tables_are_not_planned_once_a_split_plan_beats_their_bound(
     result = RecShard(time_limit=3).solve(task, MODEL).details
     assert result.step_cost_ms < whole_bound and planned and not any(planned)
 
+@pytest.mark.slow
 def test_on_tasks_too_large_for_the_milp_one_split_choice_with_a_capped_search(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Past ``max_pairs`` only the first split choice is solved (then the whole tables, unless
@@ -312,6 +316,7 @@ def test_the_milp_stall_rule() -> None:
     assert not stalled(flat, 0.0, 1.0) and not stalled(flat, 5e-3, 10.0)
 
 
+@pytest.mark.slow
 def test_a_split_choice_whose_bound_is_not_below_the_best_is_skipped() -> None:
     """DCNv2's tables on 16 devices of 80 GB: the replicated choices cost less than any plan
     of the unreplicated ones can (their shards' bounds), so those need no solve, and the plan

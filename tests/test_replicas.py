@@ -83,6 +83,7 @@ def test_replica_placements_are_checked() -> None:
         plan_layout(some, task)
 
 
+@pytest.mark.slow
 def test_recshard_replicates_small_tables_and_costs_less_than_without(tmp_path) -> None:
     task = _small_tables_task()
     got = {}
@@ -146,6 +147,7 @@ def test_replicated_plans_export_to_torchrec_and_back() -> None:
         evaluate(plan, task, MODEL).step_cost_ms)
 
 
+@pytest.mark.slow
 def test_ppo_keeps_every_row_of_its_replicas_in_hbm_on_partly_used_tables() -> None:
     """A held-out task of profiled tables (each used on part of its rows): ppo's replicated
     candidate wins, and its search moved items between the replicas' devices and refilled the
@@ -166,6 +168,7 @@ def test_ppo_keeps_every_row_of_its_replicas_in_hbm_on_partly_used_tables() -> N
     assert all(s.hbm_rows == rows[p.table] for p in replicated for s in p.shards)
 
 
+@pytest.mark.slow
 def test_recshard_with_replicas_costs_no_more_than_without_under_torchrecs_estimator(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Criteo 1TB's tables on 16 devices, planned for TorchRec's estimator: replicas change the
@@ -191,6 +194,7 @@ def test_recshard_with_replicas_costs_no_more_than_without_under_torchrecs_estim
     assert costs[True] <= costs[False] * (1 + 1e-6)
 
 
+@pytest.mark.slow
 def test_ppo_decodes_its_replicated_candidates_where_hbm_is_short() -> None:
     """Criteo 1TB's tables on 16 devices with HBM for 30% of their bytes: the replicas go first
     in the policy's order, so that other tables' rows have not taken their devices' HBM (the

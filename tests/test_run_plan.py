@@ -107,6 +107,7 @@ def test_sample_blocks_split_the_batch() -> None:
 
 # --- kernels -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_rowwise_adagrad_by_hand() -> None:
     import torch
 
@@ -170,6 +171,7 @@ def test_fbgemm_tier_matches_torch_tier() -> None:
 
 # --- 2-rank runs -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_runs_a_plan_on_two_gloo_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                            ) -> None:
     save_tables(tmp_path / "tables.json", TABLES)
@@ -204,6 +206,7 @@ def test_cli_runs_a_plan_on_two_gloo_ranks(tmp_path: Path, capsys: pytest.Captur
         measured["step_cost_ms"] / modelled["step_cost_ms"])
 
 
+@pytest.mark.slow
 def test_trace_lookups_reach_the_planned_tiers(tmp_path: Path) -> None:
     from autoshard.stats.readers.dlrm import save_trace
 
@@ -269,6 +272,7 @@ def test_trace_with_other_table_count_is_refused(tmp_path: Path) -> None:
         run_plan(PLAN, task(2), RunConfig(batch_size=2, trace=str(tmp_path / "t.pt")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["exit", "hang"])
 def test_a_failed_rank_ends_the_run(fault: str, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -294,6 +298,7 @@ def _default_sigint() -> None:
 HANG_S = 300
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("action", ["ctrl-c", "kill rank 1"])
 def test_interrupt_or_killed_rank_stops_every_rank(action: str, tmp_path: Path) -> None:
     save_tables(tmp_path / "tables.json", TABLES)
@@ -395,6 +400,7 @@ def test_row_shards_split_a_tables_lookups_by_hashed_id() -> None:
     assert shard_lookups(batch, column) is batch
 
 
+@pytest.mark.slow
 def test_split_plan_runs_on_two_gloo_ranks(tmp_path: Path) -> None:
     config = RunConfig(batch_size=64, iterations=3, warmup=1, timeout_s=60)
     result = run_plan(SPLIT_PLAN, task(64), config, logs=tmp_path / "logs")

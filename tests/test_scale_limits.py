@@ -70,6 +70,7 @@ def test_ppo_under_a_short_limit_keeps_its_fallback_and_says_what_was_cut(
     assert evaluate(plan, task, MODEL).step_cost_ms <= choice.costs[FALLBACK]
 
 
+@pytest.mark.slow
 def test_ppo_with_time_decodes_and_its_notes_are_empty(monkeypatch: pytest.MonkeyPatch) -> None:
     task = _task()
     # The group re-solve that ends the search stage cuts nothing and adds no note: left out.
@@ -81,6 +82,7 @@ def test_ppo_with_time_decodes_and_its_notes_are_empty(monkeypatch: pytest.Monke
     assert any(name.startswith("ppo-") for name in sharded.details.costs)
 
 
+@pytest.mark.slow
 def test_the_policy_alone_keeps_its_first_decode_under_any_limit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     task = _task()
@@ -97,6 +99,7 @@ def test_the_policy_alone_keeps_its_first_decode_under_any_limit(
     assert "ppo-replicas-greedy" in roomy.details.costs
 
 
+@pytest.mark.slow
 def test_recshard_beyond_the_whole_milp_starts_from_a_searched_plan(
         monkeypatch: pytest.MonkeyPatch) -> None:
     task = _task(600, 16)  # 9,600 (table, device) pairs: past max_pairs, no whole MILP

@@ -46,6 +46,7 @@ def _row_split_plan():
     return task, plan, cost, np.flatnonzero(g.table == g.table[pinned][0])
 
 
+@pytest.mark.slow
 def test_lifts_a_polished_plan_and_prices_it_as_the_evaluator_does() -> None:
     task, plan, cost, _ = _row_split_plan()
     out, after = resolve_plan(plan, task, MODEL, cost, time.perf_counter() + FAR)
@@ -54,6 +55,7 @@ def test_lifts_a_polished_plan_and_prices_it_as_the_evaluator_does() -> None:
     assert after < cost
 
 
+@pytest.mark.slow
 def test_pinned_shards_stay_on_the_devices_the_plan_gave_them() -> None:
     # The row shards' devices rotated from the order the split's own pins give them: the
     # search must keep these (a search pinned to the split's order finds no legal move).
@@ -79,6 +81,7 @@ def test_never_worse_and_the_input_itself_when_no_time_is_left() -> None:
     assert same is plan and c == cost
 
 
+@pytest.mark.slow
 def test_ppo_ends_with_it_from_its_cheapest_candidate_until_the_end_of_its_limit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     task = constrained_task(dlrm_tables(20, seed=3), 4, 0.2, reservation="torchrec")

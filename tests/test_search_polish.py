@@ -114,6 +114,7 @@ def test_refill_gives_a_device_hbm_to_the_rows_worth_most() -> None:
             assert cost >= base * (1 - 1e-6), (src, dst)
 
 
+@pytest.mark.slow
 def test_the_sharder_reports_the_polished_winner_and_the_policy_alone_unchanged(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tuning, "MIN_RESOLVE_S", float("inf"))  # the polish, not the LNS
@@ -144,6 +145,7 @@ def test_the_sharder_reports_the_polished_winner_and_the_policy_alone_unchanged(
     assert not any(n.endswith("+polish") for n in alone.costs)
 
 
+@pytest.mark.slow
 def test_few_tables_per_device_get_a_finer_split(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tuning, "MIN_RESOLVE_S", float("inf"))  # the decodes, not the LNS

@@ -66,6 +66,7 @@ def test_never_worse_and_variants_leave_the_other_items_alone() -> None:
     assert after <= cost
 
 
+@pytest.mark.slow
 def test_the_sharder_reports_a_resplit_winner(monkeypatch: pytest.MonkeyPatch) -> None:
     # On DCNv2's tables with TorchRec's room the decodes' split choice is not the best one: the
     # re-split plan wins, as '<name>+resplit' (kicked after, '+kick', where that lowers it

@@ -111,6 +111,7 @@ def test_pins_put_each_row_split_table_on_every_device_of_its_node_or_world() ->
     assert (pins[~(twrw | rw)] == -1).all()
 
 
+@pytest.mark.slow
 def test_recshard_splits_the_dominant_table_within_a_node_where_that_is_cheaper(
         tmp_path: Path) -> None:
     task = _two_nodes()
@@ -138,6 +139,7 @@ def test_recshard_splits_the_dominant_table_within_a_node_where_that_is_cheaper(
         assert out.is_file()
 
 
+@pytest.mark.slow
 def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
     task = _two_nodes()
     geometries = split_geometries(task, MODEL)
@@ -169,6 +171,7 @@ def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
     assert evaluate(plan, task, MODEL).step_cost_ms >= lower_bound_ms(task, MODEL) * (1 - 1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["recshard", "split_lookup_greedy", "ppo"])
 def test_row_splits_planned_for_torchrec_are_one_shard_per_device_and_export(name: str) -> None:
     # TorchRec routes a row-wise table's ids in even blocks over every rank (table-row-wise:

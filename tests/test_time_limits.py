@@ -62,6 +62,7 @@ def _probe_run() -> tuple[Sharded, StepClock]:
     return sharder.solve(_probe(), MODEL), clock
 
 
+@pytest.mark.slow
 def test_torchrec_keeps_its_time_limit_on_its_clock() -> None:
     task = _probe()
     sharded, clock = _probe_run()
@@ -71,6 +72,7 @@ def test_torchrec_keeps_its_time_limit_on_its_clock() -> None:
     assert math.isfinite(evaluate(sharded.plan, task, MODEL).step_cost_ms)
 
 
+@pytest.mark.slow
 def test_torchrec_says_what_a_short_limit_cut() -> None:
     task = _constrained()
     sharder, clock = _timed_torchrec(LIMIT_S)
@@ -84,6 +86,7 @@ def test_torchrec_says_what_a_short_limit_cut() -> None:
     assert any("not tried" in note for note in sharded.notes)
 
 
+@pytest.mark.slow
 def test_torchrec_offers_fused_alone_only_where_hbm_holds_every_table() -> None:
     task = _probe()  # 856 tables of 130 GB on 640 GB of HBM: every kernel takes too long
     sharded, _ = _probe_run()

@@ -50,6 +50,7 @@ def strict_json(path: Path) -> Any:
     return json.loads(path.read_text(), parse_constant=refuse)
 
 
+@pytest.mark.slow
 def test_summary_curve_and_evaluation_report_one_held_out_figure(tmp_path: Path) -> None:
     """The periodic evaluation plans as the final one does (the ppo-policy sharder's
     decodes), so the best figure of summary.json and the curve is eval.csv's mean for the kept
@@ -72,6 +73,7 @@ def test_summary_curve_and_evaluation_report_one_held_out_figure(tmp_path: Path)
     assert kept["held_out_cost_ratio"] == summary["best_held_out_ratio"]
 
 
+@pytest.mark.slow
 def test_steps_printed_are_those_run_and_no_evaluation_is_said_in_words(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """100 steps asked of rollouts of 2 x 64: 128 are run, printed with the reason; no

@@ -102,6 +102,7 @@ def test_weights_that_are_not_plain_tensors_are_refused(tmp_path: Path) -> None:
         load_policy(tmp_path)
 
 
+@pytest.mark.slow
 def test_tiny_run_logs_to_offline_wandb(tmp_path: Path) -> None:
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="offline", **TINY)  # type: ignore[arg-type]
     result = train(cfg)
@@ -126,6 +127,7 @@ def test_tiny_run_logs_to_offline_wandb(tmp_path: Path) -> None:
                                            "lookup_greedy", "size_lookup_greedy"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", [False, True])
 def test_batched_and_single_environments_train_the_same_policy(tmp_path: Path,
                                                                split: bool) -> None:
@@ -152,6 +154,7 @@ def test_batched_and_single_environments_train_the_same_policy(tmp_path: Path,
     assert not all(torch.equal(value, earlier[name]) for name, value in batched.items())
 
 
+@pytest.mark.slow
 def test_a_run_from_a_policy_evaluates_it_first(tmp_path: Path) -> None:
     save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "start", MULTIPLIERS)
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled",
@@ -167,6 +170,7 @@ def test_a_run_from_a_policy_evaluates_it_first(tmp_path: Path) -> None:
     assert result.best_ratio == best
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", **TINY)  # type: ignore[arg-type]
     first = train(cfg)
@@ -187,6 +191,7 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
         train(TrainConfig(**{**cfg.to_dict(), "out": str(tmp_path / "none")}), resume=True)
 
 
+@pytest.mark.slow
 def test_cli_train_smoke(tmp_path: Path) -> None:
     main(["train", "--timesteps", "128", "--n-envs", "2", "--n-steps", "64", "--batch-size",
           "64",
@@ -215,6 +220,7 @@ class Marker:
         return (Path.touch, (self.path,))
 
 
+@pytest.mark.slow
 def test_resume_never_unpickles_a_crafted_checkpoint(tmp_path: Path) -> None:
     from autoshard.training.checkpoint import WEIGHTS, sha256
 
@@ -242,6 +248,7 @@ def test_resume_never_unpickles_a_crafted_checkpoint(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_cli_exposes_every_config_field_with_its_documented_default(tmp_path: Path) -> None:
     from dataclasses import fields
 
@@ -284,6 +291,7 @@ def test_reservations_in_training_need_an_environment_that_models_them() -> None
         BatchedPlacementEnv(2, TaskSampler(overheads=("torchrec",)))
 
 
+@pytest.mark.slow
 def test_a_run_with_reservations_trains_and_evaluates_on_both(tmp_path: Path) -> None:
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled",
                       **{**TINY, "vec_env": "dummy", "overheads": ("none", "torchrec")})  # type: ignore[arg-type]
