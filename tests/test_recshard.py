@@ -29,6 +29,15 @@ from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+#: Seconds the fake clock advances at each reading, for the tests whose solves a limit cuts.
+STEP_S = 0.05
+
+
+@pytest.fixture
+def step_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """recshard's deadlines read on a fake clock (:data:`STEP_S` a reading), so that what its
+    limits cut is the same on every machine."""
+    fake_perf_counter(monkeypatch, STEP_S)
 
 
 def _uniform_task(pooling: list[float], devices: int, hbm_tables: float,
@@ -96,7 +105,7 @@ def test_beats_longest_processing_time_on_its_counterexample() -> None:
     assert device[0] == device[1] != device[2]
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("step_clock")
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_never_worse_than_any_greedy_on_small_random_tasks(seed: int) -> None:
     task = constrained_task(dlrm_tables(10, seed=seed), 2 + seed % 2, hbm_fraction=0.3)
@@ -112,6 +121,7 @@ def test_never_worse_than_any_greedy_on_small_random_tasks(seed: int) -> None:
     assert result.bound_ms >= lower_bound_ms(task, MODEL, replicas=True) * (1 - 1e-6)
 
 
+@pytest.mark.usefixtures("step_clock")
 def test_time_limit_returns_a_valid_plan_with_a_gap() -> None:
     task = constrained_task(dlrm_tables(40, seed=5), 4, hbm_fraction=0.3)
     sharded = RecShard(time_limit=0.2).solve(task, MODEL)
@@ -127,7 +137,7 @@ def test_time_limit_returns_a_valid_plan_with_a_gap() -> None:
         assert report.cost_ratio == pytest.approx(1.0 / (1.0 - result.gap), rel=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("step_clock")
 def test_lp_bound_is_valid_and_at_least_the_simple_bound_on_mixed_devices() -> None:
     tables = dlrm_tables(12, seed=7)
     task = constrained_task(tables, 4, hbm_fraction=0.4)
@@ -179,7 +189,7 @@ def _dominated_task(devices: int) -> ShardingTask:
     return constrained_task(tables, devices, hbm_fraction=0.3)
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("step_clock")
 def test_splits_the_dominant_table() -> None:
     task = _dominated_task(4)
     whole = RecShard(time_limit=5, split=False).solve(task, MODEL).details
@@ -215,6 +225,8 @@ def test_reachable_target_splits_no_finer_than_the_dearest_table_allows() -> Non
     assert task.num_tables - 1 in split.tolist()
 
 
+@pytest.mark.usefixtures("step_clock")
+@pytest.mark.usefixtures("step_clock")
 def test_whole_tables_are_not_planned_once_a_split_plan_beats_their_bound(
         monkeypatch: pytest.MonkeyPatch) -> None:
     task = _dominated_task(4)
@@ -316,6 +328,7 @@ def test_the_milp_stall_rule() -> None:
     assert not stalled(flat, 0.0, 1.0) and not stalled(flat, 5e-3, 10.0)
 
 
+@pytest.mark.usefixtures("step_clock")
 @pytest.mark.slow
 def test_a_split_choice_whose_bound_is_not_below_the_best_is_skipped() -> None:
     """DCNv2's tables on 16 devices of 80 GB: the replicated choices cost less than any plan
