@@ -226,7 +226,6 @@ def test_reachable_target_splits_no_finer_than_the_dearest_table_allows() -> Non
 
 
 @pytest.mark.usefixtures("step_clock")
-@pytest.mark.usefixtures("step_clock")
 def test_whole_tables_are_not_planned_once_a_split_plan_beats_their_bound(
         monkeypatch: pytest.MonkeyPatch) -> None:
     task = _dominated_task(4)
@@ -248,7 +247,8 @@ def test_whole_tables_are_not_planned_once_a_split_plan_beats_their_bound(
     result = RecShard(time_limit=3).solve(task, MODEL).details
     assert result.step_cost_ms < whole_bound and planned and not any(planned)
 
-@pytest.mark.slow
+
+@pytest.mark.usefixtures("step_clock")
 def test_on_tasks_too_large_for_the_milp_one_split_choice_with_a_capped_search(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Past ``max_pairs`` only the first split choice is solved (then the whole tables, unless
@@ -329,7 +329,6 @@ def test_the_milp_stall_rule() -> None:
 
 
 @pytest.mark.usefixtures("step_clock")
-@pytest.mark.slow
 def test_a_split_choice_whose_bound_is_not_below_the_best_is_skipped() -> None:
     """DCNv2's tables on 16 devices of 80 GB: the replicated choices cost less than any plan
     of the unreplicated ones can (their shards' bounds), so those need no solve, and the plan
