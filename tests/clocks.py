@@ -18,6 +18,10 @@ import time
 
 import pytest
 
+#: Seconds a step clock advances at each reading unless a test says otherwise: coarse enough
+#: that a run's deadlines come after a few hundred readings.
+STEP_S = 0.05
+
 
 class StepClock:
     """A clock that advances ``step_s`` at each reading.
@@ -41,7 +45,7 @@ class StepClock:
         return self.now
 
 
-def fake_perf_counter(monkeypatch: pytest.MonkeyPatch, step_s: float) -> StepClock:
+def fake_perf_counter(monkeypatch: pytest.MonkeyPatch, step_s: float = STEP_S) -> StepClock:
     """A :class:`StepClock` put in place of ``time.perf_counter`` until the test ends (or
     ``monkeypatch.undo()``)."""
     clock = StepClock(step_s)

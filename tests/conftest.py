@@ -12,6 +12,7 @@ r"""Shared fixtures, and the rules every test keeps.
 from __future__ import annotations
 
 import pytest
+from clocks import StepClock, fake_perf_counter
 from handcase import hand_task_of
 
 from autoshard.task import ShardingTask
@@ -21,3 +22,10 @@ from autoshard.task import ShardingTask
 def hand_task() -> ShardingTask:
     """Tables A, B, C (36,000, 18,000, 18,000 B) on two devices of 36,000 B of HBM each."""
     return hand_task_of()
+
+
+@pytest.fixture
+def step_clock(monkeypatch: pytest.MonkeyPatch) -> StepClock:
+    """``time.perf_counter`` replaced by a step clock for the test (:mod:`clocks`), so that what
+    the sharders' time limits cut is the same on every machine."""
+    return fake_perf_counter(monkeypatch)

@@ -314,6 +314,7 @@ def test_grids_are_offered_on_several_nodes_within_the_constraints() -> None:
             if g.kind[0] == GRID.code] == [16, 32]
 
 
+@pytest.mark.usefixtures("step_clock")
 @pytest.mark.slow
 def test_recshard_cuts_the_wide_dominant_table_into_a_grid_where_it_pays() -> None:
     task = _wide_task()
@@ -338,6 +339,7 @@ def test_recshard_cuts_the_wide_dominant_table_into_a_grid_where_it_pays() -> No
     assert with_grid.step_cost_ms < 0.8 * without.step_cost_ms
 
 
+@pytest.mark.usefixtures("step_clock")
 @pytest.mark.slow
 def test_ppo_places_each_grid_block_on_one_node_one_shard_per_device(
         monkeypatch: pytest.MonkeyPatch) -> None:

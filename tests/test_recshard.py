@@ -29,15 +29,6 @@ from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
 GREEDY = ("size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
-#: Seconds the fake clock advances at each reading, for the tests whose solves a limit cuts.
-STEP_S = 0.05
-
-
-@pytest.fixture
-def step_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """recshard's deadlines read on a fake clock (:data:`STEP_S` a reading), so that what its
-    limits cut is the same on every machine."""
-    fake_perf_counter(monkeypatch, STEP_S)
 
 
 def _uniform_task(pooling: list[float], devices: int, hbm_tables: float,

@@ -83,6 +83,7 @@ def test_replica_placements_are_checked() -> None:
         plan_layout(some, task)
 
 
+@pytest.mark.usefixtures("step_clock")
 @pytest.mark.slow
 def test_recshard_replicates_small_tables_and_costs_less_than_without(tmp_path) -> None:
     task = _small_tables_task()
@@ -119,6 +120,7 @@ def test_replicas_are_chosen_only_where_they_pay_and_constraints_allow() -> None
     assert replicate_tables(single, MODEL, whole_tables(single)).num_shards == single.num_tables
 
 
+@pytest.mark.usefixtures("step_clock")
 @pytest.mark.skipif(torchrec_unavailable(load=True) is not None, reason="needs torchrec")
 def test_replicated_plans_export_to_torchrec_and_back() -> None:
     from autoshard.torchrec.export import (
@@ -147,6 +149,7 @@ def test_replicated_plans_export_to_torchrec_and_back() -> None:
         evaluate(plan, task, MODEL).step_cost_ms)
 
 
+@pytest.mark.usefixtures("step_clock")
 @pytest.mark.slow
 def test_ppo_keeps_every_row_of_its_replicas_in_hbm_on_partly_used_tables() -> None:
     """A held-out task of profiled tables (each used on part of its rows): ppo's replicated
@@ -194,6 +197,7 @@ def test_recshard_with_replicas_costs_no_more_than_without_under_torchrecs_estim
     assert costs[True] <= costs[False] * (1 + 1e-6)
 
 
+@pytest.mark.usefixtures("step_clock")
 @pytest.mark.slow
 def test_ppo_decodes_its_replicated_candidates_where_hbm_is_short() -> None:
     """Criteo 1TB's tables on 16 devices with HBM for 30% of their bytes: the replicas go first
