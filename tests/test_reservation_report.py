@@ -56,6 +56,7 @@ def test_per_device_hbm_adds_up() -> None:
     assert placed.sum() == task.num_tables
 
 
+@pytest.mark.usefixtures("step_clock")
 @pytest.mark.slow
 def test_default_task_with_5_gb_shows_the_reservation_and_recshard_meets_the_bound(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
