@@ -98,6 +98,7 @@ def test_same_episodes_as_single_envs(sampler: TaskSampler, n: int,
     assert seen["illegal"] > 10  # unmasked illegal actions were mapped, flagged, penalised
 
 
+@pytest.mark.slow
 def test_same_episodes_with_a_model_priced_per_task() -> None:
     single, batched = pair(4, VARIED, seed=11, max_devices=16, report=False,
                            cost_model=PerTaskModel())

@@ -98,6 +98,7 @@ def test_slow_setup_returns_the_cheap_plan_by_the_deadline(
     check_layout(result.plan, task)
 
 
+@pytest.mark.slow
 def test_returns_within_the_limit_on_a_large_task(monkeypatch: pytest.MonkeyPatch) -> None:
     """10,000 tables x 64 devices with a 2 s limit (the old setup alone ran past it several
     times over), pricing charged 1 us a point (about this machine's rate): the cheap first

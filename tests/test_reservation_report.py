@@ -20,6 +20,7 @@ from autoshard.workloads import constrained_task, dlrm_tables
 MODEL = AnalyticalCostModel()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_reserved_bound_holds_for_every_sharder_and_is_tighter(seed: int) -> None:
     task = constrained_task(dlrm_tables(30, seed=seed), 4, 0.3, reservation="torchrec")
