@@ -304,14 +304,14 @@ def test_stops_when_the_milp_no_longer_improves(monkeypatch: pytest.MonkeyPatch)
     assert report["bound_ms"] > 0.0 and 0.0 <= report["gap"] < 1.0
 
 
-def test_the_milp_stall_rule() -> None:
+def test_the_milp_stall_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     """A search whose last half brought less than ``stall`` stops; one still improving does
-    not; no stall rule before ``min_seconds`` or with ``stall`` 0."""
-    import time
-
+    not; no stall rule before ``min_seconds`` or with ``stall`` 0 (on a clock that stands
+    still at 0)."""
     from autoshard.milp.model import stalled
 
-    now = time.perf_counter()
+    fake_perf_counter(monkeypatch, 0.0)
+    now = 0.0
     flat = [(now - 4.0, np.inf), (now - 3.9, 10.0), (now - 0.5, 9.99)]
     assert stalled(flat, 5e-3, 1.0)
     improving = [(now - 4.0, np.inf), (now - 3.9, 10.0), (now - 0.5, 9.0)]
