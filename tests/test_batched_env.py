@@ -85,6 +85,7 @@ def play(single: DummyVecEnv, batched: BatchedPlacementEnv, steps: int, seed: in
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sampler", "n", "kwargs"), [
     (FIXED, 3, {"max_devices": 8, "report": True}),
     (VARIED, 5, {"max_devices": 16, "report": False}),
@@ -97,6 +98,7 @@ def test_same_episodes_as_single_envs(sampler: TaskSampler, n: int,
     assert seen["illegal"] > 10  # unmasked illegal actions were mapped, flagged, penalised
 
 
+@pytest.mark.slow
 def test_same_episodes_with_a_model_priced_per_task() -> None:
     single, batched = pair(4, VARIED, seed=11, max_devices=16, report=False,
                            cost_model=PerTaskModel())
@@ -130,6 +132,7 @@ def test_actions_outside_the_space_raise() -> None:
 DOMINANT = TaskSampler(tables=(6, 30), devices=(2, 4, 8), styles=("dominant",))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sampler", "cost_model"), [
     (DOMINANT, None), (VARIED, None), (DOMINANT, PerTaskModel())])
 def test_same_episodes_as_single_envs_with_the_split_choice(sampler: TaskSampler,

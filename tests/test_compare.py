@@ -72,11 +72,12 @@ def test_summary_counts_and_markdown(tmp_path: Path) -> None:
     assert "| lookup_greedy |" in markdown_table(list(summaries.values()))
 
 
+@pytest.mark.slow
 def test_compare_cli_on_tiny_suite(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     proc = subprocess.run(
         [sys.executable, "-m", "autoshard", "compare", "--suite", "tiny", "--out", str(out),
-         "--wandb-mode", "disabled", "--time-limit", "10"],
+         "--wandb-mode", "disabled", "--time-limit", "1"],
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     with (out / "tiny.csv").open() as fh:
@@ -103,6 +104,7 @@ def test_compare_cli_rejects_unknown_suite(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_compare_logs_an_offline_wandb_run(tmp_path: Path) -> None:
     from autoshard.training.wandb_runs import offline_history
 

@@ -40,6 +40,7 @@ def _kinds_and_shares(task: ShardingTask, plan: object) -> dict[str, tuple[str, 
     return out
 
 
+@pytest.mark.usefixtures("step_clock")
 def test_recshard_keeps_every_constraint() -> None:
     task = _task({"t0": TableConstraint(kinds=frozenset({K.COLUMN_WISE}), min_cols=16),
                   "t1": TableConstraint(hbm_share=(1.0, 1.0)),
@@ -79,6 +80,7 @@ def test_a_kind_the_constraints_forbid_is_refused_by_name() -> None:
         enforce(task, plan_layout(plan, task), MODEL)
 
 
+@pytest.mark.usefixtures("step_clock")
 def test_a_table_that_must_split_but_cannot_is_named() -> None:
     dim = int(_task({}).tables[0].dim)
     task = _task({"t0": TableConstraint(kinds=frozenset({K.COLUMN_WISE}), min_cols=dim)})

@@ -188,6 +188,7 @@ def test_dataset_names_bad_values(tmp_path: Path) -> None:
         dataset(df.drop(columns="lookups"), source="d.csv")
 
 
+@pytest.mark.slow
 def test_cli_fit_eval_compare(tmp_path: Path) -> None:
     data = tmp_path / "d.csv"
     write_csv(data, 150, seed=1)

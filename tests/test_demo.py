@@ -13,11 +13,12 @@ from autoshard.sharders import sharder_names
 from autoshard.tables import load_tables
 
 
+@pytest.mark.slow
 def test_demo_small_budget(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     proc = subprocess.run(
         [sys.executable, "-m", "autoshard", "demo", "--out", str(out), "--tables", "12",
-         "--devices", "2", "--trace-batch", "512", "--time-limit", "5"],
+         "--devices", "2", "--trace-batch", "512", "--time-limit", "1"],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     tables = load_tables(out / "tables.json")

@@ -48,6 +48,7 @@ def play(env: PlacementEnv, rng: np.random.Generator, seed: int | None = None,
     return seen, rewards, info
 
 
+@pytest.mark.slow
 def test_registered_default_env_passes_both_checkers_with_no_warnings() -> None:
     from gymnasium.utils.env_checker import check_env as gym_check
     from stable_baselines3.common.env_checker import check_env as sb3_check

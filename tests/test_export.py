@@ -220,6 +220,7 @@ def test_torchrec_accepts_split_tables_and_its_storage_estimate_fits(tmp_path: P
         "rank:0/cuda:0", "rank:2/cuda:2"]
 
 
+@pytest.mark.usefixtures("step_clock")
 @needs_torchrec
 def test_export_fits_a_full_plan_to_torchrecs_hbm_count(tmp_path: Path) -> None:
     from autoshard.torchrec.estimate import estimate_plan

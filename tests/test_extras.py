@@ -288,6 +288,7 @@ def test_the_blocker_makes_the_optional_packages_absent(tmp_path: Path) -> None:
     assert not (tmp_path / "trace.pt").exists()
 
 
+@pytest.mark.slow
 def test_the_core_plans_evaluates_and_exports_without_extras(tmp_path: Path,
                                                             small_tables: Path) -> None:
     steps = [

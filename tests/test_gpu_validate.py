@@ -55,6 +55,7 @@ def test_an_unknown_option_is_refused() -> None:
     assert done.returncode == 2 and "unknown option --gpu" in done.stderr
 
 
+@pytest.mark.slow
 @needs_fbgemm
 def test_the_dry_run_writes_every_output_where_documented(tmp_path: Path) -> None:
     out = tmp_path / "run"

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from clocks import StepClock
 
 from autoshard.errors import InputError, PlannerError
 from autoshard.hardware import Device, HardwareProfile, Tier, save_hardware
@@ -41,6 +42,7 @@ from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.pricing.evaluator import evaluate
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder
+from autoshard.sharders.ppo import tuning
 from autoshard.sharders.recshard import RecShard
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask, Workload
@@ -312,6 +314,8 @@ def test_grids_are_offered_on_several_nodes_within_the_constraints() -> None:
             if g.kind[0] == GRID.code] == [16, 32]
 
 
+@pytest.mark.usefixtures("step_clock")
+@pytest.mark.slow
 def test_recshard_cuts_the_wide_dominant_table_into_a_grid_where_it_pays() -> None:
     task = _wide_task()
     choice = split_heavy_tables(task, MODEL, node_local=True).geometry
@@ -335,7 +339,10 @@ def test_recshard_cuts_the_wide_dominant_table_into_a_grid_where_it_pays() -> No
     assert with_grid.step_cost_ms < 0.8 * without.step_cost_ms
 
 
-def test_ppo_places_each_grid_block_on_one_node_one_shard_per_device() -> None:
+@pytest.mark.usefixtures("step_clock")
+@pytest.mark.slow
+def test_ppo_places_each_grid_block_on_one_node_one_shard_per_device(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     task = _wide_task()
     geometries = split_geometries(task, MODEL)
     g = next(g for name, g in geometries.items()
@@ -354,6 +361,7 @@ def test_ppo_places_each_grid_block_on_one_node_one_shard_per_device() -> None:
                 assert not offered[placed].any()
                 assert (node[offered] == node[placed[0]]).all()
         episode.step(int(np.flatnonzero(episode.mask)[0]))
+    monkeypatch.setattr(tuning, "MIN_RESOLVE_S", float("inf"))  # the decodes' part, no LNS
     plan = get_sharder("ppo").shard(task, MODEL)
     check_layout(plan, task)
     assert any(p.sharding is GRID for p in plan.placements)
@@ -457,6 +465,7 @@ def test_torchrecs_estimators_price_and_size_grid_shards_as_we_do() -> None:
     assert (ours >= np.array([r.hbm_bytes for r in estimate.per_rank])).all()
 
 
+@pytest.mark.slow
 @needs_torchrec
 def test_the_torchrec_sharder_names_grids_for_dominant_tables_on_several_nodes() -> None:
     from autoshard.torchrec.sharder import TorchRecSharder, offered_sharding_types
@@ -470,10 +479,15 @@ def test_the_torchrec_sharder_names_grids_for_dominant_tables_on_several_nodes()
         t.name: [] for t in task.tables[:-1]}}) == 16 * 3  # 2 blocks x 8 ranks x 3 kernels
     one_node = constrained_task(task.tables, 8, hbm_fraction=0.5, reservation="torchrec")
     assert all("grid_shard" not in v for v in offered_sharding_types(one_node, MODEL).values())
-    run = TorchRecSharder().solve(task, MODEL)
+    # Both runs on a step clock, so that their default limit cuts the same on every machine.
+    sharder = TorchRecSharder()
+    sharder.clock = StepClock(0.1)
+    run = sharder.solve(task, MODEL)
     check_layout(run.plan, task)
     huge = next(p for p in run.plan.placements if p.table == "huge")
     assert huge.sharding is GRID
-    without = TorchRecSharder(sharding_types=tuple(t for t in offered["huge"]
-                                                   if t != "grid_shard")).solve(task, MODEL)
+    sharder = TorchRecSharder(sharding_types=tuple(t for t in offered["huge"]
+                                                   if t != "grid_shard"))
+    sharder.clock = StepClock(0.1)
+    without = sharder.solve(task, MODEL)
     assert run.details.rated_ms() < without.details.rated_ms()

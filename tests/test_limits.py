@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,21 @@ from autoshard.tables import Table, load_tables, save_tables
 from autoshard.task import ShardingTask, Workload
 
 GOOD = [{"name": "a", "rows": 1000, "dim": 16}, {"name": "b", "rows": 500, "dim": 8}]
+
+
+@pytest.fixture
+def no_huge_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails the test at once where more devices are built than any cluster may hold: an
+    absurd count must be rejected up front, not after building the cluster."""
+    built = [0]
+    init = Device.__init__
+
+    def counted(self: Device, *args: object, **kwargs: object) -> None:
+        built[0] += 1
+        assert built[0] <= MAX_DEVICES, "built the cluster before rejecting its size"
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Device, "__init__", counted)
 
 
 def _tables_file(tmp_path: Path, **extra: object) -> Path:
@@ -64,15 +78,14 @@ def test_largest_allowed_table_prices_finitely() -> None:
     (["--batch-size", str(2**40)], "--batch-size"),
     (["-H", "1000000000xH100-80GB"], "--devices"),
 ])
+@pytest.mark.usefixtures("no_huge_cluster")
 def test_absurd_cli_values_exit_2_naming_option(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                 args: list[str], option: str) -> None:
     out = tmp_path / "plan.json"
-    start = time.perf_counter()
     code, _, err = run(["plan", "-t", str(_tables_file(tmp_path)), *args, "-o", str(out)], capsys)
     assert code == 2, err
     assert option in err and "Traceback" not in err
     assert not out.exists()
-    assert time.perf_counter() - start < 30  # rejected up front, not after building the cluster
 
 
 @pytest.mark.parametrize(("extra", "field"), [
@@ -100,6 +113,7 @@ def test_absurd_table_files_exit_2_and_write_nothing(tmp_path: Path,
     ({}, {"devices_per_node": 10**9}, "devices_per_node"),
     ({"node": 10**9}, {}, "device.node"),
 ])
+@pytest.mark.usefixtures("no_huge_cluster")
 def test_absurd_hardware_files(tmp_path: Path, device: dict[str, float], top: dict[str, float],
                                field: str) -> None:
     doc = BUNDLED["8xH100-80GB"].to_dict()
@@ -107,11 +121,9 @@ def test_absurd_hardware_files(tmp_path: Path, device: dict[str, float], top: di
     doc.update(top)
     path = tmp_path / "hw.json"
     path.write_text(json.dumps(doc))
-    start = time.perf_counter()
     with pytest.raises(InputError) as info:
         load_hardware(str(path))
     assert info.value.field == field and info.value.source == str(path)
-    assert time.perf_counter() - start < 5
 
 
 def test_constructors_reject_absurd_values() -> None:

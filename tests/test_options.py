@@ -174,6 +174,7 @@ def test_run_one_rejects_an_option_instead_of_recording_a_failure() -> None:
                 {"seed": 0})
 
 
+@pytest.mark.slow
 def test_compare_cli_recomputes_rows_for_another_learned_model(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shipped = Path(__file__).resolve().parents[1] / "autoshard" / "data" / "cost_model"

@@ -49,6 +49,7 @@ def test_the_plan_records_its_context(planned: tuple[Path, Path]) -> None:
     assert PlanContext.from_dict(context.to_dict(), "x") == context
 
 
+@pytest.mark.slow
 def test_evaluate_export_and_run_plan_use_it_with_no_flags(
         planned: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plan_file, _ = planned

@@ -79,6 +79,7 @@ def test_planned_fields_on_the_hand_case() -> None:
         planned.seconds = 0.0  # type: ignore[misc]  # a frozen value
 
 
+@pytest.mark.usefixtures("step_clock")
 def test_recshards_bound_reaches_the_report_unless_left_out() -> None:
     task = hand_task_of()
     planned = autoshard.plan(task, "recshard", "analytical", time_limit=5)
@@ -103,6 +104,8 @@ def test_a_sharder_made_already_is_planned_and_takes_no_options() -> None:
         autoshard.plan(task, "lookup_greedy", slpit=True)
 
 
+@pytest.mark.usefixtures("step_clock")
+@pytest.mark.slow
 def test_the_sharder_interface_returns_recshards_bound_and_ppos_choice() -> None:
     task = hand_task_of()
     recshard = get_sharder("recshard", time_limit=5).solve(task, MODEL)

@@ -23,7 +23,8 @@ from autoshard.training.checkpoint import STATE, WEIGHTS, sha256
 
 #: A resumable run of 128 steps: two rollouts of 2 x 32, checkpointed.
 RUN_ARGS = ["--n-envs", "2", "--n-steps", "32", "--batch-size", "32", "--n-epochs", "1",
-            "--train-tables", "4", "6", "--eval-tables", "6", "--eval-devices", "2",
+            "--train-tables", "4", "6", "--batch-sizes", "4096", "--modes", "train",
+            "--eval-tables", "6", "--eval-devices", "2",
             "--eval-repeats", "1", "--hidden", "8", "--eval-every", "64",
             "--checkpoint-every", "64", "--wandb-mode", "disabled"]
 

@@ -147,6 +147,7 @@ def test_table_row_wise_shards_stay_on_one_node_one_per_device() -> None:
             assert len(set(on.tolist())) == on.size  # one per device
 
 
+@pytest.mark.slow
 def test_a_widened_policy_scores_grid_0_as_before_and_decodes_the_same_plan() -> None:
     torch.manual_seed(0)
     net = PlacementNet(K, 32)
@@ -172,6 +173,7 @@ def test_a_widened_policy_scores_grid_0_as_before_and_decodes_the_same_plan() ->
         torch.testing.assert_close(value, net.state_dict()[key])
 
 
+@pytest.mark.slow
 def test_the_environment_with_the_split_choice_passes_both_checkers() -> None:
     import warnings
 
@@ -257,6 +259,7 @@ def test_a_policy_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
         load_policy(tmp_path)
 
 
+@pytest.mark.slow
 def test_training_with_the_split_choice_starts_from_a_one_grid_policy(tmp_path: Path) -> None:
     import json
 
@@ -270,7 +273,8 @@ def test_training_with_the_split_choice_starts_from_a_one_grid_policy(tmp_path: 
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", split=True,
                       vec_env="dummy", init_policy=str(tmp_path / "start"), timesteps=256,
                       n_envs=2, n_steps=64, batch_size=64, n_epochs=2, train_tables=(4, 12),
-                      eval_tables=(12,), eval_devices=(2, 3), eval_every=128,
+                      batch_sizes=(4096,), modes=("train",), eval_tables=(12,),
+                      eval_devices=(2, 3), eval_repeats=1, eval_every=128,
                       checkpoint_every=128, hidden=16)
     result = train(cfg)
     net, _, _ = load_policy(result.policy_dir)

@@ -80,6 +80,7 @@ def test_with_reservations_every_refill_keeps_room_for_the_tables_still_to_place
     assert (used <= task.device_arrays.hbm_capacity + 1e-6).all()
 
 
+@pytest.mark.slow
 def test_the_refilling_environment_passes_both_checkers() -> None:
     from gymnasium.utils.env_checker import check_env as gym_check
     from stable_baselines3.common.env_checker import check_env as sb3_check

@@ -100,17 +100,23 @@ def test_best_of_candidates_is_never_behind_any_candidate(untrained: Path) -> No
         assert ratio <= greedy * (1 + 1e-9)
 
 
-def test_plans_a_cluster_larger_than_any_in_training(untrained: Path) -> None:
+@pytest.mark.slow
+def test_plans_a_cluster_larger_than_any_in_training(untrained: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     task = constrained_task(dlrm_tables(120, seed=5), 24, hbm_fraction=0.5)
+    monkeypatch.setattr(tuning, "MIN_RESOLVE_S", float("inf"))  # the policy's part, not the LNS
     plan = PPOSharder(policy=untrained).shard(task, MODEL)
     report = evaluate(plan, task, MODEL)  # valid and within every capacity
     assert len(report.per_device) == 24 and report.cost_ratio >= 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(PPOSharder.unavailable() is not None,
                     reason=f"no committed policy at {DEFAULT_POLICY}")
-def test_committed_policy_at_or_below_the_best_greedy_on_held_out_tables() -> None:
+def test_committed_policy_at_or_below_the_best_greedy_on_held_out_tables(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     items = eval_tasks((60,), (4, 8), hbm_fraction=0.3, family="test")
+    monkeypatch.setattr(tuning, "MIN_RESOLVE_S", float("inf"))  # no LNS: it can only lower ppo
     ppo = get_sharder("ppo")
     for item in items:
         ratio = evaluate(ppo.shard(item.task, MODEL), item.task, MODEL).cost_ratio
@@ -179,6 +185,7 @@ def test_policy_alone_splits_a_dominant_table_and_beats_every_whole_table_plan()
     assert cost >= lower_bound_ms(task, MODEL)
 
 
+@pytest.mark.slow
 def test_split_decodes_are_valid_candidates_and_only_the_main_ones_on_large_tasks(
         untrained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     task = _dominated_task()

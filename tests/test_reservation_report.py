@@ -9,19 +9,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import run_cli as run
+from clocks import fake_perf_counter
 
 from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.pricing.evaluator import evaluate
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder
+from autoshard.sharders.ppo import tuning
 from autoshard.workloads import constrained_task, dlrm_tables
 
 MODEL = AnalyticalCostModel()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_the_reserved_bound_holds_for_every_sharder_and_is_tighter(seed: int) -> None:
+def test_the_reserved_bound_holds_for_every_sharder_and_is_tighter(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tuning, "MIN_RESOLVE_S", float("inf"))  # ppo's plan, no closing LNS
     task = constrained_task(dlrm_tables(30, seed=seed), 4, 0.3, reservation="torchrec")
     # The evaluator's bounds count replicated tables too (every plan of the task).
     weights = lower_bound_ms(task, MODEL, replicas=True)
@@ -58,9 +63,12 @@ def test_per_device_hbm_adds_up() -> None:
 
 @pytest.mark.slow
 def test_default_task_with_5_gb_shows_the_reservation_and_recshard_meets_the_bound(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+        ) -> None:
     """The default task with --hbm-gb 5 keeps most of its HBM for TorchRec's buffers: the
-    weights-only bound is far below any plan, the reservation-aware one is not."""
+    weights-only bound is far below any plan, the reservation-aware one is not. recshard's
+    limit is kept on a fake clock, 0.2 s a reading."""
+    fake_perf_counter(monkeypatch, 0.2)
     plan = tmp_path / "plan.json"
     code, out, err = run(["plan", "-t", "default", "-s", "recshard", "--hbm-gb", "5",
                           "--time-limit", "20", "-o", str(plan), "--json"], capsys)

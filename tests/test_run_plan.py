@@ -107,6 +107,7 @@ def test_sample_blocks_split_the_batch() -> None:
 
 # --- kernels -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_rowwise_adagrad_by_hand() -> None:
     import torch
 
@@ -170,6 +171,7 @@ def test_fbgemm_tier_matches_torch_tier() -> None:
 
 # --- 2-rank runs -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_runs_a_plan_on_two_gloo_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                            ) -> None:
     save_tables(tmp_path / "tables.json", TABLES)
@@ -204,6 +206,7 @@ def test_cli_runs_a_plan_on_two_gloo_ranks(tmp_path: Path, capsys: pytest.Captur
         measured["step_cost_ms"] / modelled["step_cost_ms"])
 
 
+@pytest.mark.slow
 def test_trace_lookups_reach_the_planned_tiers(tmp_path: Path) -> None:
     from autoshard.stats.readers.dlrm import save_trace
 
@@ -269,17 +272,18 @@ def test_trace_with_other_table_count_is_refused(tmp_path: Path) -> None:
         run_plan(PLAN, task(2), RunConfig(batch_size=2, trace=str(tmp_path / "t.pt")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["exit", "hang"])
 def test_a_failed_rank_ends_the_run(fault: str, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FAULT_ENV, f"1:{fault}")
     config = RunConfig(batch_size=16, iterations=3, warmup=1, timeout_s=8)
-    start = time.monotonic()
+    # The run ends by the failed rank's exit or by the run's own watchdog (its timeout), and
+    # says which; it is not timed here.
     expected = ("rank 1 exited with code 3 at 'ready'" if fault == "exit"
                 else "no progress for 8 s: .*rank 1 at 'ready'")
     with pytest.raises(RunError, match=expected):
         run_plan(PLAN, task(16), config, logs=tmp_path)
-    assert time.monotonic() - start < 40
     assert workers_of(tmp_path) == {}
 
 
@@ -289,6 +293,12 @@ def _default_sigint() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+#: Seconds after which a command still running is taken as hung (no duration is asserted: a
+#: command that should have stopped is given far longer than any machine needs).
+HANG_S = 300
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("action", ["ctrl-c", "kill rank 1"])
 def test_interrupt_or_killed_rank_stops_every_rank(action: str, tmp_path: Path) -> None:
     save_tables(tmp_path / "tables.json", TABLES)
@@ -305,13 +315,14 @@ def test_interrupt_or_killed_rank_stops_every_rank(action: str, tmp_path: Path) 
              "--tables", str(tmp_path / "tables.json"), "--devices", "2", "--timeout", "60",
              "--logs", str(tmp_path / "logs")], env=env, stderr=err_file, text=True,
             preexec_fn=_default_sigint)
-    deadline = time.monotonic() + 40
 
     def stages() -> list[str]:
         return [p.read_text() for p in sorted((tmp_path / "logs").glob("*/rank*.progress"))]
 
-    while stages()[:1] != ["step 0 (in a collective)"]:  # rank 0 waits for the hung rank 1
-        assert time.monotonic() < deadline and cli.poll() is None
+    # Rank 0 waits for the hung rank 1; a run that never gets there ends by its own watchdog
+    # (--timeout), and then the command is no longer running.
+    while stages()[:1] != ["step 0 (in a collective)"]:
+        assert cli.poll() is None, err_path.read_text()
         time.sleep(0.1)
     workers = workers_of(tmp_path)
     assert sorted(workers) == [0, 1]
@@ -319,12 +330,12 @@ def test_interrupt_or_killed_rank_stops_every_rank(action: str, tmp_path: Path) 
         cli.send_signal(signal.SIGINT)
     else:
         os.kill(workers[1], signal.SIGKILL)
-    try:
-        cli.wait(timeout=50)  # every rank stopped within 2 x 3 s, then the command exits
+    try:  # every rank stopped within 2 x 3 s, then the command exits; the wait guards a hang
+        cli.wait(timeout=HANG_S)
     except subprocess.TimeoutExpired:
         cli.kill()
-        raise AssertionError(f"run-plan still running 50 s after the {action}; ranks at "
-                             f"{stages()}; stderr: {err_path.read_text()}") from None
+        raise AssertionError(f"run-plan still running {HANG_S} s after the {action}; ranks "
+                             f"at {stages()}; stderr: {err_path.read_text()}") from None
     err = err_path.read_text()
     if action == "ctrl-c":
         assert cli.returncode == 130, err
@@ -389,6 +400,7 @@ def test_row_shards_split_a_tables_lookups_by_hashed_id() -> None:
     assert shard_lookups(batch, column) is batch
 
 
+@pytest.mark.slow
 def test_split_plan_runs_on_two_gloo_ranks(tmp_path: Path) -> None:
     config = RunConfig(batch_size=64, iterations=3, warmup=1, timeout_s=60)
     result = run_plan(SPLIT_PLAN, task(64), config, logs=tmp_path / "logs")

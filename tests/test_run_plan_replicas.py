@@ -142,6 +142,7 @@ def test_the_check_catches_replicas_that_drift_or_average_their_gradients() -> N
     assert not check.ok and check.replica_spread == pytest.approx(1e-3, rel=1e-2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_replicated_tables_train_as_one_unsharded_table(world: int, tmp_path: Path) -> None:
     plan = mixed_plan(world)
@@ -163,6 +164,7 @@ def test_replicated_tables_train_as_one_unsharded_table(world: int, tmp_path: Pa
 
 # --- run-plan ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_run_plan_reports_replicas_honestly(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     save_tables(tmp_path / "tables.json", TABLES)

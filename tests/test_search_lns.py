@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from clocks import fake_perf_counter
 
 from autoshard.layout.plan import Plan
 from autoshard.layout.shards import (
@@ -36,8 +37,8 @@ FAR = 1e4
 
 def _row_split_plan():
     """A polished plan with a row-wise table whose shards TorchRec routes one per device
-    (split_lookup_greedy on 30 tables, 8 devices, TorchRec's room), that table's shards."""
-    task = constrained_task(dlrm_tables(30, seed=0), 8, 0.3, reservation="torchrec")
+    (split_lookup_greedy on 16 tables, 8 devices, TorchRec's room), that table's shards."""
+    task = constrained_task(dlrm_tables(16, seed=0), 8, 0.3, reservation="torchrec")
     plan, cost = polish_plan(get_sharder("split_lookup_greedy").shard(task, MODEL), task, MODEL)
     g = plan_layout(plan, task).geometry
     pinned = one_per_device(task, g)
@@ -45,6 +46,7 @@ def _row_split_plan():
     return task, plan, cost, np.flatnonzero(g.table == g.table[pinned][0])
 
 
+@pytest.mark.slow
 def test_lifts_a_polished_plan_and_prices_it_as_the_evaluator_does() -> None:
     task, plan, cost, _ = _row_split_plan()
     out, after = resolve_plan(plan, task, MODEL, cost, time.perf_counter() + FAR)
@@ -53,6 +55,7 @@ def test_lifts_a_polished_plan_and_prices_it_as_the_evaluator_does() -> None:
     assert after < cost
 
 
+@pytest.mark.slow
 def test_pinned_shards_stay_on_the_devices_the_plan_gave_them() -> None:
     # The row shards' devices rotated from the order the split's own pins give them: the
     # search must keep these (a search pinned to the split's order finds no legal move).
@@ -78,9 +81,10 @@ def test_never_worse_and_the_input_itself_when_no_time_is_left() -> None:
     assert same is plan and c == cost
 
 
+@pytest.mark.slow
 def test_ppo_ends_with_it_from_its_cheapest_candidate_until_the_end_of_its_limit(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    task = constrained_task(dlrm_tables(40, seed=3), 8, 0.2, reservation="torchrec")
+    task = constrained_task(dlrm_tables(20, seed=3), 4, 0.2, reservation="torchrec")
     calls: list[tuple[float, float]] = []
 
     def recorded(plan: Plan, task: ShardingTask, cost_model: CostModel, cost: float,
@@ -91,9 +95,10 @@ def test_ppo_ends_with_it_from_its_cheapest_candidate_until_the_end_of_its_limit
     monkeypatch.setattr(lns, "resolve_plan", recorded)
     limit = 100.0  # far more than the stage needs here: the re-solve always has its time
     sharder = get_sharder("ppo", time_limit=limit)
-    began = time.perf_counter()
+    clock = fake_perf_counter(monkeypatch, 1e-3)
+    began = clock.now
     choice = sharder.solve(task, MODEL).details
-    ended = time.perf_counter()
+    ended = clock.now
     # Run once, from the cheapest candidate before it, until the end of the limit.
     assert len(calls) == 1
     before = min(c.cost_ms for c in choice.candidates)

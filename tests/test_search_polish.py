@@ -21,7 +21,7 @@ from autoshard.search.move_search import Polisher
 from autoshard.search.polish import polish_plan
 from autoshard.search.waterfill import SegmentLists
 from autoshard.sharders import get_sharder
-from autoshard.sharders.ppo import PPOSharder
+from autoshard.sharders.ppo import PPOSharder, tuning
 from autoshard.task import ShardingTask
 from autoshard.workloads import constrained_task, dlrm_tables
 
@@ -114,8 +114,10 @@ def test_refill_gives_a_device_hbm_to_the_rows_worth_most() -> None:
             assert cost >= base * (1 - 1e-6), (src, dst)
 
 
+@pytest.mark.slow
 def test_the_sharder_reports_the_polished_winner_and_the_policy_alone_unchanged(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tuning, "MIN_RESOLVE_S", float("inf"))  # the polish, not the LNS
     torch.manual_seed(0)
     save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "policy", MULTIPLIERS)
     task = constrained_task(dlrm_tables(40, seed=9), 4, hbm_fraction=0.3)
@@ -143,7 +145,10 @@ def test_the_sharder_reports_the_polished_winner_and_the_policy_alone_unchanged(
     assert not any(n.endswith("+polish") for n in alone.costs)
 
 
-def test_few_tables_per_device_get_a_finer_split(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_few_tables_per_device_get_a_finer_split(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tuning, "MIN_RESOLVE_S", float("inf"))  # the decodes, not the LNS
     torch.manual_seed(0)
     save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "policy", MULTIPLIERS)
     task = constrained_task(dlrm_tables(10, seed=11), 8, hbm_fraction=0.3)

@@ -50,6 +50,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
+#: Seconds after which processes still alive are taken as left behind (no duration is
+#: asserted: they are given far longer than any machine needs).
+HANG_S = 60
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "processes", "named"),
                          [("concurrent", 3, "sparse server 0"),
@@ -62,16 +67,14 @@ def test_killed_server_ends_the_run_naming_it(mode: str, processes: int, named: 
            "--requests", "4000", "--timeout", "60", "--logs", str(logs), "--mode", mode]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
+        # A server that never starts serving ends the command by its own watchdog (--timeout).
         progress = None
-        while time.monotonic() < deadline:
+        while progress is None:
             found = list(logs.glob("*/rank1.progress"))
             if found and found[0].read_text() == "serving":
                 progress = found[0]
-                break
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.2)
-        assert progress is not None, "server never started serving"
         work = progress.parent
         pids = [int(p.read_text()) for p in work.glob("rank*.pid")]
         assert len(pids) == processes
@@ -82,7 +85,9 @@ def test_killed_server_ends_the_run_naming_it(mode: str, processes: int, named: 
             proc.kill()
     assert proc.returncode == 2
     assert named in err
-    time.sleep(0.5)
+    gone = time.monotonic() + HANG_S  # the processes are reaped; a hang guard, not a timing
+    while [p for p in pids if _alive(p)] and time.monotonic() < gone:
+        time.sleep(0.1)
     assert not [p for p in pids if _alive(p)]
 
 

@@ -31,6 +31,7 @@ def _tables(part: object) -> list[dict[str, object]]:
     return [p.to_table().to_dict() for p in part.profiles()]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_two_processes_and_a_dask_cluster_match_one_process(tmp_path: Path) -> None:
     write_days(tmp_path / "data", days=2, rows=1500)
     plan = _plan(tmp_path / "data")

@@ -130,15 +130,14 @@ def test_dlrm_traces_merge_like_one_trace_of_all_samples(
     whole = tmp_path / "whole.pt"
     save_trace(whole, np.concatenate(indices),
                np.concatenate(([0], np.cumsum(lengths.reshape(-1)))), lengths)
-    cli(["profile", *halves, "--hash-size", "200", "-o", str(tmp_path / "two.json"), "--json"],
-        capsys)
-    cli(["profile", str(whole), "--hash-size", "200", "-o", str(tmp_path / "one.json"),
-         "--json"], capsys)
+    opts = ["--hash-size", "200", "--jobs", "1"]  # the merge, not the processes (test_stats_engine)
+    cli(["profile", *halves, *opts, "-o", str(tmp_path / "two.json"), "--json"], capsys)
+    cli(["profile", str(whole), *opts, "-o", str(tmp_path / "one.json"), "--json"], capsys)
     assert (tmp_path / "two.json").read_bytes() == (tmp_path / "one.json").read_bytes()
     fewer = tmp_path / "z_fewer.pt"  # sorts after the halves, whose tables come first
     save_trace(fewer, np.array([0, 1]), np.array([0, 1, 2]), np.array([[1], [1]]))
-    _rejected(["profile", *halves, str(fewer), "--hash-size", "200", "-o",
-               str(tmp_path / "x.json"), "--parts", str(tmp_path / "parts")], capsys,
+    _rejected(["profile", *halves, str(fewer), *opts, "-o", str(tmp_path / "x.json"),
+               "--parts", str(tmp_path / "parts")], capsys,
               str(fewer), "field 'lengths'", "2 tables, expected 3")
 
 

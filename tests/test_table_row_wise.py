@@ -4,10 +4,12 @@ on one node, above the bound and accepted by the TorchRec export."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
+from clocks import fake_perf_counter
 
 from autoshard.cli import main
 from autoshard.layout.kinds import ShardingKind
@@ -22,6 +24,7 @@ from autoshard.pricing.bounds import lower_bound_ms
 from autoshard.pricing.evaluator import evaluate
 from autoshard.reservation import NO_RESERVATION
 from autoshard.sharders import get_sharder
+from autoshard.sharders.base import Sharded
 from autoshard.sharders.recshard import RecShard
 from autoshard.tables import Table, save_tables
 from autoshard.task import ShardingTask
@@ -39,6 +42,18 @@ def _two_nodes(inter_gbps: float = 12.5) -> ShardingTask:
     task = constrained_task(tables, 16, hbm_fraction=0.5, hardware="16xH100-80GB",
                             reservation="torchrec")
     return replace(task, hardware=replace(task.hardware, inter_node_gbps=inter_gbps))
+
+
+@cache
+def _planned(name: str, node_splits: bool = True) -> Sharded:
+    """``name``'s run on :func:`_two_nodes` (recshard with a 10 s limit, or without node-local
+    splits), made once for this module's tests, its limit kept on a fake clock (0.2 s a
+    reading) so that what it cuts is the same on every machine."""
+    sharder = (RecShard(time_limit=10, node_splits=node_splits) if name == "recshard"
+               else get_sharder(name))
+    with pytest.MonkeyPatch.context() as patch:
+        fake_perf_counter(patch, 0.2)
+        return sharder.solve(_two_nodes(), MODEL)
 
 
 def test_table_row_wise_comm_is_an_intra_node_reduce_and_a_share_of_the_all_to_all() -> None:
@@ -100,11 +115,12 @@ def test_pins_put_each_row_split_table_on_every_device_of_its_node_or_world() ->
     assert (pins[~(twrw | rw)] == -1).all()
 
 
+@pytest.mark.slow
 def test_recshard_splits_the_dominant_table_within_a_node_where_that_is_cheaper(
         tmp_path: Path) -> None:
     task = _two_nodes()
-    with_twrw = RecShard(time_limit=10).solve(task, MODEL).details
-    without = RecShard(time_limit=10, node_splits=False).solve(task, MODEL).details
+    with_twrw = _planned("recshard").details
+    without = _planned("recshard", node_splits=False).details
     huge = next(p for p in with_twrw.plan.placements if p.table == "huge")
     assert huge.sharding == ShardingKind.TABLE_ROW_WISE
     devices = [s.device for s in huge.shards]
@@ -127,6 +143,7 @@ def test_recshard_splits_the_dominant_table_within_a_node_where_that_is_cheaper(
         assert out.is_file()
 
 
+@pytest.mark.slow
 def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
     task = _two_nodes()
     geometries = split_geometries(task, MODEL)
@@ -149,7 +166,7 @@ def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
                 assert (dev[offered] == dev[placed[0]]).all()
         episode.step(int(np.flatnonzero(episode.mask)[0]))
     # The sharder's plan, whichever candidate wins, is valid and keeps such tables on a node.
-    plan = get_sharder("ppo").shard(task, MODEL)
+    plan = _planned("ppo").plan
     check_layout(plan, task)
     for p in plan.placements:
         if p.sharding == ShardingKind.TABLE_ROW_WISE:
@@ -158,6 +175,7 @@ def test_ppo_places_table_row_wise_shards_on_one_node_one_per_device() -> None:
     assert evaluate(plan, task, MODEL).step_cost_ms >= lower_bound_ms(task, MODEL) * (1 - 1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["recshard", "split_lookup_greedy", "ppo"])
 def test_row_splits_planned_for_torchrec_are_one_shard_per_device_and_export(name: str) -> None:
     # TorchRec routes a row-wise table's ids in even blocks over every rank (table-row-wise:
@@ -165,8 +183,7 @@ def test_row_splits_planned_for_torchrec_are_one_shard_per_device_and_export(nam
     from autoshard.torchrec.shardings import table_shardings
 
     task = _two_nodes()
-    options = {"time_limit": 10} if name == "recshard" else {}
-    plan = get_sharder(name, **options).shard(task, MODEL)
+    plan = _planned(name).plan
     split = [p for p in plan.placements if p.sharding.splits_rows]
     assert split, f"{name} splits no table by rows"
     for p in split:

@@ -10,13 +10,16 @@ tested the same way in ``test_recshard_deadline.py``.
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import pytest
+from clocks import StepClock
 
 from autoshard.cli.common import build_task
 from autoshard.pricing.analytical import AnalyticalCostModel
 from autoshard.pricing.evaluator import evaluate
 from autoshard.sharders import get_sharder, sharder_info
+from autoshard.sharders.base import Sharded
 from autoshard.synth import default_tables
 from autoshard.task import ShardingTask
 from autoshard.torchrec.sharder import TorchRecSharder
@@ -25,20 +28,9 @@ from autoshard.workloads import constrained_task
 MODEL = AnalyticalCostModel()
 LIMIT_S = 2.0
 #: Seconds the fake clock advances at each reading.
-STEP_S = 0.05
+STEP_S = 0.1
 #: What a run may read past its limit: the readings after the last proposal's check.
 SLACK_S = 5 * STEP_S
-
-
-class StepClock:
-    """A clock that advances :data:`STEP_S` at each reading (``now``: the last reading, s)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += STEP_S
-        return self.now
 
 
 def _constrained() -> ShardingTask:
@@ -57,21 +49,30 @@ def _timed_torchrec(limit_s: float) -> tuple[TorchRecSharder, StepClock]:
     if sharder_info("torchrec").unavailable:
         pytest.skip("the torchrec extra is not installed")
     sharder = get_sharder("torchrec", time_limit=limit_s)
-    clock = StepClock()
+    clock = StepClock(STEP_S)
     sharder.clock = clock  # type: ignore[attr-defined]
     return sharder, clock  # type: ignore[return-value]
 
 
+@cache
+def _probe_run() -> tuple[Sharded, StepClock]:
+    """The torchrec sharder's run on :func:`_probe` with a limit of :data:`LIMIT_S`, and its
+    clock after it (made once for this module's tests)."""
+    sharder, clock = _timed_torchrec(LIMIT_S)
+    return sharder.solve(_probe(), MODEL), clock
+
+
+@pytest.mark.slow
 def test_torchrec_keeps_its_time_limit_on_its_clock() -> None:
     task = _probe()
-    sharder, clock = _timed_torchrec(LIMIT_S)
-    sharded = sharder.solve(task, MODEL)
+    sharded, clock = _probe_run()
     assert clock.now <= LIMIT_S + SLACK_S, (
         f"torchrec read {clock.now:.2f} s on its clock with a limit of {LIMIT_S} s; notes: "
         f"{sharded.notes}")
     assert math.isfinite(evaluate(sharded.plan, task, MODEL).step_cost_ms)
 
 
+@pytest.mark.slow
 def test_torchrec_says_what_a_short_limit_cut() -> None:
     task = _constrained()
     sharder, clock = _timed_torchrec(LIMIT_S)
@@ -85,10 +86,10 @@ def test_torchrec_says_what_a_short_limit_cut() -> None:
     assert any("not tried" in note for note in sharded.notes)
 
 
+@pytest.mark.slow
 def test_torchrec_offers_fused_alone_only_where_hbm_holds_every_table() -> None:
-    sharder, _ = _timed_torchrec(LIMIT_S)
     task = _probe()  # 856 tables of 130 GB on 640 GB of HBM: every kernel takes too long
-    sharded = sharder.solve(task, MODEL)
+    sharded, _ = _probe_run()
     plan = sharded.plan
     assert any("fused kernel alone" in note for note in sharded.notes)
     rows = {t.name: t.rows for t in task.tables}

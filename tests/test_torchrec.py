@@ -87,6 +87,7 @@ def test_plans_with_splits_and_converts_shard_by_shard() -> None:
     assert estimate_plan(plan, task).fits
 
 
+@pytest.mark.slow
 @needs_torchrec
 def test_cache_search_starts_from_a_cache_that_fits() -> None:
     # 30% of the bytes in HBM: caches of TorchRec's default 0.2 load factor do not all fit, so
@@ -119,6 +120,7 @@ def test_roomy_hbm_keeps_every_row_in_hbm() -> None:
                 for s in p.pieces(1, 1)}) == 2
 
 
+@pytest.mark.slow
 @needs_torchrec
 def test_evaluate_prices_a_split_plan_with_torchrecs_estimators_too(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

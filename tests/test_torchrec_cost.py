@@ -124,6 +124,7 @@ def test_choose_picks_the_least_worse_relative_cost() -> None:
     assert picked.index == int(np.argmin(scores)) and min(scores) >= 1.0
 
 
+@pytest.mark.usefixtures("step_clock")
 @needs_torchrec
 def test_planning_for_both_reports_both_figures() -> None:
     """recshard for our model and TorchRec's: a valid plan that fits TorchRec's storage
@@ -142,6 +143,7 @@ def test_planning_for_both_reports_both_figures() -> None:
     assert estimate_plan(plan, task).fits
 
 
+@pytest.mark.usefixtures("step_clock")
 @needs_torchrec
 def test_cli_plans_with_torchrecs_estimator_and_for_both(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

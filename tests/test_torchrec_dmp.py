@@ -76,6 +76,7 @@ def files(tmp_path: Path, plan: Plan, tables: tuple[Table, ...]) -> list[str]:
 
 # --- runs ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_runs_table_and_column_wise_in_dmp_beside_runner_and_model(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report.json"
@@ -106,6 +107,7 @@ def test_cli_runs_table_and_column_wise_in_dmp_beside_runner_and_model(
     assert doc["runner"]["backend"] == "gloo" and doc["modelled"]["cost_model"] == "analytical"
 
 
+@pytest.mark.slow
 def test_column_blocks_in_one_node_run_table_column_wise_with_equal_outputs(
         tmp_path: Path) -> None:
     from autoshard.torchrec.dmp import run_plan_in_dmp
@@ -127,6 +129,7 @@ REPLICATED_PLAN = Plan((Placement.split("a", ShardingKind.DATA_PARALLEL,
                        "hand", Workload(64), "2xH100-80GB")
 
 
+@pytest.mark.slow
 def test_our_replicated_plan_runs_in_dmp_with_equal_outputs_and_training(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, stdout, err = run_cli(["run-plan", *files(tmp_path, REPLICATED_PLAN, TABLES),
@@ -144,6 +147,7 @@ def test_our_replicated_plan_runs_in_dmp_with_equal_outputs_and_training(
     assert doc["runner"]["backend"] == "gloo"
 
 
+@pytest.mark.slow
 def test_a_hand_built_data_parallel_plan_runs_with_equal_outputs(tmp_path: Path) -> None:
     from torchrec.distributed.sharding_plan import (
         construct_module_sharding_plan,
@@ -197,6 +201,7 @@ def wrong_size():
 '''
 
 
+@pytest.mark.slow
 def test_a_user_model_runs_with_its_tables_matched_by_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from autoshard.torchrec.dmp import run_plan_in_dmp
@@ -217,6 +222,7 @@ def test_a_user_model_runs_with_its_tables_matched_by_name(
     assert all(r.logits_max_abs_diff is None and r.step_ms > 0 for r in run.per_rank)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_is_named_and_every_rank_stopped(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from autoshard.torchrec.dmp import run_plan_in_dmp

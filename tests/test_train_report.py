@@ -29,15 +29,17 @@ from autoshard.training.report import (
 )
 from autoshard.training.train import train
 
-#: A run of a few hundred steps on tiny tasks, evaluated twice on four held-out tasks.
+#: A run of a few hundred steps on tiny tasks of one workload, evaluated twice on four
+#: held-out tasks.
 TINY = {"timesteps": 256, "n_envs": 2, "n_steps": 64, "batch_size": 64, "n_epochs": 2,
-        "train_tables": (4, 8), "eval_tables": (8, 30), "eval_devices": (2, 4),
-        "eval_repeats": 1, "eval_every": 128, "checkpoint_every": 128, "hidden": 16,
-        "wandb_mode": "disabled"}
+        "train_tables": (4, 8), "batch_sizes": (4096,), "modes": ("train",),
+        "eval_tables": (8, 30), "eval_devices": (2, 4), "eval_repeats": 1, "eval_every": 128,
+        "checkpoint_every": 128, "hidden": 16, "wandb_mode": "disabled"}
 #: The same on the command line, without the evaluation period.
 TINY_ARGS = ["--n-envs", "2", "--n-steps", "64", "--batch-size", "64", "--n-epochs", "2",
-             "--train-tables", "4", "8", "--eval-tables", "8", "--eval-devices", "2",
-             "--eval-repeats", "1", "--hidden", "16", "--wandb-mode", "disabled"]
+             "--train-tables", "4", "8", "--batch-sizes", "4096", "--modes", "train",
+             "--eval-tables", "8", "--eval-devices", "2", "--eval-repeats", "1", "--hidden",
+             "16", "--wandb-mode", "disabled"]
 
 
 def strict_json(path: Path) -> Any:
@@ -48,6 +50,7 @@ def strict_json(path: Path) -> Any:
     return json.loads(path.read_text(), parse_constant=refuse)
 
 
+@pytest.mark.slow
 def test_summary_curve_and_evaluation_report_one_held_out_figure(tmp_path: Path) -> None:
     """The periodic evaluation plans as the final one does (the ppo-policy sharder's
     decodes), so the best figure of summary.json and the curve is eval.csv's mean for the kept
@@ -70,6 +73,7 @@ def test_summary_curve_and_evaluation_report_one_held_out_figure(tmp_path: Path)
     assert kept["held_out_cost_ratio"] == summary["best_held_out_ratio"]
 
 
+@pytest.mark.slow
 def test_steps_printed_are_those_run_and_no_evaluation_is_said_in_words(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """100 steps asked of rollouts of 2 x 64: 128 are run, printed with the reason; no

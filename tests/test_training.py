@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import time
 import zipfile
 from pathlib import Path
 
@@ -22,9 +21,11 @@ from autoshard.training.config import TrainConfig
 from autoshard.training.train import train
 from autoshard.training.wandb_runs import offline_history
 
+#: A run small enough for a test: tasks of one workload, two held-out tasks.
 TINY = {"timesteps": 256, "n_envs": 2, "n_steps": 64, "batch_size": 64, "n_epochs": 2,
-        "train_tables": (4, 8), "eval_tables": (8,), "eval_devices": (2, 3),
-        "eval_every": 128, "checkpoint_every": 128, "hidden": 16}
+        "train_tables": (4, 8), "batch_sizes": (4096,), "modes": ("train",),
+        "eval_tables": (8,), "eval_devices": (2, 3), "eval_repeats": 1, "eval_every": 128,
+        "checkpoint_every": 128, "hidden": 16}
 
 
 def observation(devices: int, slots: int, seed: int = 0) -> np.ndarray:
@@ -101,6 +102,7 @@ def test_weights_that_are_not_plain_tensors_are_refused(tmp_path: Path) -> None:
         load_policy(tmp_path)
 
 
+@pytest.mark.slow
 def test_tiny_run_logs_to_offline_wandb(tmp_path: Path) -> None:
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="offline", **TINY)  # type: ignore[arg-type]
     result = train(cfg)
@@ -125,14 +127,15 @@ def test_tiny_run_logs_to_offline_wandb(tmp_path: Path) -> None:
                                            "lookup_greedy", "size_lookup_greedy"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", [False, True])
 def test_batched_and_single_environments_train_the_same_policy(tmp_path: Path,
                                                                split: bool) -> None:
     """The batched environment plays the single environments' episodes, so a few hundred
-    steps of MaskablePPO through either give the same weights, bit for bit (with the split
-    choice in the actions too)."""
+    steps of MaskablePPO (two updates) through either give the same weights, bit for bit
+    (with the split choice in the actions too)."""
     weights = {}
-    for vec, steps in (("batched", 384), ("dummy", 384), ("batched", 128)):
+    for vec, steps in (("batched", 256), ("dummy", 256), ("batched", 128)):
         out = tmp_path / f"{vec}-{steps}"
         cfg = TrainConfig(out=str(out), wandb_mode="disabled", vec_env=vec, split=split,
                           **{**TINY, "n_envs": 4, "timesteps": steps, "n_steps": 32,
@@ -142,15 +145,16 @@ def test_batched_and_single_environments_train_the_same_policy(tmp_path: Path,
         summary = json.loads((out / "summary.json").read_text())
         assert summary["vec_env"] == vec and summary["n_envs"] == 4
         weights[vec, steps] = torch.load(result.policy_dir / "weights.pt", weights_only=True)
-    batched, dummy = weights["batched", 384], weights["dummy", 384]
+    batched, dummy = weights["batched", 256], weights["dummy", 256]
     earlier = weights["batched", 128]
     assert batched.keys() == dummy.keys()
     for name, value in batched.items():
         assert torch.equal(value, dummy[name]), name
-    # ... and the runs did learn: two more updates moved the weights.
+    # ... and the runs did learn: one more update moved the weights.
     assert not all(torch.equal(value, earlier[name]) for name, value in batched.items())
 
 
+@pytest.mark.slow
 def test_a_run_from_a_policy_evaluates_it_first(tmp_path: Path) -> None:
     save_policy(PlacementNet(N_BUCKETS, hidden=16), tmp_path / "start", MULTIPLIERS)
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled",
@@ -166,22 +170,19 @@ def test_a_run_from_a_policy_evaluates_it_first(tmp_path: Path) -> None:
     assert result.best_ratio == best
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled", **TINY)  # type: ignore[arg-type]
-    start = time.perf_counter()
     first = train(cfg)
-    first_seconds = time.perf_counter() - start
-    assert 0 < first.wall_seconds <= first_seconds
+    assert first.wall_seconds > 0
     with pytest.raises(InputError, match="already holds a checkpoint"):
         train(cfg)
     with pytest.raises(InputError, match="field 'seed'"):
         train(TrainConfig(**{**cfg.to_dict(), "seed": 1}), resume=True)
     longer = TrainConfig(**{**cfg.to_dict(), "timesteps": 384})
-    start = time.perf_counter()
     result = train(longer, resume=True)
     assert result.steps == 384
-    assert first.wall_seconds < result.wall_seconds <= first_seconds + (
-        time.perf_counter() - start)
+    assert result.wall_seconds > first.wall_seconds  # the first session's time is kept
     state = json.loads((tmp_path / "run" / "checkpoints" / "state.json").read_text())
     assert state["num_timesteps"] == 384
     steps = [h["step"] for h in state["history"] if "eval_ratio" in h]
@@ -190,11 +191,13 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
         train(TrainConfig(**{**cfg.to_dict(), "out": str(tmp_path / "none")}), resume=True)
 
 
+@pytest.mark.slow
 def test_cli_train_smoke(tmp_path: Path) -> None:
     main(["train", "--timesteps", "128", "--n-envs", "2", "--n-steps", "64", "--batch-size",
           "64",
           "--out", str(tmp_path / "run"), "--wandb-mode", "disabled", "--eval-every", "64",
-          "--train-tables", "4", "8", "--eval-tables", "8", "--eval-devices", "2",
+          "--train-tables", "4", "8", "--batch-sizes", "4096", "--modes", "train",
+          "--eval-tables", "8", "--eval-devices", "2", "--eval-repeats", "1",
           "--export", str(tmp_path / "export"), "--export-policy", str(tmp_path / "policy")])
     for name in ("training_curve.png", "train_history.json", "train_eval.csv"):
         assert (tmp_path / "export" / name).is_file(), name
@@ -217,6 +220,7 @@ class Marker:
         return (Path.touch, (self.path,))
 
 
+@pytest.mark.slow
 def test_resume_never_unpickles_a_crafted_checkpoint(tmp_path: Path) -> None:
     from autoshard.training.checkpoint import WEIGHTS, sha256
 
@@ -244,6 +248,7 @@ def test_resume_never_unpickles_a_crafted_checkpoint(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_cli_exposes_every_config_field_with_its_documented_default(tmp_path: Path) -> None:
     from dataclasses import fields
 
@@ -286,6 +291,7 @@ def test_reservations_in_training_need_an_environment_that_models_them() -> None
         BatchedPlacementEnv(2, TaskSampler(overheads=("torchrec",)))
 
 
+@pytest.mark.slow
 def test_a_run_with_reservations_trains_and_evaluates_on_both(tmp_path: Path) -> None:
     cfg = TrainConfig(out=str(tmp_path / "run"), wandb_mode="disabled",
                       **{**TINY, "vec_env": "dummy", "overheads": ("none", "torchrec")})  # type: ignore[arg-type]
