@@ -78,7 +78,9 @@ def test_default_task_with_5_gb_shows_the_reservation_and_recshard_meets_the_bou
     assert all(d["hbm_reserved_bytes"] > 0 for d in report["per_device"])
     assert report["weights_bound_ms"] < 0.5 * report["lower_bound_ms"]
     assert report["cost_ratio"] <= 1.10
-    assert report["solver"]["status"] in ("Optimal", "stalled", "search", "Time limit reached")
+    # the solver's own word first; a deadline reached on the fake clock is named after it
+    status = report["solver"]["status"].split(";")[0]
+    assert status in ("Optimal", "stalled", "search", "Time limit reached"), status
     code, text, _ = run(["evaluate", str(plan)], capsys)
     assert code == 0 and "HBM reserved for the runtime ('torchrec' reservation" in text
     assert "weights-only bound" in text
