@@ -308,7 +308,8 @@ def test_the_core_plans_evaluates_and_exports_without_extras(tmp_path: Path,
         done = without_extras(args, tmp_path)
         assert done.returncode == 0, (args, done.stderr)
         if args[-1] == "plan.json":  # HiGHS solved the MILP (highspy is core)
-            assert "its MILP over the splits it chose solved" in " ".join(done.stdout.split()), done.stdout
+            said = " ".join(done.stdout.split())
+            assert "its MILP over the splits it chose solved" in said, done.stdout
         if args[0] == "sharders":
             listing = " ".join(done.stdout.split())
             assert re.search(r"\brecshard\s*│\s*available", listing), listing
